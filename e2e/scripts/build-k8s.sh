@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# Builds kube-apiserver, kube-controller-manager and kube-scheduler of one pinned Kubernetes release
+# from the Go module proxy, once, into a cache outside the repository keyed by version.
+#
+# k8s.io/kubernetes cannot be `go install`ed: its go.mod replaces every staging module with a local
+# path. We write a small wrapper module that requires it and points each staging module at its
+# published v0.x release instead.
+#
+# Usage: build-k8s.sh            (prints the directory holding the three binaries)
+# Env:   K8S_VERSION (default below), CLONESET_CACHE_DIR (default ~/.cache/cloneset-operator)
+set -euo pipefail
+
+K8S_VERSION="${K8S_VERSION:-v1.36.3}"
+CACHE_ROOT="${CLONESET_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/cloneset-operator}"
+OUT="$CACHE_ROOT/kubernetes/$K8S_VERSION"
+BINARIES=(kube-apiserver kube-controller-manager kube-scheduler)
+
+have_all() { for b in "${BINARIES[@]}"; do [ -x "$OUT/bin/$b" ] || return 1; done; }
+if have_all; then
+  echo "kubernetes $K8S_VERSION: reusing cached binaries in $OUT/bin" >&2
+  echo "$OUT/bin"
+  exit 0
+fi
+
+command -v go >/dev/null || { echo "build-k8s: 'go' is not on PATH; Go 1.26.x is needed to build Kubernetes $K8S_VERSION" >&2; exit 1; }
+# Go >= 1.27 turns on the jsonv2 experiment, and the apiserver of Kubernetes <= 1.36 then serves
+# broken OpenAPI. Refuse early with a clear message rather than produce a subtly broken cluster.
+go_minor=$(GOTOOLCHAIN=local go env GOVERSION | sed -E 's/^go1\.([0-9]+).*/\1/')
+if [ "$go_minor" -ge 27 ]; then
+  echo "build-k8s: Go $(GOTOOLCHAIN=local go env GOVERSION) is too new for Kubernetes $K8S_VERSION (jsonv2 breaks OpenAPI); use Go 1.26.x" >&2
+  exit 1
+fi
+
+started=$(date +%s)
+work="$OUT/src"
+mkdir -p "$work" "$OUT/bin"
+cd "$work"
+export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=mod
+
+echo "build-k8s: building Kubernetes $K8S_VERSION in $work (first time only; takes several minutes)" >&2
+GOFLAGS= go mod download -json "k8s.io/kubernetes@$K8S_VERSION" >/dev/null
+modfile="$(go env GOMODCACHE)/cache/download/k8s.io/kubernetes/@v/$K8S_VERSION.mod"
+staging_version="v0.${K8S_VERSION#v1.}"
+go_directive=$(awk '/^go /{print $2; exit}' "$modfile")
+
+{
+  echo "module local/kube-build"
+  echo
+  echo "go $go_directive"
+  echo
+  echo "require k8s.io/kubernetes $K8S_VERSION"
+  echo
+  # Every `k8s.io/x => ./staging/...` replace becomes `k8s.io/x => k8s.io/x v0.N.M`.
+  awk -v v="$staging_version" '$2 == "=>" && $3 ~ /^\.\/staging\// {print "replace " $1 " => " $1 " " v}' "$modfile"
+} > go.mod
+cat > tools.go <<'GO'
+//go:build tools
+
+package tools
+
+import (
+	_ "k8s.io/kubernetes/cmd/kube-apiserver"
+	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
+	_ "k8s.io/kubernetes/cmd/kube-scheduler"
+)
+GO
+# Minimal version selection keeps the release's own pinned dependency versions (its require list).
+if ! go mod tidy >"$OUT/tidy.log" 2>&1; then
+  echo "build-k8s: resolving modules failed; see $OUT/tidy.log:" >&2; tail -20 "$OUT/tidy.log" >&2; exit 1
+fi
+
+pkg=k8s.io/component-base/version
+ldflags="-s -w -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$(echo "$K8S_VERSION" | cut -d. -f2) -X $pkg.gitTreeState=clean"
+for b in "${BINARIES[@]}"; do
+  t0=$(date +%s)
+  if ! go build -trimpath -tags tools -ldflags "$ldflags" -o "$OUT/bin/$b.tmp" "k8s.io/kubernetes/cmd/$b" >"$OUT/build-$b.log" 2>&1; then
+    echo "build-k8s: building $b failed; see $OUT/build-$b.log:" >&2
+    tail -20 "$OUT/build-$b.log" >&2
+    exit 1
+  fi
+  mv "$OUT/bin/$b.tmp" "$OUT/bin/$b"
+  echo "build-k8s: built $b in $(( $(date +%s) - t0 ))s" >&2
+done
+echo "build-k8s: Kubernetes $K8S_VERSION built in $(( $(date +%s) - started ))s total" >&2
+echo "$OUT/bin"

@@ -1,0 +1,593 @@
+//! A real local control plane: etcd, kube-apiserver, kube-controller-manager, kube-scheduler and
+//! the simulated kubelet, started as plain processes on 127.0.0.1.
+//!
+//! Everything lives in one state directory: PKI, kubeconfigs, component logs and `state.json`
+//! (the PIDs we started). `up` is idempotent: a healthy cluster in the directory is reused.
+//! `down` stops exactly the processes recorded there, by PID, and keeps the logs.
+
+use std::fs;
+use std::io::Write as _;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+use serde::{Deserialize, Serialize};
+
+/// The Kubernetes release the control plane is built from.
+pub const DEFAULT_K8S_VERSION: &str = "v1.36.3";
+
+/// How the control plane should be brought up.
+#[derive(Clone, Debug)]
+pub struct UpOptions {
+    /// The state directory (PKI, kubeconfig, logs, PIDs).
+    pub dir: PathBuf,
+    pub k8s_version: String,
+    /// Extra arguments for the simulated kubelet (node count, delays, grace cap).
+    pub sim_kubelet_args: Vec<String>,
+}
+
+impl UpOptions {
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        Self {
+            dir: dir.into(),
+            k8s_version: std::env::var("K8S_VERSION").unwrap_or_else(|_| DEFAULT_K8S_VERSION.to_string()),
+            sim_kubelet_args: Vec::new(),
+        }
+    }
+}
+
+/// One process we started.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ProcessRecord {
+    pub name: String,
+    pub pid: i32,
+    /// The executable's file name, checked before signalling so a reused PID is never killed.
+    pub exe_name: String,
+}
+
+/// What `up` leaves behind in `state.json`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ClusterState {
+    pub kubeconfig: PathBuf,
+    pub apiserver_port: u16,
+    pub etcd_data_dir: PathBuf,
+    pub processes: Vec<ProcessRecord>,
+}
+
+/// Timings of one `up`, for the numbers the README and notes report.
+#[derive(Clone, Debug, Default)]
+pub struct UpReport {
+    pub reused_running_cluster: bool,
+    pub build: Duration,
+    pub start: Duration,
+}
+
+struct Layout {
+    root: PathBuf,
+}
+
+impl Layout {
+    fn pki(&self) -> PathBuf {
+        self.root.join("pki")
+    }
+    fn logs(&self) -> PathBuf {
+        self.root.join("logs")
+    }
+    fn state_file(&self) -> PathBuf {
+        self.root.join("state.json")
+    }
+    fn kubeconfig(&self) -> PathBuf {
+        self.root.join("kubeconfig")
+    }
+    fn component_kubeconfig(&self, user: &str) -> PathBuf {
+        self.root.join(format!("{user}.kubeconfig"))
+    }
+    fn lock_file(&self) -> PathBuf {
+        self.root.join("lock")
+    }
+}
+
+/// The directory of this crate, for locating the build script.
+fn e2e_crate_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Reads the recorded state, if any.
+pub fn read_state(dir: &Path) -> anyhow::Result<Option<ClusterState>> {
+    let path = Layout { root: dir.to_path_buf() }.state_file();
+    match fs::read(&path) {
+        Ok(bytes) => Ok(Some(serde_json::from_slice(&bytes).with_context(|| format!("corrupt {}", path.display()))?)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
+    }
+}
+
+/// Whether every recorded process is still alive.
+pub fn all_alive(state: &ClusterState) -> bool {
+    state.processes.iter().all(process_alive)
+}
+
+/// Brings the control plane up in `opts.dir`, or reuses a healthy one already there.
+pub async fn up(opts: &UpOptions) -> anyhow::Result<(ClusterState, UpReport)> {
+    let layout = Layout { root: opts.dir.clone() };
+    fs::create_dir_all(&layout.root).with_context(|| format!("creating {}", layout.root.display()))?;
+    let _lock = FileLock::acquire(&layout.lock_file())?;
+
+    if let Some(state) = read_state(&layout.root)? {
+        if all_alive(&state) && wait_ready(&state.kubeconfig, Duration::from_secs(20)).await.is_ok() {
+            return Ok((state, UpReport { reused_running_cluster: true, ..Default::default() }));
+        }
+        eprintln!("local-cluster: a previous cluster in {} is not healthy; restarting it", layout.root.display());
+        stop_recorded(&layout)?;
+    }
+
+    let t_build = Instant::now();
+    let bin_dir = build_kubernetes(&opts.k8s_version)?;
+    let etcd = find_or_install_etcd()?;
+    let sim_kubelet = sibling_binary("sim-kubelet")?;
+    let build = t_build.elapsed();
+
+    let t_start = Instant::now();
+    fs::create_dir_all(layout.logs())?;
+    let pki = Pki::ensure(&layout.pki())?;
+    let previous_port = previous_apiserver_port(&layout);
+    let apiserver_port = previous_port.filter(|p| port_is_free(*p)).map_or_else(free_port, Ok)?;
+    let etcd_client_port = free_port()?;
+    let etcd_peer_port = free_port()?;
+    let etcd_data_dir = etcd_data_dir(&layout.root);
+    let _ = fs::remove_dir_all(&etcd_data_dir);
+
+    let server = format!("https://127.0.0.1:{apiserver_port}");
+    write_kubeconfig(&layout.kubeconfig(), &server, &pki, "admin")?;
+    for user in ["controller-manager", "scheduler"] {
+        write_kubeconfig(&layout.component_kubeconfig(user), &server, &pki, user)?;
+    }
+
+    let kubeconfig = layout.kubeconfig();
+    let mut state = ClusterState {
+        kubeconfig: kubeconfig.clone(),
+        apiserver_port,
+        etcd_data_dir: etcd_data_dir.clone(),
+        processes: Vec::new(),
+    };
+    // Record each PID as soon as it exists, so a failure half-way still lets `down` clean up.
+    let mut start = |name: &str, exe: &Path, args: Vec<String>| -> anyhow::Result<()> {
+        let rec = spawn_detached(name, exe, &args, &layout.logs())?;
+        state.processes.push(rec);
+        write_state(&layout, &state)
+    };
+
+    let etcd_url = format!("http://127.0.0.1:{etcd_client_port}");
+    start(
+        "etcd",
+        &etcd,
+        vec![
+            format!("--data-dir={}", etcd_data_dir.display()),
+            format!("--listen-client-urls={etcd_url}"),
+            format!("--advertise-client-urls={etcd_url}"),
+            format!("--listen-peer-urls=http://127.0.0.1:{etcd_peer_port}"),
+            format!("--initial-advertise-peer-urls=http://127.0.0.1:{etcd_peer_port}"),
+            format!("--initial-cluster=default=http://127.0.0.1:{etcd_peer_port}"),
+            "--experimental-watch-progress-notify-interval=5s".into(),
+            "--quota-backend-bytes=4294967296".into(),
+            "--log-level=warn".into(),
+        ],
+    )?;
+    wait_tcp(etcd_client_port, Duration::from_secs(30)).await.context("etcd did not start listening")?;
+
+    let p = |f: &str| pki.dir.join(f).display().to_string();
+    start(
+        "kube-apiserver",
+        &bin_dir.join("kube-apiserver"),
+        vec![
+            format!("--etcd-servers={etcd_url}"),
+            "--bind-address=127.0.0.1".into(),
+            "--advertise-address=127.0.0.1".into(),
+            format!("--secure-port={apiserver_port}"),
+            "--endpoint-reconciler-type=none".into(),
+            format!("--cert-dir={}", pki.dir.display()),
+            format!("--tls-cert-file={}", p("apiserver.crt")),
+            format!("--tls-private-key-file={}", p("apiserver.key")),
+            format!("--client-ca-file={}", p("ca.crt")),
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
+            format!("--service-account-key-file={}", p("sa.pub")),
+            format!("--service-account-signing-key-file={}", p("sa.key")),
+            "--service-cluster-ip-range=10.96.0.0/16".into(),
+            "--authorization-mode=Node,RBAC".into(),
+            "--allow-privileged=true".into(),
+            "--profiling=false".into(),
+            "--v=1".into(),
+        ],
+    )?;
+    wait_ready(&kubeconfig, Duration::from_secs(90)).await.context("kube-apiserver did not become ready")?;
+
+    start(
+        "kube-controller-manager",
+        &bin_dir.join("kube-controller-manager"),
+        vec![
+            format!("--kubeconfig={}", layout.component_kubeconfig("controller-manager").display()),
+            "--leader-elect=false".into(),
+            "--secure-port=0".into(),
+            "--use-service-account-credentials=true".into(),
+            format!("--service-account-private-key-file={}", p("sa.key")),
+            format!("--root-ca-file={}", p("ca.crt")),
+            "--cluster-cidr=10.64.0.0/10".into(),
+            "--service-cluster-ip-range=10.96.0.0/16".into(),
+            "--v=1".into(),
+        ],
+    )?;
+    start(
+        "kube-scheduler",
+        &bin_dir.join("kube-scheduler"),
+        vec![
+            format!("--kubeconfig={}", layout.component_kubeconfig("scheduler").display()),
+            "--leader-elect=false".into(),
+            "--secure-port=0".into(),
+            "--v=1".into(),
+        ],
+    )?;
+    let mut sim_args = vec![format!("--kubeconfig={}", kubeconfig.display())];
+    sim_args.extend(opts.sim_kubelet_args.iter().cloned());
+    start("sim-kubelet", &sim_kubelet, sim_args)?;
+
+    wait_nodes_and_service_accounts(&kubeconfig, Duration::from_secs(90))
+        .await
+        .with_context(|| format!("the cluster did not settle; component logs are in {}", layout.logs().display()))?;
+    Ok((state, UpReport { reused_running_cluster: false, build, start: t_start.elapsed() }))
+}
+
+/// Stops every process recorded in `dir` and removes etcd's data. Logs are kept.
+pub fn down(dir: &Path) -> anyhow::Result<bool> {
+    let layout = Layout { root: dir.to_path_buf() };
+    if !layout.root.exists() {
+        return Ok(false);
+    }
+    let _lock = FileLock::acquire(&layout.lock_file())?;
+    stop_recorded(&layout)
+}
+
+fn stop_recorded(layout: &Layout) -> anyhow::Result<bool> {
+    let Some(state) = read_state(&layout.root)? else { return Ok(false) };
+    // Reverse start order: clients first, etcd last.
+    for rec in state.processes.iter().rev() {
+        stop_process(rec);
+    }
+    let _ = fs::remove_dir_all(&state.etcd_data_dir);
+    fs::remove_file(layout.state_file()).ok();
+    Ok(true)
+}
+
+fn write_state(layout: &Layout, state: &ClusterState) -> anyhow::Result<()> {
+    let tmp = layout.state_file().with_extension("json.tmp");
+    fs::write(&tmp, serde_json::to_vec_pretty(state)?)?;
+    fs::rename(&tmp, layout.state_file())?;
+    Ok(())
+}
+
+fn previous_apiserver_port(layout: &Layout) -> Option<u16> {
+    let text = fs::read_to_string(layout.kubeconfig()).ok()?;
+    let server = text.lines().find_map(|l| l.trim().strip_prefix("server: https://127.0.0.1:"))?;
+    server.trim().parse().ok()
+}
+
+/// etcd's data lives in memory: fsync on a shared disk is the slowest part of a test cluster.
+fn etcd_data_dir(root: &Path) -> PathBuf {
+    let canonical = root.canonicalize().unwrap_or_else(|_| root.to_path_buf());
+    let mut h: u64 = 0xcbf29ce484222325;
+    for b in canonical.as_os_str().as_encoded_bytes() {
+        h = (h ^ u64::from(*b)).wrapping_mul(0x100000001b3);
+    }
+    let base = if Path::new("/dev/shm").is_dir() { PathBuf::from("/dev/shm") } else { std::env::temp_dir() };
+    base.join(format!("cloneset-operator-etcd-{h:016x}"))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Binaries
+
+/// Runs the build script, which builds (once) or reuses the cached Kubernetes binaries.
+fn build_kubernetes(version: &str) -> anyhow::Result<PathBuf> {
+    let script = e2e_crate_dir().join("scripts/build-k8s.sh");
+    let out = Command::new("bash")
+        .arg(&script)
+        .env("K8S_VERSION", version)
+        .stderr(Stdio::inherit())
+        .output()
+        .with_context(|| format!("running {}", script.display()))?;
+    if !out.status.success() {
+        bail!("could not build Kubernetes {version} (kube-apiserver, kube-controller-manager, kube-scheduler); see the messages above");
+    }
+    let dir = PathBuf::from(String::from_utf8(out.stdout)?.trim());
+    for b in ["kube-apiserver", "kube-controller-manager", "kube-scheduler"] {
+        if !dir.join(b).is_file() {
+            bail!("the Kubernetes build reported success but {} is missing", dir.join(b).display());
+        }
+    }
+    Ok(dir)
+}
+
+/// etcd from `ETCD_BIN`, the PATH, or Debian's `etcd-server` package (installed when missing).
+fn find_or_install_etcd() -> anyhow::Result<PathBuf> {
+    if let Ok(p) = std::env::var("ETCD_BIN") {
+        return Ok(PathBuf::from(p));
+    }
+    if let Some(p) = which("etcd") {
+        return Ok(p);
+    }
+    eprintln!("local-cluster: etcd is missing; installing Debian's etcd-server");
+    let is_root = unsafe { libc::geteuid() } == 0;
+    let sudo: &[&str] = if is_root { &[] } else { &["sudo", "-n"] };
+    let run = |args: &[&str]| -> bool {
+        let mut all: Vec<&str> = sudo.to_vec();
+        all.extend_from_slice(args);
+        Command::new(all[0])
+            .args(&all[1..])
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .stdout(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if run(&["apt-get", "update", "-qq"]) && run(&["apt-get", "install", "-y", "-qq", "etcd-server"]) {
+        if let Some(p) = which("etcd") {
+            return Ok(p);
+        }
+    }
+    bail!("etcd is not installed and could not be installed: run `apt-get install etcd-server` as root, or set ETCD_BIN to an etcd 3.4+ binary")
+}
+
+fn which(name: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH")?
+        .to_str()?
+        .split(':')
+        .map(|d| Path::new(d).join(name))
+        .find(|p| p.is_file())
+}
+
+/// A binary built by this workspace, next to the running executable (or one level up, for test
+/// binaries in `target/<profile>/deps`). `<NAME>_BIN` (upper-case, `-` → `_`) overrides.
+pub fn sibling_binary(name: &str) -> anyhow::Result<PathBuf> {
+    let var = format!("{}_BIN", name.to_uppercase().replace('-', "_"));
+    if let Ok(p) = std::env::var(&var) {
+        return Ok(PathBuf::from(p));
+    }
+    let exe = std::env::current_exe()?;
+    let mut dir = exe.parent();
+    for _ in 0..2 {
+        let Some(d) = dir else { break };
+        let candidate = d.join(name);
+        if candidate.is_file() {
+            return Ok(candidate);
+        }
+        dir = d.parent();
+    }
+    bail!("cannot find the `{name}` binary next to {}; build it with `cargo build --workspace --bins` or set {var}", exe.display())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Processes
+
+fn spawn_detached(name: &str, exe: &Path, args: &[String], logs: &Path) -> anyhow::Result<ProcessRecord> {
+    use std::os::unix::process::CommandExt as _;
+    if !exe.is_file() {
+        bail!("{name}: executable {} does not exist", exe.display());
+    }
+    let log_path = logs.join(format!("{name}.log"));
+    let log = fs::OpenOptions::new().create(true).append(true).open(&log_path)?;
+    writeln!(&log, "---- {} starting: {} {}", name, exe.display(), args.join(" "))?;
+    let child = Command::new(exe)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        // Its own process group: an interrupted `make` must not take the cluster down with it.
+        .process_group(0)
+        .spawn()
+        .with_context(|| format!("starting {name} ({})", exe.display()))?;
+    let exe_name = exe.file_name().and_then(|s| s.to_str()).unwrap_or(name).to_string();
+    Ok(ProcessRecord { name: name.to_string(), pid: child.id() as i32, exe_name })
+}
+
+fn process_alive(rec: &ProcessRecord) -> bool {
+    let Ok(stat) = fs::read_to_string(format!("/proc/{}/stat", rec.pid)) else { return false };
+    // Field 3 (after the parenthesised command) is the state; Z and X are dead.
+    let state = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().next());
+    if matches!(state, Some("Z") | Some("X")) {
+        return false;
+    }
+    let cmdline = fs::read(format!("/proc/{}/cmdline", rec.pid)).unwrap_or_default();
+    let argv0 = cmdline.split(|b| *b == 0).next().unwrap_or_default();
+    Path::new(std::str::from_utf8(argv0).unwrap_or_default()).file_name().and_then(|s| s.to_str()) == Some(rec.exe_name.as_str())
+}
+
+fn stop_process(rec: &ProcessRecord) {
+    if !process_alive(rec) {
+        return;
+    }
+    unsafe { libc::kill(rec.pid, libc::SIGTERM) };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        reap(rec.pid);
+        if !process_alive(rec) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    unsafe { libc::kill(rec.pid, libc::SIGKILL) };
+    for _ in 0..100 {
+        reap(rec.pid);
+        if !process_alive(rec) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Collects the exit status when the process is our own child (tests call `up` in-process).
+fn reap(pid: i32) {
+    let mut status = 0;
+    unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+}
+
+/// An exclusive `flock` on a file, so concurrent `up`/`down` calls on one directory serialise.
+struct FileLock(fs::File);
+
+impl FileLock {
+    fn acquire(path: &Path) -> anyhow::Result<Self> {
+        use std::os::fd::AsRawFd as _;
+        let f = fs::OpenOptions::new().create(true).truncate(false).write(true).open(path)?;
+        if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) } != 0 {
+            bail!("cannot lock {}: {}", path.display(), std::io::Error::last_os_error());
+        }
+        Ok(Self(f))
+    }
+}
+
+impl Drop for FileLock {
+    fn drop(&mut self) {
+        use std::os::fd::AsRawFd as _;
+        unsafe { libc::flock(self.0.as_raw_fd(), libc::LOCK_UN) };
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Ports and readiness
+
+fn free_port() -> anyhow::Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+fn port_is_free(port: u16) -> bool {
+    TcpListener::bind(("127.0.0.1", port)).is_ok()
+}
+
+async fn wait_tcp(port: u16, timeout: Duration) -> anyhow::Result<()> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok() {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("nothing listens on 127.0.0.1:{port} after {timeout:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A client for the kubeconfig at `path` (not the ambient KUBECONFIG).
+pub async fn client_for(path: &Path) -> anyhow::Result<kube::Client> {
+    let kc = kube::config::Kubeconfig::read_from(path)?;
+    let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?;
+    Ok(kube::Client::try_from(cfg)?)
+}
+
+/// Polls `/readyz` until it answers `ok`.
+pub async fn wait_ready(kubeconfig: &Path, timeout: Duration) -> anyhow::Result<()> {
+    let deadline = Instant::now() + timeout;
+    let mut last_err = String::from("not tried");
+    while Instant::now() < deadline {
+        match client_for(kubeconfig).await {
+            Ok(client) => {
+                let req = http_get("/readyz");
+                match client.request_text(req).await {
+                    Ok(body) if body.trim() == "ok" => return Ok(()),
+                    Ok(body) => last_err = body,
+                    Err(e) => last_err = e.to_string(),
+                }
+            }
+            Err(e) => last_err = e.to_string(),
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    bail!("apiserver /readyz not ok after {timeout:?}: {last_err}")
+}
+
+fn http_get(path: &str) -> http::Request<Vec<u8>> {
+    http::Request::get(path).body(Vec::new()).expect("static request")
+}
+
+/// Waits for at least one Ready node and for the `default` ServiceAccount (the controller-manager
+/// creates it; pods cannot be created in a namespace before it exists).
+async fn wait_nodes_and_service_accounts(kubeconfig: &Path, timeout: Duration) -> anyhow::Result<()> {
+    use k8s_openapi::api::core::v1::{Node, ServiceAccount};
+    let client = client_for(kubeconfig).await?;
+    let nodes: kube::Api<Node> = kube::Api::all(client.clone());
+    let sas: kube::Api<ServiceAccount> = kube::Api::namespaced(client, "default");
+    let deadline = Instant::now() + timeout;
+    loop {
+        let ready = nodes.list(&Default::default()).await.map(|l| l.items.iter().filter(|n| crate::node_is_ready(n)).count()).unwrap_or(0);
+        let sa = sas.get_opt("default").await.ok().flatten().is_some();
+        if ready > 0 && sa {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("after {timeout:?}: {ready} Ready nodes, default ServiceAccount present: {sa}");
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// PKI and kubeconfigs
+
+struct Pki {
+    dir: PathBuf,
+}
+
+impl Pki {
+    /// Creates the CA, serving and client certificates once; later calls reuse them, so a
+    /// printed kubeconfig stays valid across restarts.
+    fn ensure(dir: &Path) -> anyhow::Result<Self> {
+        fs::create_dir_all(dir)?;
+        let pki = Self { dir: dir.to_path_buf() };
+        if dir.join("complete").exists() {
+            return Ok(pki);
+        }
+        which("openssl").context("openssl is needed to create the local cluster's certificates")?;
+        pki.openssl(&["genrsa", "-out", "ca.key", "2048"])?;
+        pki.openssl(&["req", "-x509", "-new", "-nodes", "-key", "ca.key", "-subj", "/CN=cloneset-operator-local-ca", "-days", "3650", "-out", "ca.crt"])?;
+        pki.sign(
+            "apiserver",
+            "/CN=kube-apiserver",
+            "subjectAltName=IP:127.0.0.1,DNS:localhost,IP:10.96.0.1,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc\nextendedKeyUsage=serverAuth\n",
+        )?;
+        let client = "extendedKeyUsage=clientAuth\n";
+        pki.sign("admin", "/O=system:masters/CN=cloneset-admin", client)?;
+        pki.sign("controller-manager", "/CN=system:kube-controller-manager", client)?;
+        pki.sign("scheduler", "/CN=system:kube-scheduler", client)?;
+        pki.openssl(&["genrsa", "-out", "sa.key", "2048"])?;
+        pki.openssl(&["rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub"])?;
+        fs::write(dir.join("complete"), b"")?;
+        Ok(pki)
+    }
+
+    fn sign(&self, name: &str, subject: &str, extensions: &str) -> anyhow::Result<()> {
+        let (key, csr, crt, ext) = (format!("{name}.key"), format!("{name}.csr"), format!("{name}.crt"), format!("{name}.ext"));
+        fs::write(self.dir.join(&ext), extensions)?;
+        self.openssl(&["genrsa", "-out", &key, "2048"])?;
+        self.openssl(&["req", "-new", "-key", &key, "-subj", subject, "-out", &csr])?;
+        self.openssl(&[
+            "x509", "-req", "-in", &csr, "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial", "-days", "3650", "-out", &crt, "-extfile", &ext,
+        ])
+    }
+
+    fn openssl(&self, args: &[&str]) -> anyhow::Result<()> {
+        let out = Command::new("openssl").args(args).current_dir(&self.dir).output().context("running openssl")?;
+        if !out.status.success() {
+            bail!("openssl {} failed: {}", args.join(" "), String::from_utf8_lossy(&out.stderr));
+        }
+        Ok(())
+    }
+}
+
+fn write_kubeconfig(path: &Path, server: &str, pki: &Pki, user: &str) -> anyhow::Result<()> {
+    let d = pki.dir.canonicalize()?;
+    let text = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: cloneset-local\n  cluster:\n    server: {server}\n    certificate-authority: {ca}\nusers:\n- name: {user}\n  user:\n    client-certificate: {crt}\n    client-key: {key}\ncontexts:\n- name: cloneset-local\n  context:\n    cluster: cloneset-local\n    user: {user}\ncurrent-context: cloneset-local\n",
+        ca = d.join("ca.crt").display(),
+        crt = d.join(format!("{user}.crt")).display(),
+        key = d.join(format!("{user}.key")).display(),
+    );
+    fs::write(path, text)?;
+    Ok(())
+}

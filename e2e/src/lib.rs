@@ -1,0 +1,16 @@
+//! End-to-end support for cloneset-operator: a real local control plane ([`cluster`]), a
+//! simulated kubelet ([`simkubelet`]), and helpers for tests against them ([`testenv`]).
+
+pub mod cluster;
+pub mod simkubelet;
+pub mod testenv;
+
+use k8s_openapi::api::core::v1::Node;
+
+/// Whether a Node reports `Ready=True`.
+pub fn node_is_ready(node: &Node) -> bool {
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}

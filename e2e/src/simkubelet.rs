@@ -1,0 +1,685 @@
+//! A simulated kubelet: it registers Nodes, renews their Leases, and drives the status of pods
+//! bound to them the way a kubelet would, in every way a CloneSet controller can observe.
+//!
+//! Why not kwok: its stock stages set readiness-gate conditions True once and never recompute
+//! `Ready`, report no `imageID`, and do not react to an image change on a running pod. All three
+//! are central to in-place updates, so we keep this behaviour in plain, tested Rust.
+//!
+//! The status it writes is a pure function of the pod, the simulated runtime's memory of pending
+//! restarts, the config and `now` ([`desired_status`]); the controller loop around it only reads
+//! and patches.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt as _;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{
+    ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting, ContainerStatus, Node, Pod, PodCondition, PodIP,
+    PodStatus,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, Time};
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::watcher;
+use kube::{Api, Client, ResourceExt as _};
+use serde_json::json;
+use sha2::{Digest as _, Sha256};
+
+/// Pod annotation: how long this pod's containers take to start (e.g. `2s`, `500ms`).
+pub const ANNOTATION_STARTUP_DELAY: &str = "sim.cloneset-operator.dev/startup-delay";
+/// Pod annotation: `"true"` keeps every container running but never ready.
+pub const ANNOTATION_NEVER_READY: &str = "sim.cloneset-operator.dev/never-ready";
+/// Label on every simulated node.
+pub const NODE_LABEL: &str = "sim.cloneset-operator.dev/node";
+
+/// Knobs of the simulated kubelet.
+#[derive(Clone, Debug)]
+pub struct SimConfig {
+    pub node_names: Vec<String>,
+    /// Default time from scheduling until containers run (a pod annotation overrides it).
+    pub startup_delay: Duration,
+    /// Time from an image change in the spec until the container has restarted with it.
+    pub restart_delay: Duration,
+    /// Upper bound on any pod's termination grace period, so tests do not wait 30 s.
+    pub max_grace_period: Duration,
+    /// An image reference containing this string cannot be pulled.
+    pub unpullable_marker: String,
+    pub pods_per_node: u32,
+    pub workers: u16,
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        Self {
+            node_names: (0..3).map(|i| format!("sim-node-{i}")).collect(),
+            startup_delay: Duration::ZERO,
+            restart_delay: Duration::from_millis(500),
+            max_grace_period: Duration::from_secs(5),
+            unpullable_marker: "unpullable".into(),
+            pods_per_node: 2000,
+            workers: 16,
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Pure part: what the status should be.
+
+/// The simulated runtime's memory that is not in the pod object: when it first saw a container's
+/// spec image differ from the running one. Keyed by (pod UID, container name).
+pub type PendingRestarts = HashMap<(String, String), (String, Timestamp)>;
+
+/// What [`desired_status`] decides.
+#[derive(Debug, PartialEq)]
+pub struct StatusPlan {
+    /// The status to write, or `None` when the current one is already right.
+    pub status: Option<PodStatus>,
+    /// When to look at the pod again even if nothing changes (startup delay, restart delay).
+    pub recheck_after: Option<Duration>,
+}
+
+/// Inputs that identify the node a pod runs on.
+pub struct NodeSlot<'a> {
+    pub host_ip: &'a str,
+    /// The IP to use when the pod has none yet.
+    pub fresh_pod_ip: &'a str,
+}
+
+/// Computes the status a kubelet would report for a running (not terminating) pod.
+pub fn desired_status(pod: &Pod, cfg: &SimConfig, node: &NodeSlot<'_>, pending: &mut PendingRestarts, now: Timestamp) -> StatusPlan {
+    let uid = pod.metadata.uid.clone().unwrap_or_default();
+    let spec = pod.spec.clone().unwrap_or_default();
+    let current = pod.status.clone().unwrap_or_default();
+    let mut recheck: Option<Duration> = None;
+    let mut recheck_at = |d: Duration| recheck = Some(recheck.map_or(d, |r| r.min(d)));
+
+    let start_time = current.start_time.clone().unwrap_or(Time(now));
+    let startup_delay = pod.annotations().get(ANNOTATION_STARTUP_DELAY).and_then(|s| parse_duration(s).ok()).unwrap_or(cfg.startup_delay);
+    let started_at = start_time.0 + signed(startup_delay);
+    let sandbox_ready = now >= started_at;
+    if !sandbox_ready {
+        recheck_at(duration_between(now, started_at));
+    }
+    let never_ready = pod.annotations().get(ANNOTATION_NEVER_READY).is_some_and(|v| v == "true");
+
+    let old_statuses: BTreeMap<&str, &ContainerStatus> =
+        current.container_statuses.iter().flatten().map(|s| (s.name.as_str(), s)).collect();
+    let mut statuses = Vec::new();
+    for c in &spec.containers {
+        let image = c.image.clone().unwrap_or_default();
+        let old = old_statuses.get(c.name.as_str()).copied();
+        let key = (uid.clone(), c.name.clone());
+        let restart_count = old.map_or(0, |s| s.restart_count);
+        let status = if !sandbox_ready {
+            waiting(&c.name, &image, restart_count, "ContainerCreating", "")
+        } else if image.contains(&cfg.unpullable_marker) {
+            pending.remove(&key);
+            waiting(&c.name, &image, restart_count, "ErrImagePull", &format!("failed to pull image \"{image}\": not found"))
+        } else {
+            match old.filter(|s| is_running(s)) {
+                Some(old) if old.image == image => {
+                    pending.remove(&key);
+                    ContainerStatus { ready: !never_ready, ..old.clone() }
+                }
+                Some(old) => {
+                    // The spec image changed under a running container: restart it in place
+                    // after the configured delay, as a kubelet does once it has pulled the image.
+                    let noticed = match pending.get(&key) {
+                        Some((target, at)) if *target == image => *at,
+                        _ => {
+                            pending.insert(key.clone(), (image.clone(), now));
+                            now
+                        }
+                    };
+                    let due = noticed + signed(cfg.restart_delay);
+                    if now >= due {
+                        pending.remove(&key);
+                        restarted(&uid, old, &image, !never_ready, now)
+                    } else {
+                        recheck_at(duration_between(now, due));
+                        old.clone()
+                    }
+                }
+                None => running(&uid, &c.name, &image, restart_count, !never_ready, now),
+            }
+        };
+        statuses.push(status);
+    }
+    let init_statuses: Vec<ContainerStatus> = spec
+        .init_containers
+        .iter()
+        .flatten()
+        .map(|c| {
+            let image = c.image.clone().unwrap_or_default();
+            let old = current.init_container_statuses.iter().flatten().find(|s| s.name == c.name);
+            old.cloned().unwrap_or_else(|| ContainerStatus {
+                name: c.name.clone(),
+                image: image.clone(),
+                image_id: image_id(&image),
+                container_id: Some(container_id(&uid, &c.name, 0)),
+                ready: true,
+                started: Some(false),
+                restart_count: 0,
+                state: Some(ContainerState {
+                    terminated: Some(ContainerStateTerminated {
+                        exit_code: 0,
+                        reason: Some("Completed".into()),
+                        started_at: Some(Time(now)),
+                        finished_at: Some(Time(now)),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            })
+        })
+        .collect();
+
+    let containers_ready = sandbox_ready && !statuses.is_empty() && statuses.iter().all(|s| s.ready);
+    let any_running = statuses.iter().any(is_running);
+    let phase = if any_running || current.phase.as_deref() == Some("Running") { "Running" } else { "Pending" };
+
+    let not_ready: Vec<&str> = statuses.iter().filter(|s| !s.ready).map(|s| s.name.as_str()).collect();
+    let gate_problem = readiness_gate_problem(pod);
+    let (ready, ready_reason, ready_message) = if !containers_ready {
+        (false, Some("ContainersNotReady"), Some(format!("containers with unready status: [{}]", not_ready.join(" "))))
+    } else if let Some(msg) = gate_problem {
+        (false, Some("ReadinessGatesNotReady"), Some(msg))
+    } else {
+        (true, None, None)
+    };
+    let cr_reason = (!containers_ready).then_some("ContainersNotReady");
+    let cr_message = (!containers_ready).then(|| format!("containers with unready status: [{}]", not_ready.join(" ")));
+
+    let mut conditions = current.conditions.clone().unwrap_or_default();
+    set_condition(&mut conditions, "PodReadyToStartContainers", sandbox_ready, None, None, now);
+    set_condition(&mut conditions, "Initialized", true, None, None, now);
+    set_condition(&mut conditions, "ContainersReady", containers_ready, cr_reason, cr_message, now);
+    set_condition(&mut conditions, "Ready", ready, ready_reason, ready_message, now);
+
+    let pod_ip = current.pod_ip.clone().unwrap_or_else(|| node.fresh_pod_ip.to_string());
+    let desired = PodStatus {
+        phase: Some(phase.into()),
+        host_ip: Some(node.host_ip.into()),
+        host_ips: Some(vec![k8s_openapi::api::core::v1::HostIP { ip: node.host_ip.into() }]),
+        pod_ip: Some(pod_ip.clone()),
+        pod_ips: Some(vec![PodIP { ip: pod_ip }]),
+        start_time: Some(start_time),
+        qos_class: current.qos_class.clone().or_else(|| Some("BestEffort".into())),
+        conditions: Some(conditions),
+        container_statuses: Some(statuses),
+        init_container_statuses: (!init_statuses.is_empty()).then_some(init_statuses),
+        ..current.clone()
+    };
+    StatusPlan { status: (desired != current).then_some(desired), recheck_after: recheck }
+}
+
+/// Why the readiness gates keep a pod unready, in the kubelet's words; `None` when all are True.
+fn readiness_gate_problem(pod: &Pod) -> Option<String> {
+    let gates = pod.spec.as_ref()?.readiness_gates.as_ref()?;
+    let conditions = pod.status.as_ref().and_then(|s| s.conditions.as_ref());
+    for gate in gates {
+        let cond = conditions.and_then(|cs| cs.iter().find(|c| c.type_ == gate.condition_type));
+        match cond {
+            None => return Some(format!("corresponding condition of pod readiness gate \"{}\" does not exist.", gate.condition_type)),
+            Some(c) if c.status != "True" => {
+                return Some(format!("the status of pod readiness gate \"{}\" is not \"True\", but {}", gate.condition_type, c.status));
+            }
+            Some(_) => {}
+        }
+    }
+    None
+}
+
+fn set_condition(conds: &mut Vec<PodCondition>, type_: &str, status: bool, reason: Option<&str>, message: Option<String>, now: Timestamp) {
+    let status = if status { "True" } else { "False" }.to_string();
+    let existing = conds.iter().position(|c| c.type_ == type_);
+    let transition = match existing.map(|i| &conds[i]) {
+        Some(c) if c.status == status => c.last_transition_time.clone(),
+        _ => Some(Time(now)),
+    };
+    let cond = PodCondition {
+        type_: type_.into(),
+        status,
+        reason: reason.map(Into::into),
+        message,
+        last_transition_time: transition,
+        last_probe_time: None,
+        observed_generation: existing.and_then(|i| conds[i].observed_generation),
+    };
+    match existing {
+        Some(i) => conds[i] = cond,
+        None => conds.push(cond),
+    }
+}
+
+fn is_running(s: &ContainerStatus) -> bool {
+    s.state.as_ref().is_some_and(|st| st.running.is_some())
+}
+
+fn waiting(name: &str, image: &str, restart_count: i32, reason: &str, message: &str) -> ContainerStatus {
+    ContainerStatus {
+        name: name.into(),
+        image: image.into(),
+        image_id: String::new(),
+        ready: false,
+        started: Some(false),
+        restart_count,
+        state: Some(ContainerState {
+            waiting: Some(ContainerStateWaiting { reason: Some(reason.into()), message: (!message.is_empty()).then(|| message.into()) }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn running(uid: &str, name: &str, image: &str, restart_count: i32, ready: bool, now: Timestamp) -> ContainerStatus {
+    ContainerStatus {
+        name: name.into(),
+        image: image.into(),
+        image_id: image_id(image),
+        container_id: Some(container_id(uid, name, restart_count)),
+        ready,
+        started: Some(true),
+        restart_count,
+        state: Some(ContainerState { running: Some(ContainerStateRunning { started_at: Some(Time(now)) }), ..Default::default() }),
+        ..Default::default()
+    }
+}
+
+fn restarted(uid: &str, old: &ContainerStatus, image: &str, ready: bool, now: Timestamp) -> ContainerStatus {
+    let mut s = running(uid, &old.name, image, old.restart_count + 1, ready, now);
+    s.last_state = Some(ContainerState {
+        terminated: Some(ContainerStateTerminated {
+            exit_code: 0,
+            reason: Some("Completed".into()),
+            container_id: old.container_id.clone(),
+            started_at: old.state.as_ref().and_then(|st| st.running.as_ref()).and_then(|r| r.started_at.clone()),
+            finished_at: Some(Time(now)),
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+    s
+}
+
+/// A deterministic, digest-shaped image ID: equal images give equal IDs, different images differ.
+pub fn image_id(image: &str) -> String {
+    let repo = image.split('@').next().unwrap_or(image);
+    let repo = match repo.rsplit_once(':') {
+        Some((r, tag)) if !tag.contains('/') => r,
+        _ => repo,
+    };
+    let repo = if repo.contains('/') { repo.to_string() } else { format!("library/{repo}") };
+    let repo = if repo.split('/').next().is_some_and(|h| h.contains('.') || h.contains(':')) { repo } else { format!("docker.io/{repo}") };
+    format!("{repo}@sha256:{}", hex_sha256(image))
+}
+
+fn container_id(uid: &str, name: &str, restart_count: i32) -> String {
+    format!("containerd://{}", hex_sha256(&format!("{uid}/{name}/{restart_count}")))
+}
+
+fn hex_sha256(s: &str) -> String {
+    Sha256::digest(s.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn signed(d: Duration) -> SignedDuration {
+    SignedDuration::try_from(d).unwrap_or(SignedDuration::MAX)
+}
+
+fn duration_between(from: Timestamp, to: Timestamp) -> Duration {
+    Duration::try_from(to.duration_since(from)).unwrap_or(Duration::ZERO)
+}
+
+/// When a terminating pod may be removed: its deletion started at `deletionTimestamp − grace`,
+/// and containers take the grace period, capped at `max_grace`.
+pub fn deletion_due(pod: &Pod, max_grace: Duration) -> Option<Timestamp> {
+    let ts = pod.metadata.deletion_timestamp.as_ref()?.0;
+    let grace = Duration::from_secs(pod.metadata.deletion_grace_period_seconds.unwrap_or(30).max(0) as u64);
+    Some(ts - signed(grace) + signed(grace.min(max_grace)))
+}
+
+/// Parses `1.5s`, `500ms`, `2m`, `0`.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let (num, unit) = s.find(|c: char| c.is_ascii_alphabetic()).map_or((s, "s"), |i| s.split_at(i));
+    let value: f64 = num.parse().map_err(|_| format!("invalid duration {s:?}: expected e.g. 500ms, 2s, 1m"))?;
+    let secs = match unit {
+        "ms" => value / 1000.0,
+        "s" => value,
+        "m" => value * 60.0,
+        "h" => value * 3600.0,
+        _ => return Err(format!("invalid duration unit in {s:?}: use ms, s, m or h")),
+    };
+    if !(secs >= 0.0 && secs.is_finite()) {
+        return Err(format!("invalid duration {s:?}: must be non-negative"));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+// ---------------------------------------------------------------------------------------------
+// I/O part.
+
+struct Ctx {
+    client: Client,
+    cfg: SimConfig,
+    nodes: HashMap<String, usize>,
+    next_ip: Mutex<HashMap<usize, u32>>,
+    pending: Mutex<PendingRestarts>,
+}
+
+impl Ctx {
+    fn host_ip(index: usize) -> String {
+        format!("10.0.0.{}", index + 10)
+    }
+
+    fn allocate_pod_ip(&self, node: usize) -> String {
+        let mut next = self.next_ip.lock().expect("ip lock");
+        let n = next.entry(node).or_insert(0);
+        let ip = format!("10.{}.{}.{}", 64 + node, (*n / 250) % 256, *n % 250 + 2);
+        *n += 1;
+        ip
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+enum SimError {
+    #[error(transparent)]
+    Kube(#[from] kube::Error),
+}
+
+/// Registers the nodes, then serves until the process ends.
+pub async fn run(client: Client, cfg: SimConfig) -> anyhow::Result<()> {
+    register_nodes(&client, &cfg).await?;
+    tokio::spawn(heartbeat_loop(client.clone(), cfg.clone()));
+
+    let nodes = cfg.node_names.iter().enumerate().map(|(i, n)| (n.clone(), i)).collect();
+    let ctx = Arc::new(Ctx { client: client.clone(), cfg: cfg.clone(), nodes, next_ip: Mutex::new(HashMap::new()), pending: Default::default() });
+    let pods: Api<Pod> = Api::all(client);
+    Controller::new(pods, watcher::Config::default().fields("spec.nodeName!="))
+        .with_config(kube::runtime::controller::Config::default().concurrency(cfg.workers))
+        .run(reconcile_pod, on_error, ctx)
+        .for_each(|res| async move {
+            if let Err(e) = res {
+                tracing::debug!(error = %e, "pod reconcile failed");
+            }
+        })
+        .await;
+    Ok(())
+}
+
+async fn reconcile_pod(pod: Arc<Pod>, ctx: Arc<Ctx>) -> Result<Action, SimError> {
+    let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.as_ref()).and_then(|n| ctx.nodes.get(n)).copied() else {
+        return Ok(Action::await_change());
+    };
+    let ns = pod.namespace().unwrap_or_default();
+    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+    let now = Timestamp::now();
+
+    if let Some(due) = deletion_due(&pod, ctx.cfg.max_grace_period) {
+        if pod.metadata.deletion_grace_period_seconds == Some(0) {
+            return Ok(Action::await_change()); // already force-deleted; only finalizers hold it
+        }
+        if now < due {
+            return Ok(Action::requeue(duration_between(now, due)));
+        }
+        let dp = DeleteParams {
+            grace_period_seconds: Some(0),
+            preconditions: Some(Preconditions { uid: pod.metadata.uid.clone(), resource_version: None }),
+            ..Default::default()
+        };
+        match api.delete(&pod.name_any(), &dp).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
+            Err(e) => return Err(e.into()),
+        }
+        ctx.pending.lock().expect("pending lock").retain(|(uid, _), _| Some(uid) != pod.metadata.uid.as_ref());
+        return Ok(Action::await_change());
+    }
+
+    let host_ip = Ctx::host_ip(node);
+    let fresh_ip = if pod.status.as_ref().and_then(|s| s.pod_ip.as_ref()).is_some() { String::new() } else { ctx.allocate_pod_ip(node) };
+    let plan = {
+        let mut pending = ctx.pending.lock().expect("pending lock");
+        desired_status(&pod, &ctx.cfg, &NodeSlot { host_ip: &host_ip, fresh_pod_ip: &fresh_ip }, &mut pending, now)
+    };
+    if let Some(status) = plan.status {
+        // Strategic merge: `conditions` merge by type, so conditions other controllers own (such
+        // as InPlaceUpdateReady) survive. The resourceVersion makes it a compare-and-swap, so we
+        // never compute Ready from a stale view of those conditions.
+        let patch = json!({
+            "metadata": { "resourceVersion": pod.resource_version() },
+            "status": status,
+        });
+        match api.patch_status(&pod.name_any(), &PatchParams::default(), &Patch::Strategic(patch)).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 409 || e.code == 404 => return Ok(Action::requeue(Duration::from_millis(100))),
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(plan.recheck_after.map_or_else(Action::await_change, Action::requeue))
+}
+
+fn on_error(_pod: Arc<Pod>, _err: &SimError, _ctx: Arc<Ctx>) -> Action {
+    Action::requeue(Duration::from_millis(500))
+}
+
+async fn register_nodes(client: &Client, cfg: &SimConfig) -> anyhow::Result<()> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    for (i, name) in cfg.node_names.iter().enumerate() {
+        let node: Node = serde_json::from_value(json!({
+            "metadata": {
+                "name": name,
+                "labels": {
+                    "kubernetes.io/hostname": name,
+                    "kubernetes.io/os": "linux",
+                    "kubernetes.io/arch": "amd64",
+                    "topology.kubernetes.io/zone": format!("zone-{}", i % 3),
+                    NODE_LABEL: "true",
+                },
+            },
+        }))?;
+        match nodes.create(&PostParams::default(), &node).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 409 => {}
+            Err(e) => return Err(e.into()),
+        }
+        patch_node_status(&nodes, name, i, cfg).await?;
+    }
+    Ok(())
+}
+
+async fn patch_node_status(nodes: &Api<Node>, name: &str, index: usize, cfg: &SimConfig) -> anyhow::Result<()> {
+    let now = Time(Timestamp::now());
+    let cond = |type_: &str, status: &str, reason: &str, message: &str| {
+        json!({"type": type_, "status": status, "reason": reason, "message": message, "lastHeartbeatTime": now, "lastTransitionTime": now})
+    };
+    let resources = json!({"cpu": "64", "memory": "256Gi", "pods": cfg.pods_per_node.to_string(), "ephemeral-storage": "1Ti"});
+    let status = json!({
+        "status": {
+            "conditions": [
+                cond("Ready", "True", "KubeletReady", "simulated kubelet is posting ready status"),
+                cond("MemoryPressure", "False", "KubeletHasSufficientMemory", "simulated"),
+                cond("DiskPressure", "False", "KubeletHasNoDiskPressure", "simulated"),
+                cond("PIDPressure", "False", "KubeletHasSufficientPID", "simulated"),
+            ],
+            "addresses": [{"type": "InternalIP", "address": Ctx::host_ip(index)}, {"type": "Hostname", "address": name}],
+            "capacity": resources,
+            "allocatable": resources,
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
+            "nodeInfo": {
+                "machineID": hex_sha256(name)[..32].to_string(),
+                "systemUUID": hex_sha256(name)[32..].to_string(),
+                "bootID": "sim",
+                "kernelVersion": "6.1.0-sim",
+                "osImage": "Simulated Linux",
+                "containerRuntimeVersion": "containerd://1.7.0-sim",
+                "kubeletVersion": "v1.36.3-sim",
+                "kubeProxyVersion": "",
+                "operatingSystem": "linux",
+                "architecture": "amd64",
+            },
+        }
+    });
+    nodes.patch_status(name, &PatchParams::default(), &Patch::Strategic(status)).await?;
+    Ok(())
+}
+
+/// Renews each node's Lease every 10 s (as a kubelet does), and re-posts node status each minute
+/// so a node marked Unknown while we were stopped comes back.
+async fn heartbeat_loop(client: Client, cfg: SimConfig) {
+    let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
+    let nodes: Api<Node> = Api::all(client);
+    let mut tick = tokio::time::interval(Duration::from_secs(10));
+    let mut n: u64 = 0;
+    loop {
+        tick.tick().await;
+        for (i, name) in cfg.node_names.iter().enumerate() {
+            if let Err(e) = renew_lease(&leases, &nodes, name).await {
+                tracing::warn!(node = %name, error = %e, "lease renewal failed");
+            }
+            if n % 6 == 5
+                && let Err(e) = patch_node_status(&nodes, name, i, &cfg).await
+            {
+                tracing::warn!(node = %name, error = %e, "node status update failed");
+            }
+        }
+        n += 1;
+    }
+}
+
+async fn renew_lease(leases: &Api<Lease>, nodes: &Api<Node>, name: &str) -> anyhow::Result<()> {
+    let uid = nodes.get(name).await?.metadata.uid;
+    let lease = json!({
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {
+            "name": name,
+            "namespace": "kube-node-lease",
+            "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": name, "uid": uid}],
+        },
+        "spec": {"holderIdentity": name, "leaseDurationSeconds": 40, "renewTime": MicroTime(Timestamp::now())},
+    });
+    leases.patch(name, &PatchParams::apply("sim-kubelet").force(), &Patch::Apply(lease)).await?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(json: serde_json::Value) -> Pod {
+        serde_json::from_value(json).unwrap()
+    }
+
+    fn base_pod() -> Pod {
+        pod(json!({
+            "metadata": {"name": "p", "namespace": "ns", "uid": "u1"},
+            "spec": {"nodeName": "sim-node-0", "containers": [{"name": "c", "image": "nginx:1"}],
+                     "readinessGates": [{"conditionType": "InPlaceUpdateReady"}]},
+        }))
+    }
+
+    fn apply(p: &mut Pod, plan: &StatusPlan) {
+        if let Some(s) = &plan.status {
+            p.status = Some(s.clone());
+        }
+    }
+
+    fn cond<'a>(p: &'a Pod, t: &str) -> &'a PodCondition {
+        p.status.as_ref().unwrap().conditions.as_ref().unwrap().iter().find(|c| c.type_ == t).unwrap()
+    }
+
+    const NODE: NodeSlot<'static> = NodeSlot { host_ip: "10.0.0.10", fresh_pod_ip: "10.64.0.2" };
+
+    #[test]
+    fn ready_follows_containers_and_readiness_gates() {
+        let cfg = SimConfig::default();
+        let mut pending = PendingRestarts::new();
+        let now = Timestamp::now();
+        let mut p = base_pod();
+        let plan = desired_status(&p, &cfg, &NODE, &mut pending, now);
+        apply(&mut p, &plan);
+        assert_eq!(cond(&p, "ContainersReady").status, "True");
+        assert_eq!(cond(&p, "Ready").status, "False", "gate condition missing");
+        assert_eq!(cond(&p, "Ready").reason.as_deref(), Some("ReadinessGatesNotReady"));
+
+        p.status.as_mut().unwrap().conditions.as_mut().unwrap().push(PodCondition {
+            type_: "InPlaceUpdateReady".into(),
+            status: "True".into(),
+            ..Default::default()
+        });
+        let plan = desired_status(&p, &cfg, &NODE, &mut pending, now);
+        apply(&mut p, &plan);
+        assert_eq!(cond(&p, "Ready").status, "True");
+        assert_eq!(desired_status(&p, &cfg, &NODE, &mut pending, now).status, None, "stable once converged");
+    }
+
+    #[test]
+    fn image_change_restarts_after_delay_keeping_ip() {
+        let cfg = SimConfig { restart_delay: Duration::from_secs(1), ..Default::default() };
+        let mut pending = PendingRestarts::new();
+        let t0 = Timestamp::now();
+        let mut p = base_pod();
+        apply(&mut p, &desired_status(&p, &cfg, &NODE, &mut pending, t0));
+        let first = p.status.as_ref().unwrap().container_statuses.as_ref().unwrap()[0].clone();
+        p.spec.as_mut().unwrap().containers[0].image = Some("nginx:2".into());
+
+        let plan = desired_status(&p, &cfg, &NODE, &mut pending, t0);
+        assert_eq!(plan.status, None, "no restart before the delay");
+        assert_eq!(plan.recheck_after, Some(Duration::from_secs(1)));
+
+        let later = t0 + SignedDuration::from_secs(1);
+        apply(&mut p, &desired_status(&p, &cfg, &NODE, &mut pending, later));
+        let s = &p.status.as_ref().unwrap().container_statuses.as_ref().unwrap()[0];
+        assert_eq!(s.image, "nginx:2");
+        assert_eq!(s.restart_count, 1);
+        assert_ne!(s.image_id, first.image_id);
+        assert_ne!(s.container_id, first.container_id);
+        assert_eq!(p.status.as_ref().unwrap().pod_ip.as_deref(), Some("10.64.0.2"));
+    }
+
+    #[test]
+    fn unpullable_image_waits_and_never_ready() {
+        let cfg = SimConfig::default();
+        let mut p = base_pod();
+        p.spec.as_mut().unwrap().containers[0].image = Some("registry.local/unpullable:1".into());
+        let plan = desired_status(&p, &cfg, &NODE, &mut PendingRestarts::new(), Timestamp::now());
+        apply(&mut p, &plan);
+        let s = &p.status.as_ref().unwrap().container_statuses.as_ref().unwrap()[0];
+        assert_eq!(s.state.as_ref().unwrap().waiting.as_ref().unwrap().reason.as_deref(), Some("ErrImagePull"));
+        assert!(!s.ready);
+        assert_eq!(p.status.as_ref().unwrap().phase.as_deref(), Some("Pending"));
+    }
+
+    #[test]
+    fn image_ids_are_deterministic_and_digest_shaped() {
+        assert_eq!(image_id("nginx:alpine"), image_id("nginx:alpine"));
+        assert_ne!(image_id("nginx:alpine"), image_id("nginx:1.27"));
+        assert!(image_id("nginx:alpine").starts_with("docker.io/library/nginx@sha256:"));
+        assert!(image_id("registry.k8s.io/pause:3.9").starts_with("registry.k8s.io/pause@sha256:"));
+        assert!(image_id("localhost:5000/app").starts_with("localhost:5000/app@sha256:"));
+    }
+
+    #[test]
+    fn deletion_due_caps_grace() {
+        let ts = Timestamp::now();
+        let mut p = base_pod();
+        p.metadata.deletion_timestamp = Some(Time(ts));
+        p.metadata.deletion_grace_period_seconds = Some(3600);
+        let due = deletion_due(&p, Duration::from_secs(2)).unwrap();
+        assert_eq!(due, ts - SignedDuration::from_secs(3600) + SignedDuration::from_secs(2));
+    }
+
+    #[test]
+    fn durations_parse() {
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("2s"), Ok(Duration::from_secs(2)));
+        assert_eq!(parse_duration("3"), Ok(Duration::from_secs(3)));
+        assert!(parse_duration("-1s").is_err());
+        assert!(parse_duration("1d").is_err());
+    }
+}

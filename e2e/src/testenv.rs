@@ -1,0 +1,176 @@
+//! Helpers for e2e tests: the cluster to test against, a temporary namespace per test, and
+//! waiting on conditions with a deadline (never a bare sleep).
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+use futures::{StreamExt as _, TryStreamExt as _};
+use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+use kube::api::{DeleteParams, PostParams};
+use kube::runtime::watcher::{self, Event};
+use kube::{Api, Client, Resource};
+use serde::de::DeserializeOwned;
+use tokio::sync::OnceCell;
+
+use crate::cluster::{self, UpOptions};
+
+/// Environment variable naming the kubeconfig of an already running test cluster. When unset,
+/// the tests bring up their own in `target/test-cluster` (and leave it for `make test` to stop).
+pub const KUBECONFIG_VAR: &str = "CLONESET_E2E_KUBECONFIG";
+
+/// The simulated kubelet's settings for tests: short enough to keep tests fast, long enough to
+/// observe the state in between.
+pub const TEST_RESTART_DELAY: Duration = Duration::from_secs(1);
+pub const TEST_MAX_GRACE_PERIOD: Duration = Duration::from_secs(3);
+
+/// Options for the test cluster in `dir`.
+pub fn test_up_options(dir: impl Into<PathBuf>) -> UpOptions {
+    let mut opts = UpOptions::new(dir);
+    opts.sim_kubelet_args = vec![
+        format!("--restart-delay={}ms", TEST_RESTART_DELAY.as_millis()),
+        format!("--max-grace-period={}ms", TEST_MAX_GRACE_PERIOD.as_millis()),
+    ];
+    opts
+}
+
+/// The workspace's `target/test-cluster`.
+pub fn default_test_cluster_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/test-cluster")
+}
+
+static KUBECONFIG: OnceCell<PathBuf> = OnceCell::const_new();
+
+/// The kubeconfig of the test cluster, starting it on first use when needed.
+pub async fn kubeconfig() -> anyhow::Result<PathBuf> {
+    KUBECONFIG
+        .get_or_try_init(|| async {
+            if let Ok(p) = std::env::var(KUBECONFIG_VAR) {
+                return Ok(PathBuf::from(p));
+            }
+            let (state, _) = cluster::up(&test_up_options(default_test_cluster_dir())).await?;
+            Ok::<_, anyhow::Error>(state.kubeconfig)
+        })
+        .await
+        .cloned()
+}
+
+/// A client for the test cluster (one per test: a client belongs to its test's runtime).
+pub async fn client() -> anyhow::Result<Client> {
+    cluster::client_for(&kubeconfig().await?).await
+}
+
+/// A namespace that exists for one test and is deleted when dropped.
+pub struct TestNamespace {
+    pub name: String,
+    pub client: Client,
+}
+
+impl TestNamespace {
+    /// Creates `e2e-<prefix>-<unique>` and waits for its `default` ServiceAccount, without which
+    /// pods cannot be created.
+    pub async fn create(prefix: &str) -> anyhow::Result<Self> {
+        static N: AtomicU32 = AtomicU32::new(0);
+        let client = client().await?;
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.subsec_nanos();
+        let name = format!("e2e-{prefix}-{:x}{:x}", nanos % 0xfffff, N.fetch_add(1, Ordering::Relaxed));
+        let ns: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": name}}))?;
+        Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &ns).await?;
+        let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), &name);
+        wait_until(Duration::from_secs(30), "default ServiceAccount", || async { Ok(sas.get_opt("default").await?.is_some()) }).await?;
+        Ok(Self { name, client })
+    }
+
+    pub fn api<K>(&self) -> Api<K>
+    where
+        K: Resource<Scope = k8s_openapi::NamespaceResourceScope> + Clone + DeserializeOwned + std::fmt::Debug,
+        K::DynamicType: Default,
+    {
+        Api::namespaced(self.client.clone(), &self.name)
+    }
+}
+
+impl Drop for TestNamespace {
+    fn drop(&mut self) {
+        let name = self.name.clone();
+        // Drop cannot await; a short-lived runtime on its own thread deletes the namespace.
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().ok()?;
+            rt.block_on(async {
+                let c = client().await.ok()?;
+                Api::<Namespace>::all(c).delete(&name, &DeleteParams::background()).await.ok()
+            })
+        })
+        .join();
+    }
+}
+
+/// Polls `check` until it returns true or the deadline passes.
+pub async fn wait_until<F, Fut>(timeout: Duration, what: &str, mut check: F) -> anyhow::Result<()>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = anyhow::Result<bool>>,
+{
+    let deadline = Instant::now() + timeout;
+    let mut last_err = None;
+    loop {
+        match check().await {
+            Ok(true) => return Ok(()),
+            Ok(false) => {}
+            Err(e) => last_err = Some(e),
+        }
+        if Instant::now() > deadline {
+            match last_err {
+                Some(e) => bail!("timed out after {timeout:?} waiting for {what} (last error: {e:#})"),
+                None => bail!("timed out after {timeout:?} waiting for {what}"),
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Watches the object `name` until `cond` holds, returning the matching version. Every version
+/// seen on the way is passed to `cond`, so a test can also record what happened in between.
+pub async fn watch_until<K, F>(api: &Api<K>, name: &str, timeout: Duration, mut cond: F) -> anyhow::Result<K>
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + 'static,
+    F: FnMut(&K) -> bool,
+{
+    let cfg = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    let stream = watcher::watcher(api.clone(), cfg);
+    let fut = async {
+        futures::pin_mut!(stream);
+        while let Some(ev) = stream.try_next().await? {
+            match ev {
+                Event::Apply(obj) | Event::InitApply(obj) if cond(&obj) => return Ok(obj),
+                _ => {}
+            }
+        }
+        bail!("watch on {name} ended")
+    };
+    tokio::time::timeout(timeout, fut).await.with_context(|| format!("timed out after {timeout:?} watching {name}"))?
+}
+
+/// Waits until `name` no longer exists, returning when its deletion was observed.
+pub async fn wait_deleted<K>(api: &Api<K>, name: &str, timeout: Duration) -> anyhow::Result<Instant>
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + 'static,
+{
+    let cfg = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    let fut = async {
+        let mut stream = watcher::watcher(api.clone(), cfg).boxed();
+        let mut seen_in_init = false;
+        while let Some(ev) = stream.try_next().await? {
+            match ev {
+                Event::Delete(_) => return Ok(Instant::now()),
+                Event::Init => seen_in_init = false,
+                Event::InitApply(_) => seen_in_init = true,
+                Event::InitDone if !seen_in_init => return Ok(Instant::now()),
+                _ => {}
+            }
+        }
+        bail!("watch on {name} ended")
+    };
+    tokio::time::timeout(timeout, fut).await.with_context(|| format!("timed out after {timeout:?} waiting for {name} to be deleted"))?
+}

@@ -1,0 +1,20 @@
+//! Logging setup: text by default, JSON lines when asked.
+
+use tracing_subscriber::{EnvFilter, fmt};
+
+/// How log lines are printed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// Installs the global tracing subscriber. `RUST_LOG` overrides `default_level`.
+pub fn init(format: LogFormat, default_level: &str) {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level));
+    let builder = fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().flatten_event(true).init(),
+    }
+}
