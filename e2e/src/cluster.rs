@@ -146,12 +146,8 @@ pub async fn up(opts: &UpOptions) -> anyhow::Result<(ClusterState, UpReport)> {
     }
 
     let kubeconfig = layout.kubeconfig();
-    let mut state = ClusterState {
-        kubeconfig: kubeconfig.clone(),
-        apiserver_port,
-        etcd_data_dir: etcd_data_dir.clone(),
-        processes: Vec::new(),
-    };
+    let mut state =
+        ClusterState { kubeconfig: kubeconfig.clone(), apiserver_port, etcd_data_dir: etcd_data_dir.clone(), processes: Vec::new() };
     // Record each PID as soon as it exists, so a failure half-way still lets `down` clean up.
     let mut start = |name: &str, exe: &Path, args: Vec<String>| -> anyhow::Result<()> {
         let rec = spawn_detached(name, exe, &args, &layout.logs())?;
@@ -328,20 +324,19 @@ fn find_or_install_etcd() -> anyhow::Result<PathBuf> {
             .status()
             .is_ok_and(|s| s.success())
     };
-    if run(&["apt-get", "update", "-qq"]) && run(&["apt-get", "install", "-y", "-qq", "etcd-server"]) {
-        if let Some(p) = which("etcd") {
-            return Ok(p);
-        }
+    if run(&["apt-get", "update", "-qq"])
+        && run(&["apt-get", "install", "-y", "-qq", "etcd-server"])
+        && let Some(p) = which("etcd")
+    {
+        return Ok(p);
     }
-    bail!("etcd is not installed and could not be installed: run `apt-get install etcd-server` as root, or set ETCD_BIN to an etcd 3.4+ binary")
+    bail!(
+        "etcd is not installed and could not be installed: run `apt-get install etcd-server` as root, or set ETCD_BIN to an etcd 3.4+ binary"
+    )
 }
 
 fn which(name: &str) -> Option<PathBuf> {
-    std::env::var_os("PATH")?
-        .to_str()?
-        .split(':')
-        .map(|d| Path::new(d).join(name))
-        .find(|p| p.is_file())
+    std::env::var_os("PATH")?.to_str()?.split(':').map(|d| Path::new(d).join(name)).find(|p| p.is_file())
 }
 
 /// A binary built by this workspace, next to the running executable (or one level up, for test
@@ -545,7 +540,20 @@ impl Pki {
         }
         which("openssl").context("openssl is needed to create the local cluster's certificates")?;
         pki.openssl(&["genrsa", "-out", "ca.key", "2048"])?;
-        pki.openssl(&["req", "-x509", "-new", "-nodes", "-key", "ca.key", "-subj", "/CN=cloneset-operator-local-ca", "-days", "3650", "-out", "ca.crt"])?;
+        pki.openssl(&[
+            "req",
+            "-x509",
+            "-new",
+            "-nodes",
+            "-key",
+            "ca.key",
+            "-subj",
+            "/CN=cloneset-operator-local-ca",
+            "-days",
+            "3650",
+            "-out",
+            "ca.crt",
+        ])?;
         pki.sign(
             "apiserver",
             "/CN=kube-apiserver",
@@ -567,7 +575,21 @@ impl Pki {
         self.openssl(&["genrsa", "-out", &key, "2048"])?;
         self.openssl(&["req", "-new", "-key", &key, "-subj", subject, "-out", &csr])?;
         self.openssl(&[
-            "x509", "-req", "-in", &csr, "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial", "-days", "3650", "-out", &crt, "-extfile", &ext,
+            "x509",
+            "-req",
+            "-in",
+            &csr,
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-days",
+            "3650",
+            "-out",
+            &crt,
+            "-extfile",
+            &ext,
         ])
     }
 

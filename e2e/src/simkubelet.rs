@@ -16,8 +16,8 @@ use std::time::Duration;
 use futures::StreamExt as _;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{
-    ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting, ContainerStatus, Node, Pod, PodCondition, PodIP,
-    PodStatus,
+    ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting, ContainerStatus, Node, Pod, PodCondition,
+    PodIP, PodStatus,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, Time};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
@@ -397,7 +397,8 @@ pub async fn run(client: Client, cfg: SimConfig) -> anyhow::Result<()> {
     tokio::spawn(heartbeat_loop(client.clone(), cfg.clone()));
 
     let nodes = cfg.node_names.iter().enumerate().map(|(i, n)| (n.clone(), i)).collect();
-    let ctx = Arc::new(Ctx { client: client.clone(), cfg: cfg.clone(), nodes, next_ip: Mutex::new(HashMap::new()), pending: Default::default() });
+    let ctx =
+        Arc::new(Ctx { client: client.clone(), cfg: cfg.clone(), nodes, next_ip: Mutex::new(HashMap::new()), pending: Default::default() });
     let pods: Api<Pod> = Api::all(client);
     Controller::new(pods, watcher::Config::default().fields("spec.nodeName!="))
         .with_config(kube::runtime::controller::Config::default().concurrency(cfg.workers))
@@ -494,9 +495,7 @@ async fn register_nodes(client: &Client, cfg: &SimConfig) -> anyhow::Result<()> 
 
 async fn patch_node_status(nodes: &Api<Node>, name: &str, index: usize, cfg: &SimConfig) -> anyhow::Result<()> {
     let now = Time(Timestamp::now());
-    let cond = |type_: &str, status: &str, reason: &str, message: &str| {
-        json!({"type": type_, "status": status, "reason": reason, "message": message, "lastHeartbeatTime": now, "lastTransitionTime": now})
-    };
+    let cond = |type_: &str, status: &str, reason: &str, message: &str| json!({"type": type_, "status": status, "reason": reason, "message": message, "lastHeartbeatTime": now, "lastTransitionTime": now});
     let resources = json!({"cpu": "64", "memory": "256Gi", "pods": cfg.pods_per_node.to_string(), "ephemeral-storage": "1Ti"});
     let status = json!({
         "status": {
@@ -624,7 +623,8 @@ mod tests {
         let mut pending = PendingRestarts::new();
         let t0 = Timestamp::now();
         let mut p = base_pod();
-        apply(&mut p, &desired_status(&p, &cfg, &NODE, &mut pending, t0));
+        let plan = desired_status(&p, &cfg, &NODE, &mut pending, t0);
+        apply(&mut p, &plan);
         let first = p.status.as_ref().unwrap().container_statuses.as_ref().unwrap()[0].clone();
         p.spec.as_mut().unwrap().containers[0].image = Some("nginx:2".into());
 
@@ -633,7 +633,8 @@ mod tests {
         assert_eq!(plan.recheck_after, Some(Duration::from_secs(1)));
 
         let later = t0 + SignedDuration::from_secs(1);
-        apply(&mut p, &desired_status(&p, &cfg, &NODE, &mut pending, later));
+        let plan = desired_status(&p, &cfg, &NODE, &mut pending, later);
+        apply(&mut p, &plan);
         let s = &p.status.as_ref().unwrap().container_statuses.as_ref().unwrap()[0];
         assert_eq!(s.image, "nginx:2");
         assert_eq!(s.restart_count, 1);

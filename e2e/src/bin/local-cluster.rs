@@ -62,7 +62,10 @@ async fn main() -> anyhow::Result<()> {
             }
         }
         Cmd::Status => match cluster::read_state(&dir)? {
-            Some(state) if cluster::all_alive(&state) && cluster::wait_ready(&state.kubeconfig, std::time::Duration::from_secs(3)).await.is_ok() => {
+            Some(state)
+                if cluster::all_alive(&state)
+                    && cluster::wait_ready(&state.kubeconfig, std::time::Duration::from_secs(3)).await.is_ok() =>
+            {
                 println!("{}", state.kubeconfig.display());
             }
             _ => {
