@@ -43,6 +43,13 @@ test: build ## Unit tests, then e2e tests against a local control plane started 
 	echo "make test: e2e stage took $$(( $$(date +%s) - start ))s"; \
 	exit $$rc
 
+.PHONY: crds
+crds: ## Regenerate the CRD and admission policy YAML (crds/ and the chart's copy) from src/api
+	$(CARGO) build --bin cloneset-operator
+	$(OPERATOR) crd > crds/apps.kruise.io_clonesets.yaml
+	cp crds/apps.kruise.io_clonesets.yaml charts/cloneset-operator/crds/apps.kruise.io_clonesets.yaml
+	$(OPERATOR) admission-policy > crds/apps.kruise.io_clonesets-admission-policy.yaml
+
 .PHONY: lint
 lint: toolchain ## rustfmt check and clippy with warnings as errors
 	$(CARGO) fmt --all -- --check

@@ -3,4 +3,5 @@
 //! The module tree follows `../shared/design/architecture.md`: pure decisions in `core`,
 //! the only apiserver I/O in `controller`, process wiring in `main.rs`.
 
+pub mod api;
 pub mod telemetry;

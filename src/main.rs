@@ -1,5 +1,6 @@
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
+use cloneset_operator::api::crd;
 use cloneset_operator::telemetry::{self, LogFormat};
 
 /// An OpenKruise-compatible CloneSet operator.
@@ -21,6 +22,10 @@ struct Cli {
 enum Command {
     /// Run the controller (the default).
     Run,
+    /// Print the CloneSet CustomResourceDefinition as YAML.
+    Crd,
+    /// Print the ValidatingAdmissionPolicy (and binding) that validates CloneSet pod templates.
+    AdmissionPolicy,
 }
 
 #[tokio::main]
@@ -29,6 +34,14 @@ async fn main() -> anyhow::Result<()> {
     telemetry::init(cli.logging_format, "info");
     match cli.command.unwrap_or(Command::Run) {
         Command::Run => run().await,
+        Command::Crd => {
+            print!("{}", crd::generated_crd_file()?);
+            Ok(())
+        }
+        Command::AdmissionPolicy => {
+            print!("{}", crd::generated_policy_file()?);
+            Ok(())
+        }
     }
 }
 

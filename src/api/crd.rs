@@ -1,0 +1,268 @@
+//! The CustomResourceDefinition and the ValidatingAdmissionPolicy, generated from the types.
+//!
+//! Validation is split by what can see what, and needs no server of ours:
+//! - the CRD schema and its CEL rules check every structured field (on every write path,
+//!   including the `scale` subresource);
+//! - a ValidatingAdmissionPolicy checks what lives inside the schemaless pod template (CRD rules
+//!   cannot read unknown fields; admission policies read them dynamically).
+//!
+//! What neither can check (whether `podsToDelete` names existing pods of this CloneSet, and the
+//! full Kubernetes pod validation of the template) is caught by the controller and reported on
+//! the CloneSet.
+
+use k8s_openapi::api::admissionregistration::v1::{ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::CustomResourceExt as _;
+use schemars::{Schema, SchemaGenerator, json_schema};
+use serde_json::{Value, json};
+
+use super::CloneSet;
+
+/// Name of the admission policy and its binding.
+pub const POLICY_NAME: &str = "clonesets.apps.kruise.io";
+
+/// Schema of a field kept schemaless, as Kruise's `+kubebuilder:validation:Schemaless`.
+pub fn schemaless(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({ "x-kubernetes-preserve-unknown-fields": true })
+}
+
+/// The CloneSet CRD, shaped like Kruise's: no nullable fields, atomic selectors, the status and
+/// scale subresources, and Kruise's printer columns in Kruise's order.
+pub fn crd() -> CustomResourceDefinition {
+    let mut crd = serde_json::to_value(CloneSet::crd()).expect("CRD serializes");
+    let version = &mut crd["spec"]["versions"][0];
+    let schema = &mut version["schema"]["openAPIV3Schema"];
+    normalize(schema);
+    // Status is written only by the controller; defaults there would only hide missing writes.
+    strip_key(&mut schema["properties"]["status"], "default");
+    let selector = &mut schema["properties"]["spec"]["properties"]["selector"];
+    selector["x-kubernetes-map-type"] = json!("atomic");
+    selector["properties"]["matchExpressions"]["x-kubernetes-list-type"] = json!("atomic");
+
+    version["subresources"] = json!({
+        "status": {},
+        "scale": {
+            "specReplicasPath": ".spec.replicas",
+            "statusReplicasPath": ".status.replicas",
+            "labelSelectorPath": ".status.labelSelector",
+        },
+    });
+    let col = |name: &str, type_: &str, path: &str, description: &str, priority: i32| {
+        let mut c = json!({"name": name, "type": type_, "jsonPath": path, "description": description});
+        if priority > 0 {
+            c["priority"] = json!(priority);
+        }
+        c
+    };
+    version["additionalPrinterColumns"] = json!([
+        col("DESIRED", "integer", ".spec.replicas", "The desired number of pods.", 0),
+        col("UPDATED", "integer", ".status.updatedReplicas", "The number of pods updated.", 0),
+        col("UPDATED_READY", "integer", ".status.updatedReadyReplicas", "The number of pods updated and ready.", 0),
+        col("UPDATED_AVAILABLE", "integer", ".status.updatedAvailableReplicas", "The number of pods updated and available.", 0),
+        col("READY", "integer", ".status.readyReplicas", "The number of pods ready.", 0),
+        col("TOTAL", "integer", ".status.replicas", "The number of currently all pods.", 0),
+        col("AGE", "date", ".metadata.creationTimestamp", "CreationTimestamp is a timestamp representing the server time when this object was created.", 0),
+        col("CONTAINERS", "string", ".spec.template.spec.containers[*].name", "The containers of currently cloneset.", 1),
+        col("IMAGES", "string", ".spec.template.spec.containers[*].image", "The images of currently cloneset.", 1),
+        col("SELECTOR", "string", ".status.labelSelector", "The selector of currently cloneset.", 1),
+    ]);
+    serde_json::from_value(crd).expect("post-processed CRD is still a CRD")
+}
+
+/// Removes `nullable` (Kruise's schema has none: an explicit `null` is then defaulted or
+/// pruned, not stored) and writes integer bounds as integers.
+fn normalize(v: &mut Value) {
+    match v {
+        Value::Object(map) => {
+            map.remove("nullable");
+            for key in ["minimum", "maximum"] {
+                if let Some(n) = map.get(key).and_then(Value::as_f64).filter(|n| n.fract() == 0.0) {
+                    map.insert(key.into(), json!(n as i64));
+                }
+            }
+            map.values_mut().for_each(normalize);
+        }
+        Value::Array(items) => items.iter_mut().for_each(normalize),
+        _ => {}
+    }
+}
+
+fn strip_key(v: &mut Value, key: &str) {
+    match v {
+        Value::Object(map) => {
+            map.remove(key);
+            map.values_mut().for_each(|c| strip_key(c, key));
+        }
+        Value::Array(items) => items.iter_mut().for_each(|c| strip_key(c, key)),
+        _ => {}
+    }
+}
+
+/// Label-key and label-value syntax (Kubernetes qualified names and label values).
+const LABEL_KEY_RE: &str = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$";
+const LABEL_VALUE_RE: &str = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$";
+
+/// One validation of the admission policy: a CEL expression that must hold, and the message
+/// (naming the field and the rule) shown at `kubectl apply` when it does not.
+struct TemplateRule {
+    expression: String,
+    message: Option<&'static str>,
+    message_expression: Option<String>,
+}
+
+fn rule(expression: impl Into<String>, message: &'static str) -> TemplateRule {
+    TemplateRule { expression: expression.into(), message: Some(message), message_expression: None }
+}
+
+/// The rules of the admission policy: those that read the schemaless template, and the two
+/// duplicate checks whose quadratic cost the CRD's static CEL budget refuses.
+fn template_rules() -> Vec<TemplateRule> {
+    let label_ok = |map: &str| {
+        format!(
+            "{map}.all(k, size(k) <= 317 && k.matches('{LABEL_KEY_RE}') && string({map}[k]).size() <= 63 && string({map}[k]).matches('{LABEL_VALUE_RE}'))"
+        )
+    };
+    vec![
+        rule(
+            label_ok("variables.labels"),
+            "spec.template.metadata.labels: Invalid value: label keys must be qualified names and values valid label values (at most 63 characters, alphanumeric, '-', '_' or '.')",
+        ),
+        rule(
+            format!("!has(object.spec.selector.matchLabels) || {}", label_ok("object.spec.selector.matchLabels")),
+            "spec.selector.matchLabels: Invalid value: label keys must be qualified names and values valid label values",
+        ),
+        rule(
+            concat!(
+                "(!has(object.spec.selector.matchLabels) || object.spec.selector.matchLabels.all(k, k in variables.labels && string(variables.labels[k]) == object.spec.selector.matchLabels[k])) && ",
+                "(!has(object.spec.selector.matchExpressions) || object.spec.selector.matchExpressions.all(e, ",
+                "e.operator == 'In' ? (e.key in variables.labels && has(e.values) && string(variables.labels[e.key]) in e.values) : ",
+                "e.operator == 'NotIn' ? (!(e.key in variables.labels) || !has(e.values) || !(string(variables.labels[e.key]) in e.values)) : ",
+                "e.operator == 'Exists' ? e.key in variables.labels : ",
+                "e.operator == 'DoesNotExist' ? !(e.key in variables.labels) : true))"
+            ),
+            "spec.template.metadata.labels: Invalid value: `selector` does not match template `labels`",
+        ),
+        TemplateRule {
+            expression: "!('restartPolicy' in variables.podSpec) || variables.podSpec.restartPolicy == null || string(variables.podSpec.restartPolicy) in ['', 'Always']".into(),
+            message: None,
+            message_expression: Some(
+                "'spec.template.spec.restartPolicy: Unsupported value: \"' + string(variables.podSpec.restartPolicy) + '\": supported values: \"Always\"'".into(),
+            ),
+        },
+        rule(
+            "!('activeDeadlineSeconds' in variables.podSpec) || variables.podSpec.activeDeadlineSeconds == null",
+            "spec.template.spec.activeDeadlineSeconds: Forbidden: activeDeadlineSeconds in cloneset is not Supported",
+        ),
+        rule("size(variables.containers) > 0", "spec.template.spec.containers: Required value: a CloneSet's pod template needs at least one container"),
+        rule(
+            "variables.allContainers.all(c, 'name' in c && c.name != null && string(c.name).size() <= 63 && string(c.name).matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$'))",
+            "spec.template.spec.containers[*].name: Invalid value: a lowercase RFC 1123 label is required (e.g. 'my-name', at most 63 characters)",
+        ),
+        rule(
+            "variables.allContainers.all(c, variables.allContainers.exists_one(d, 'name' in d && 'name' in c && d.name == c.name))",
+            "spec.template.spec.containers[*].name: Duplicate value: container names must be unique across containers and initContainers",
+        ),
+        rule(
+            "variables.containers.all(c, 'image' in c && c.image != null && string(c.image) != '')",
+            "spec.template.spec.containers[*].image: Required value",
+        ),
+        rule(
+            "!has(object.spec.scaleStrategy) || !has(object.spec.scaleStrategy.podsToDelete) || object.spec.scaleStrategy.podsToDelete.all(x, object.spec.scaleStrategy.podsToDelete.exists_one(y, y == x))",
+            "spec.scaleStrategy.podsToDelete: Invalid value: duplicated items",
+        ),
+        rule(
+            "!has(object.spec.updateStrategy) || !has(object.spec.updateStrategy.scatterStrategy) || object.spec.updateStrategy.scatterStrategy.all(x, object.spec.updateStrategy.scatterStrategy.exists_one(y, y.key == x.key && y.value == x.value))",
+            "spec.updateStrategy.scatterStrategy: Required value: duplicated key=value terms",
+        ),
+        rule(
+            concat!(
+                "request.operation != 'UPDATE' || !has(object.spec.updateStrategy) || !has(object.spec.updateStrategy.type) || object.spec.updateStrategy.type != 'InPlaceOnly' || (",
+                "variables.podSpec.all(k, k == 'containers' || (k in variables.oldPodSpec && variables.oldPodSpec[k] == variables.podSpec[k])) && ",
+                "variables.oldPodSpec.all(k, k == 'containers' || k in variables.podSpec) && ",
+                "variables.containers.map(c, c.name) == variables.oldContainers.map(c, c.name) && ",
+                "variables.containers.all(c, variables.oldContainers.filter(o, o.name == c.name).all(o, ",
+                "c.all(k, k == 'image' || (k in o && o[k] == c[k])) && o.all(k, k == 'image' || k in c))))"
+            ),
+            "spec.template.spec: Forbidden: only allowed to update images in spec for InPlaceOnly",
+        ),
+    ]
+}
+
+/// The admission policy for the template rules, and its binding (cluster-wide, Deny).
+pub fn admission_policy() -> (ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding) {
+    let validations: Vec<Value> = template_rules()
+        .into_iter()
+        .map(|r| {
+            let mut v = json!({"expression": r.expression, "reason": "Invalid"});
+            if let Some(m) = r.message {
+                v["message"] = json!(m);
+            }
+            if let Some(m) = r.message_expression {
+                v["messageExpression"] = json!(m);
+            }
+            v
+        })
+        .collect();
+    let policy = json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": POLICY_NAME, "labels": {"app.kubernetes.io/part-of": "cloneset-operator"}},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "resourceRules": [{
+                    "apiGroups": ["apps.kruise.io"],
+                    "apiVersions": ["v1alpha1"],
+                    "operations": ["CREATE", "UPDATE"],
+                    "resources": ["clonesets"],
+                }],
+            },
+            // `dyn(...)`: the template is schemaless, so its fields are read dynamically.
+            "variables": [
+                {"name": "template", "expression": "has(object.spec.template) ? dyn(object.spec.template) : dyn({})"},
+                {"name": "labels", "expression": "'metadata' in variables.template && variables.template.metadata != null && 'labels' in variables.template.metadata && variables.template.metadata.labels != null ? variables.template.metadata.labels : dyn({})"},
+                {"name": "podSpec", "expression": "'spec' in variables.template && variables.template.spec != null ? variables.template.spec : dyn({})"},
+                {"name": "containers", "expression": "'containers' in variables.podSpec && variables.podSpec.containers != null ? variables.podSpec.containers : dyn([])"},
+                {"name": "allContainers", "expression": "variables.containers + ('initContainers' in variables.podSpec && variables.podSpec.initContainers != null ? variables.podSpec.initContainers : dyn([]))"},
+                {"name": "oldPodSpec", "expression": "oldObject != null && has(oldObject.spec.template) && 'spec' in dyn(oldObject.spec.template) ? dyn(oldObject.spec.template).spec : dyn({})"},
+                {"name": "oldContainers", "expression": "'containers' in variables.oldPodSpec && variables.oldPodSpec.containers != null ? variables.oldPodSpec.containers : dyn([])"},
+            ],
+            "validations": validations,
+        },
+    });
+    let binding = json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": POLICY_NAME, "labels": {"app.kubernetes.io/part-of": "cloneset-operator"}},
+        "spec": {"policyName": POLICY_NAME, "validationActions": ["Deny"]},
+    });
+    (serde_json::from_value(policy).expect("policy is well-formed"), serde_json::from_value(binding).expect("binding is well-formed"))
+}
+
+/// Renders one manifest as YAML.
+pub fn to_yaml<T: serde::Serialize>(obj: &T) -> Result<String, serde_saphyr::ser::Error> {
+    serde_saphyr::to_string(obj)
+}
+
+/// The admission policy and its binding as one multi-document YAML file.
+pub fn admission_policy_yaml() -> Result<String, serde_saphyr::ser::Error> {
+    let (policy, binding) = admission_policy();
+    Ok(format!("{}---\n{}", to_yaml(&policy)?, to_yaml(&binding)?))
+}
+
+/// Header written at the top of generated files.
+pub const GENERATED_HEADER: &str = "# Generated from src/api by `make crds`; do not edit.\n";
+
+/// Where the generated files live, relative to the repository root; a test checks each one.
+pub const CRD_FILES: [&str; 2] = ["crds/apps.kruise.io_clonesets.yaml", "charts/cloneset-operator/crds/apps.kruise.io_clonesets.yaml"];
+pub const POLICY_FILES: [&str; 1] = ["crds/apps.kruise.io_clonesets-admission-policy.yaml"];
+
+/// The exact contents of the generated CRD file.
+pub fn generated_crd_file() -> Result<String, serde_saphyr::ser::Error> {
+    Ok(format!("{GENERATED_HEADER}{}", to_yaml(&crd())?))
+}
+
+/// The exact contents of the generated admission policy file.
+pub fn generated_policy_file() -> Result<String, serde_saphyr::ser::Error> {
+    Ok(format!("{GENERATED_HEADER}{}", admission_policy_yaml()?))
+}
