@@ -2,7 +2,8 @@
 //! int-or-string fields. Defaults and validation rules live on the fields they govern; rules that
 //! need the schemaless pod template live in the admission policy (`crd.rs`).
 
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, PodTemplateSpec};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaimSpec, PersistentVolumeClaimStatus, PodTemplateSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, Time};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::{CustomResource, KubeSchema};
@@ -65,7 +66,7 @@ pub struct CloneSetSpec {
     /// One PVC per pod instance is created from each entry.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "crate::api::crd::schemaless")]
-    pub volume_claim_templates: Vec<PersistentVolumeClaim>,
+    pub volume_claim_templates: Vec<VolumeClaimTemplate>,
 
     /// How pods are created and deleted.
     #[serde(default)]
@@ -94,6 +95,18 @@ pub struct CloneSetSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0))]
     pub progress_deadline_seconds: Option<i32>,
+}
+
+/// A PersistentVolumeClaim as written inside `volumeClaimTemplates`: like Go's embedded
+/// `PersistentVolumeClaim`, without the `apiVersion`/`kind` k8s-openapi's type always writes.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct VolumeClaimTemplate {
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec: Option<PersistentVolumeClaimSpec>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<PersistentVolumeClaimStatus>,
 }
 
 /// How pods are created and deleted.

@@ -61,7 +61,13 @@ pub fn crd() -> CustomResourceDefinition {
         col("UPDATED_AVAILABLE", "integer", ".status.updatedAvailableReplicas", "The number of pods updated and available.", 0),
         col("READY", "integer", ".status.readyReplicas", "The number of pods ready.", 0),
         col("TOTAL", "integer", ".status.replicas", "The number of currently all pods.", 0),
-        col("AGE", "date", ".metadata.creationTimestamp", "CreationTimestamp is a timestamp representing the server time when this object was created.", 0),
+        col(
+            "AGE",
+            "date",
+            ".metadata.creationTimestamp",
+            "CreationTimestamp is a timestamp representing the server time when this object was created.",
+            0
+        ),
         col("CONTAINERS", "string", ".spec.template.spec.containers[*].name", "The containers of currently cloneset.", 1),
         col("IMAGES", "string", ".spec.template.spec.containers[*].image", "The images of currently cloneset.", 1),
         col("SELECTOR", "string", ".status.labelSelector", "The selector of currently cloneset.", 1),
@@ -99,7 +105,8 @@ fn strip_key(v: &mut Value, key: &str) {
 }
 
 /// Label-key and label-value syntax (Kubernetes qualified names and label values).
-const LABEL_KEY_RE: &str = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$";
+const LABEL_KEY_RE: &str =
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$";
 const LABEL_VALUE_RE: &str = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$";
 
 /// One validation of the admission policy: a CEL expression that must hold, and the message
