@@ -4,4 +4,5 @@
 //! the only apiserver I/O in `controller`, process wiring in `main.rs`.
 
 pub mod api;
+pub mod core;
 pub mod telemetry;
