@@ -4,5 +4,7 @@
 //! the only apiserver I/O in `controller`, process wiring in `main.rs`.
 
 pub mod api;
+pub mod config;
+// pub mod controller; (wired in once core::order and core::revision land)
 pub mod core;
 pub mod telemetry;

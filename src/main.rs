@@ -1,6 +1,9 @@
 use anyhow::Context as _;
-use clap::{Parser, Subcommand};
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
 use cloneset_operator::api::crd;
+use cloneset_operator::config::{self, ControllerConfig, FeatureGates};
 use cloneset_operator::telemetry::{self, LogFormat};
 
 /// An OpenKruise-compatible CloneSet operator.
@@ -13,8 +16,11 @@ struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
 
+    #[command(flatten)]
+    run: RunArgs,
+
     /// Log line format: text or json.
-    #[arg(long = "logging-format", value_enum, default_value = "text", global = true)]
+    #[arg(global = true, long = "logging-format", value_enum, default_value = "text")]
     logging_format: LogFormat,
 }
 
@@ -28,12 +34,53 @@ enum Command {
     AdmissionPolicy,
 }
 
+/// Flags of the controller, with Kruise's names and defaults.
+#[derive(Args, Debug, Default)]
+struct RunArgs {
+    /// Number of CloneSets reconciled concurrently.
+    #[arg(global = true, long = "cloneset-workers", default_value_t = 3, value_parser = clap::value_parser!(u16).range(1..))]
+    cloneset_workers: u16,
+    /// How long to wait for the cache to show our own writes before counting a leak.
+    #[arg(global = true, long = "expectation-timeout", default_value = "5m", value_parser = parse_duration)]
+    expectation_timeout: Option<Duration>,
+    /// Kruise feature gates, e.g. `CloneSetShortHash=true,CloneSetPartitionRollback=true`.
+    #[arg(global = true, long = "feature-gates", default_value = "", value_parser = FeatureGates::parse)]
+    feature_gates: Option<FeatureGates>,
+    /// Only watch this namespace (default: all).
+    #[arg(global = true, long = "namespace", default_value = "")]
+    namespace: String,
+    /// Do not count PreparingDelete pods as replicas, for every CloneSet.
+    #[arg(global = true, long = "cloneset-scaling-exclude-preparing-delete", default_value_t = false)]
+    exclude_preparing_delete: bool,
+    /// How long the caches may take to list everything at start-up.
+    #[arg(global = true, long = "controller-cache-sync-timeout", default_value = "2m", value_parser = parse_duration)]
+    cache_sync_timeout: Option<Duration>,
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    config::parse_go_duration(s)
+}
+
+impl RunArgs {
+    fn controller_config(&self) -> ControllerConfig {
+        let d = ControllerConfig::default();
+        ControllerConfig {
+            workers: usize::from(self.cloneset_workers.max(1)),
+            expectation_timeout: self.expectation_timeout.unwrap_or(d.expectation_timeout),
+            gates: self.feature_gates.unwrap_or_default(),
+            namespace: (!self.namespace.is_empty()).then(|| self.namespace.clone()),
+            exclude_preparing_delete: self.exclude_preparing_delete,
+            cache_sync_timeout: self.cache_sync_timeout.unwrap_or(d.cache_sync_timeout),
+        }
+    }
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     telemetry::init(cli.logging_format, "info");
     match cli.command.unwrap_or(Command::Run) {
-        Command::Run => run().await,
+        Command::Run => run(cli.run).await,
         Command::Crd => {
             print!("{}", crd::generated_crd_file()?);
             Ok(())
@@ -45,14 +92,16 @@ async fn main() -> anyhow::Result<()> {
     }
 }
 
-async fn run() -> anyhow::Result<()> {
+async fn run(args: RunArgs) -> anyhow::Result<()> {
+    let config = args.controller_config();
     let client = kube::Client::try_default()
         .await
         .context("no usable Kubernetes configuration (set KUBECONFIG, a current context, or run in a cluster)")?;
     let version = client.apiserver_version().await.context("cannot reach the Kubernetes apiserver")?;
     tracing::info!(server_version = %version.git_version, platform = %version.platform, "connected to Kubernetes");
+    let _ = config; // WIRING: controller::run(client, config, shutdown_signal()) once core::order/revision land
     shutdown_signal().await;
-    tracing::info!("shutting down");
+    tracing::info!("shut down");
     Ok(())
 }
 

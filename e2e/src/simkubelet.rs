@@ -395,6 +395,7 @@ enum SimError {
 pub async fn run(client: Client, cfg: SimConfig) -> anyhow::Result<()> {
     register_nodes(&client, &cfg).await?;
     tokio::spawn(heartbeat_loop(client.clone(), cfg.clone()));
+    tokio::spawn(provision_volumes(client.clone()));
 
     let nodes = cfg.node_names.iter().enumerate().map(|(i, n)| (n.clone(), i)).collect();
     let ctx =
@@ -564,6 +565,66 @@ async fn renew_lease(leases: &Api<Lease>, nodes: &Api<Node>, name: &str) -> anyh
     });
     leases.patch(name, &PatchParams::apply("sim-kubelet").force(), &Patch::Apply(lease)).await?;
     Ok(())
+}
+
+/// Label on the PersistentVolumes the simulated provisioner creates.
+pub const PV_LABEL: &str = "sim.cloneset-operator.dev/provisioned";
+
+/// A stand-in for a storage provisioner: every pending PVC without a volume gets a matching
+/// PersistentVolume pre-bound to it (the controller-manager's PV binder completes the binding,
+/// and the scheduler can then place the pod); released volumes are deleted.
+async fn provision_volumes(client: Client) {
+    use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+    let pvcs: Api<PersistentVolumeClaim> = Api::all(client.clone());
+    let pvs: Api<PersistentVolume> = Api::all(client.clone());
+    let claims = watcher::watcher(pvcs, watcher::Config::default()).default_backoff();
+    let volumes = watcher::watcher(pvs.clone(), watcher::Config::default().labels(PV_LABEL)).default_backoff();
+    use kube::runtime::WatchStreamExt as _;
+    let claims = claims.applied_objects().filter_map(|r| async move { r.ok() }).map(either::Either::Left);
+    let volumes = volumes.applied_objects().filter_map(|r| async move { r.ok() }).map(either::Either::Right);
+    let mut events = futures::stream::select(claims, volumes).boxed();
+    while let Some(ev) = events.next().await {
+        let result = match ev {
+            either::Either::Left(pvc) => {
+                let pending = pvc.status.as_ref().and_then(|s| s.phase.as_deref()).is_none_or(|p| p == "Pending");
+                let unbound = pvc.spec.as_ref().and_then(|s| s.volume_name.as_deref()).is_none_or(str::is_empty);
+                if !(pending && unbound) || pvc.metadata.deletion_timestamp.is_some() {
+                    continue;
+                }
+                let spec = pvc.spec.clone().unwrap_or_default();
+                let storage = spec.resources.as_ref().and_then(|r| r.requests.as_ref()).and_then(|r| r.get("storage").cloned());
+                let uid = pvc.metadata.uid.clone().unwrap_or_default();
+                let pv = json!({
+                    "apiVersion": "v1", "kind": "PersistentVolume",
+                    "metadata": {"name": format!("sim-pv-{uid}"), "labels": {PV_LABEL: "true"}},
+                    "spec": {
+                        "capacity": {"storage": storage.map_or_else(|| "1Gi".to_string(), |q| q.0)},
+                        "accessModes": spec.access_modes.clone().unwrap_or_else(|| vec!["ReadWriteOnce".into()]),
+                        "persistentVolumeReclaimPolicy": "Retain",
+                        "storageClassName": spec.storage_class_name.clone().unwrap_or_default(),
+                        "volumeMode": spec.volume_mode.clone().unwrap_or_else(|| "Filesystem".into()),
+                        "hostPath": {"path": format!("/tmp/sim-volumes/{uid}")},
+                        "claimRef": {"namespace": pvc.namespace(), "name": pvc.name_any(), "uid": uid},
+                    },
+                });
+                match serde_json::from_value::<PersistentVolume>(pv) {
+                    Ok(pv) => pvs.create(&PostParams::default(), &pv).await.map(|_| ()),
+                    Err(e) => Err(kube::Error::SerdeError(e)),
+                }
+            }
+            either::Either::Right(pv) => {
+                if pv.status.as_ref().and_then(|s| s.phase.as_deref()) != Some("Released") {
+                    continue;
+                }
+                pvs.delete(&pv.name_any(), &DeleteParams::default()).await.map(|_| ())
+            }
+        };
+        match result {
+            Ok(()) => {}
+            Err(kube::Error::Api(e)) if e.code == 409 || e.code == 404 => {}
+            Err(e) => tracing::warn!(error = %e, "volume provisioning step failed"),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -228,3 +228,77 @@ where
     };
     tokio::time::timeout(timeout, fut).await.with_context(|| format!("timed out after {timeout:?} waiting for {name} to be deleted"))?
 }
+
+/// The operator binary running against the test cluster, scoped to one namespace. Killed on drop
+/// (and by the kernel if the test process dies first).
+pub struct Operator {
+    child: std::process::Child,
+    pub log: PathBuf,
+}
+
+impl Operator {
+    /// Starts `cloneset-operator --namespace=<ns>` with extra flags; logs go to
+    /// `target/e2e-logs/<ns>-<n>.log`.
+    pub async fn start(namespace: &str, extra_args: &[&str]) -> anyhow::Result<Self> {
+        use std::os::unix::process::CommandExt as _;
+        static STARTS: AtomicU32 = AtomicU32::new(0);
+        let kubeconfig = kubeconfig().await?;
+        let bin = crate::cluster::sibling_binary("cloneset-operator")?;
+        let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/e2e-logs");
+        std::fs::create_dir_all(&dir)?;
+        let log = dir.join(format!("{namespace}-{}.log", STARTS.fetch_add(1, Ordering::Relaxed)));
+        let file = std::fs::File::create(&log)?;
+        let mut cmd = std::process::Command::new(bin);
+        cmd.env("KUBECONFIG", &kubeconfig)
+            .env("RUST_LOG", std::env::var("E2E_OPERATOR_LOG").unwrap_or_else(|_| "info,cloneset_operator=debug".into()))
+            .arg(format!("--namespace={namespace}"))
+            .args(extra_args)
+            .stdin(std::process::Stdio::null())
+            .stdout(file.try_clone()?)
+            .stderr(file);
+        // The operator must not outlive a test process that panicked or was killed.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+                Ok(())
+            });
+        }
+        let child = cmd.spawn()?;
+        Ok(Self { child, log })
+    }
+
+    /// Stops the operator like Kubernetes would (SIGTERM), waiting for it to exit.
+    pub fn stop(&mut self) {
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Kills the operator without warning (SIGKILL), as a crashed or evicted pod would be.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// The operator's log so far (for failure messages).
+    pub fn log_tail(&self, lines: usize) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let all: Vec<&str> = text.lines().collect();
+        all[all.len().saturating_sub(lines)..].join("\n")
+    }
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            self.stop();
+        }
+    }
+}

@@ -1,0 +1,447 @@
+//! The reconciler end to end: the real operator binary against the real control plane, each
+//! test in its own namespace with its own operator process.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use cloneset_operator::api::{CloneSet, keys};
+use e2e::testenv::{Operator, TestNamespace, install_api, wait_until, watch_until};
+use futures::TryStreamExt as _;
+use k8s_openapi::api::apps::v1::ControllerRevision;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::watcher::{self, Event};
+use kube::{Api, ResourceExt as _};
+use serde_json::{Value, json};
+
+const T: Duration = Duration::from_secs(120);
+
+struct Env {
+    ns: TestNamespace,
+    operator: Operator,
+    clonesets: Api<CloneSet>,
+    pods: Api<Pod>,
+}
+
+async fn env(prefix: &str) -> Env {
+    env_with(prefix, &[]).await
+}
+
+async fn env_with(prefix: &str, flags: &[&str]) -> Env {
+    install_api().await.unwrap();
+    let ns = TestNamespace::create(prefix).await.unwrap();
+    let operator = Operator::start(&ns.name, flags).await.unwrap();
+    let clonesets = ns.api();
+    let pods = ns.api();
+    Env { ns, operator, clonesets, pods }
+}
+
+fn manifest(name: &str, replicas: i32, image: &str, extra_spec: Value) -> CloneSet {
+    let mut v = json!({
+        "apiVersion": "apps.kruise.io/v1alpha1", "kind": "CloneSet", "metadata": {"name": name},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {"metadata": {"labels": {"app": name}},
+                         "spec": {"terminationGracePeriodSeconds": 1, "containers": [{"name": "main", "image": image}]}},
+        },
+    });
+    json_patch::merge(&mut v["spec"], &extra_spec);
+    serde_json::from_value(v).unwrap()
+}
+
+impl Env {
+    async fn create(&self, cs: &CloneSet) {
+        self.clonesets.create(&PostParams::default(), cs).await.unwrap();
+    }
+
+    async fn patch(&self, name: &str, spec: Value) {
+        self.clonesets.patch(name, &PatchParams::default(), &Patch::Merge(json!({"spec": spec}))).await.unwrap();
+    }
+
+    /// Waits until the CloneSet's status (for the current generation) satisfies `cond`.
+    async fn wait_status(&self, name: &str, what: &str, cond: impl Fn(&CloneSet) -> bool) -> CloneSet {
+        let res = watch_until(&self.clonesets, name, T, |cs| {
+            let observed = cs.status.as_ref().is_some_and(|s| s.observed_generation == cs.metadata.generation.unwrap_or(0));
+            observed && cond(cs)
+        })
+        .await;
+        res.unwrap_or_else(|e| panic!("{what}: {e:#}\n--- operator log ---\n{}", self.operator.log_tail(40)))
+    }
+
+    /// Active (not terminating) pods of a CloneSet.
+    async fn active_pods(&self, name: &str) -> Vec<Pod> {
+        let list = self.pods.list(&ListParams::default().labels(&format!("app={name}"))).await.unwrap();
+        list.items.into_iter().filter(|p| p.metadata.deletion_timestamp.is_none()).collect()
+    }
+}
+
+fn st(cs: &CloneSet) -> cloneset_operator::api::CloneSetStatus {
+    cs.status.clone().unwrap_or_default()
+}
+
+fn settled(cs: &CloneSet, replicas: i32) -> bool {
+    let s = st(cs);
+    s.replicas == replicas && s.ready_replicas == replicas && s.available_replicas == replicas
+}
+
+fn rolled_out(cs: &CloneSet, replicas: i32) -> bool {
+    let s = st(cs);
+    settled(cs, replicas)
+        && s.updated_replicas == replicas
+        && s.updated_ready_replicas == replicas
+        && s.current_revision == s.update_revision
+}
+
+fn label<'a>(p: &'a Pod, key: &str) -> Option<&'a str> {
+    p.metadata.labels.as_ref()?.get(key).map(String::as_str)
+}
+
+fn condition(p: &Pod, type_: &str) -> Option<String> {
+    p.status.as_ref()?.conditions.as_ref()?.iter().find(|c| c.type_ == type_).map(|c| c.status.clone())
+}
+
+fn names(pods: &[Pod]) -> BTreeSet<String> {
+    pods.iter().map(|p| p.name_any()).collect()
+}
+
+/// Watches every pod of a namespace and records the extremes a rollout must respect.
+#[derive(Default, Debug)]
+struct Extremes {
+    max_active: usize,
+    min_available: Option<usize>,
+    uids: BTreeSet<String>,
+}
+
+fn monitor(pods: Api<Pod>, selector: String) -> (Arc<Mutex<Extremes>>, tokio::task::JoinHandle<()>) {
+    let seen = Arc::new(Mutex::new(Extremes::default()));
+    let out = seen.clone();
+    let handle = tokio::spawn(async move {
+        let mut current: BTreeMap<String, Pod> = BTreeMap::new();
+        let stream = watcher::watcher(pods, watcher::Config::default().labels(&selector));
+        futures::pin_mut!(stream);
+        while let Ok(Some(ev)) = stream.try_next().await {
+            match ev {
+                Event::Apply(p) | Event::InitApply(p) => {
+                    current.insert(p.name_any(), p);
+                }
+                Event::Delete(p) => {
+                    current.remove(&p.name_any());
+                }
+                _ => continue,
+            }
+            let active: Vec<&Pod> = current.values().filter(|p| p.metadata.deletion_timestamp.is_none()).collect();
+            let available = active.iter().filter(|p| condition(p, "Ready").as_deref() == Some("True")).count();
+            let mut s = out.lock().unwrap();
+            s.max_active = s.max_active.max(active.len());
+            s.min_available = Some(s.min_available.map_or(available, |m| m.min(available)));
+            s.uids.extend(current.values().filter_map(|p| p.metadata.uid.clone()));
+        }
+    });
+    (seen, handle)
+}
+
+#[tokio::test]
+async fn pods_and_revisions_look_exactly_like_kruise_ones() {
+    let e = env("shape").await;
+    // The known answer: this template of CloneSet `sample` is revision `sample-597d4cb8fd` in Kruise.
+    let cs: CloneSet = serde_json::from_value(json!({
+        "apiVersion": "apps.kruise.io/v1alpha1", "kind": "CloneSet", "metadata": {"name": "sample"},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "sample"}},
+                 "template": {"metadata": {"labels": {"app": "sample"}}, "spec": {"containers": [{"name": "nginx", "image": "nginx:alpine"}]}}},
+    }))
+    .unwrap();
+    e.create(&cs).await;
+    let cs = e.wait_status("sample", "one ready pod", |cs| rolled_out(cs, 1)).await;
+    let s = st(&cs);
+    assert_eq!(s.update_revision, "sample-597d4cb8fd");
+    assert_eq!(s.current_revision, "sample-597d4cb8fd");
+    assert_eq!(s.label_selector, "app=sample");
+    assert_eq!(s.collision_count, Some(0));
+    assert_eq!(s.expected_updated_replicas, 1);
+
+    let pods = e.active_pods("sample").await;
+    assert_eq!(pods.len(), 1);
+    let pod = &pods[0];
+    let id = label(pod, keys::CLONESET_INSTANCE_ID).unwrap();
+    assert_eq!(id.len(), 5);
+    assert!(id.bytes().all(|b| b"bcdfghjklmnpqrstvwxz2456789".contains(&b)), "instance id alphabet: {id}");
+    assert_eq!(pod.name_any(), format!("sample-{id}"));
+    assert_eq!(pod.metadata.generate_name.as_deref(), Some("sample-"));
+    assert_eq!(label(pod, keys::CONTROLLER_REVISION_HASH), Some("sample-597d4cb8fd"));
+    assert_eq!(label(pod, keys::POD_TEMPLATE_HASH), Some("597d4cb8fd"));
+    assert_eq!(label(pod, keys::LIFECYCLE_STATE), Some("Normal"));
+    assert!(pod.annotations().contains_key(keys::LIFECYCLE_TIMESTAMP));
+    let owner = &pod.owner_references()[0];
+    assert_eq!((owner.api_version.as_str(), owner.kind.as_str(), owner.name.as_str()), ("apps.kruise.io/v1alpha1", "CloneSet", "sample"));
+    assert_eq!((owner.controller, owner.block_owner_deletion), (Some(true), Some(true)));
+    let gates = pod.spec.as_ref().unwrap().readiness_gates.clone().unwrap();
+    assert_eq!(gates[0].condition_type, "InPlaceUpdateReady");
+    assert_eq!(condition(pod, "InPlaceUpdateReady").as_deref(), Some("True"));
+    assert_eq!(condition(pod, "Ready").as_deref(), Some("True"));
+
+    let revs: Api<ControllerRevision> = e.ns.api();
+    let rev = revs.get("sample-597d4cb8fd").await.unwrap();
+    assert_eq!(rev.revision, 1);
+    assert_eq!(rev.labels().get("app").map(String::as_str), Some("sample"));
+    assert_eq!(rev.labels().get(keys::CONTROLLER_REVISION_HASH_LABEL).map(String::as_str), Some("597d4cb8fd"));
+    assert_eq!(
+        serde_json::to_value(&rev.data.unwrap().0).unwrap(),
+        json!({"spec": {"template": {"$patch": "replace", "metadata": {"creationTimestamp": null, "labels": {"app": "sample"}},
+            "spec": {"containers": [{"image": "nginx:alpine", "name": "nginx", "resources": {}}]}}}})
+    );
+    assert_eq!(rev.owner_references()[0].name, "sample");
+}
+
+#[tokio::test]
+async fn scales_0_10_3_8() {
+    let e = env("scale").await;
+    e.create(&manifest("web", 0, "nginx:1.27", json!({}))).await;
+    e.wait_status("web", "0 replicas observed", |cs| settled(cs, 0)).await;
+    assert!(e.active_pods("web").await.is_empty());
+    for replicas in [10, 3, 8] {
+        e.patch("web", json!({"replicas": replicas})).await;
+        e.wait_status("web", &format!("{replicas} ready"), |cs| settled(cs, replicas)).await;
+        let pods = e.active_pods("web").await;
+        assert_eq!(pods.len(), replicas as usize, "exactly {replicas} active pods");
+        for p in &pods {
+            let id = label(p, keys::CLONESET_INSTANCE_ID).unwrap();
+            assert_eq!(p.name_any(), format!("web-{id}"));
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_deleted_pod_is_replaced_under_a_new_instance_id() {
+    let e = env("replace").await;
+    e.create(&manifest("web", 3, "nginx:1.27", json!({}))).await;
+    e.wait_status("web", "3 ready", |cs| settled(cs, 3)).await;
+    let before = names(&e.active_pods("web").await);
+    let victim = before.iter().next().unwrap().clone();
+    e.pods.delete(&victim, &DeleteParams::default()).await.unwrap();
+    wait_until(T, "a replacement pod", || async {
+        let now = names(&e.active_pods("web").await);
+        Ok(now.len() == 3 && !now.contains(&victim))
+    })
+    .await
+    .unwrap();
+    e.wait_status("web", "3 ready again", |cs| settled(cs, 3)).await;
+    let after = names(&e.active_pods("web").await);
+    let new: Vec<&String> = after.difference(&before).collect();
+    assert_eq!(new.len(), 1, "exactly one new pod: {after:?} vs {before:?}");
+    assert!(before.iter().filter(|n| **n != victim).all(|n| after.contains(n)), "the others were untouched");
+}
+
+#[tokio::test]
+async fn pods_to_delete_and_the_specified_delete_label_remove_exactly_those_pods() {
+    let e = env("podstodelete").await;
+    e.create(&manifest("web", 4, "nginx:1.27", json!({}))).await;
+    e.wait_status("web", "4 ready", |cs| settled(cs, 4)).await;
+    let before: Vec<String> = names(&e.active_pods("web").await).into_iter().collect();
+
+    // As `kubectl kruise scaledown --pods` does: list the pod and lower replicas in one write.
+    e.patch("web", json!({"replicas": 3, "scaleStrategy": {"podsToDelete": [before[0]]}})).await;
+    let cs = e.wait_status("web", "3 ready", |cs| settled(cs, 3) && cs.spec.scale_strategy.pods_to_delete.is_empty()).await;
+    assert!(cs.spec.scale_strategy.pods_to_delete.is_empty(), "podsToDelete truncated once the pod is gone");
+    let after = names(&e.active_pods("web").await);
+    assert_eq!(after, before[1..].iter().cloned().collect(), "exactly the listed pod was deleted");
+
+    // The label: the pod goes and is replaced (replicas unchanged).
+    let target = before[1].clone();
+    e.pods
+        .patch(&target, &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {keys::SPECIFIED_DELETE: "true"}}})))
+        .await
+        .unwrap();
+    wait_until(T, "the labelled pod to be replaced", || async {
+        let now = names(&e.active_pods("web").await);
+        Ok(now.len() == 3 && !now.contains(&target))
+    })
+    .await
+    .unwrap();
+    let now = names(&e.active_pods("web").await);
+    assert!(now.contains(&before[2]) && now.contains(&before[3]), "the unlabelled pods stayed");
+}
+
+#[tokio::test]
+async fn partition_canary_updates_replicas_minus_partition_within_budgets() {
+    let e = env("canary").await;
+    let spec = json!({"updateStrategy": {"partition": 8, "maxUnavailable": 2}});
+    e.create(&manifest("web", 10, "nginx:1.27", spec)).await;
+    e.wait_status("web", "10 ready", |cs| rolled_out(cs, 10)).await;
+    let (extremes, watch) = monitor(e.pods.clone(), "app=web".into());
+    e.patch("web", json!({"template": {"spec": {"containers": [{"name": "main", "image": "nginx:1.28"}]}}})).await;
+    for partition in [8, 5, 0] {
+        e.patch("web", json!({"updateStrategy": {"partition": partition}})).await;
+        let cs = e
+            .wait_status("web", &format!("partition {partition}"), |cs| {
+                let s = st(cs);
+                settled(cs, 10) && s.updated_replicas == 10 - partition && s.updated_ready_replicas == 10 - partition
+            })
+            .await;
+        let s = st(&cs);
+        assert_eq!(s.expected_updated_replicas, 10 - partition);
+        let new = e
+            .active_pods("web")
+            .await
+            .iter()
+            .filter(|p| label(p, keys::CONTROLLER_REVISION_HASH) == Some(s.update_revision.as_str()))
+            .count();
+        assert_eq!(new, (10 - partition) as usize, "pods on the new revision at partition {partition}");
+    }
+    let cs = e.wait_status("web", "rollout complete", |cs| rolled_out(cs, 10)).await;
+    assert_eq!(st(&cs).current_revision, st(&cs).update_revision);
+    watch.abort();
+    let x = extremes.lock().unwrap();
+    assert!(x.max_active <= 10, "never more than replicas + maxSurge (0) active pods: saw {}", x.max_active);
+    assert!(x.min_available.unwrap() >= 8, "never fewer than replicas − maxUnavailable ready pods: saw {:?}", x.min_available);
+}
+
+#[tokio::test]
+async fn paused_stops_updates_but_not_scaling() {
+    let e = env("paused").await;
+    e.create(&manifest("web", 3, "nginx:1.27", json!({}))).await;
+    e.wait_status("web", "3 ready", |cs| rolled_out(cs, 3)).await;
+    let old: BTreeSet<String> = e.active_pods("web").await.iter().filter_map(|p| p.metadata.uid.clone()).collect();
+    e.patch(
+        "web",
+        json!({"updateStrategy": {"paused": true}, "template": {"spec": {"containers": [{"name": "main", "image": "nginx:1.28"}]}}}),
+    )
+    .await;
+    e.patch("web", json!({"replicas": 5})).await;
+    let cs = e.wait_status("web", "5 ready while paused", |cs| settled(cs, 5)).await;
+    // Partition 0: scale-up pods get the new revision; the 3 old pods are untouched.
+    assert_eq!(st(&cs).updated_replicas, 2);
+    let now: BTreeSet<String> = e.active_pods("web").await.iter().filter_map(|p| p.metadata.uid.clone()).collect();
+    assert!(old.is_subset(&now), "no old pod was replaced while paused");
+    e.patch("web", json!({"updateStrategy": {"paused": false}})).await;
+    e.wait_status("web", "rollout after resume", |cs| rolled_out(cs, 5)).await;
+}
+
+async fn roll_to(e: &Env, image: &str, replicas: i32) -> String {
+    e.patch("web", json!({"template": {"spec": {"containers": [{"name": "main", "image": image}]}}})).await;
+    let cs = e
+        .wait_status("web", &format!("rolled out {image}"), |cs| {
+            rolled_out(cs, replicas) && cs.spec.template.spec.as_ref().unwrap().containers[0].image.as_deref() == Some(image)
+        })
+        .await;
+    st(&cs).update_revision
+}
+
+#[tokio::test]
+async fn rollback_reuses_the_previous_revision_and_history_is_truncated() {
+    let e = env("history").await;
+    e.create(&manifest("web", 2, "nginx:1.20", json!({"revisionHistoryLimit": 2}))).await;
+    let cs = e.wait_status("web", "2 ready", |cs| rolled_out(cs, 2)).await;
+    let first = st(&cs).update_revision;
+    let second = roll_to(&e, "nginx:1.21", 2).await;
+    assert_ne!(first, second);
+    let back = roll_to(&e, "nginx:1.20", 2).await;
+    assert_eq!(back, first, "rolling back reuses the old revision's name");
+    let revs: Api<ControllerRevision> = e.ns.api();
+    assert_eq!(revs.get(&first).await.unwrap().revision, 3, "the reused revision moved to the head of history");
+
+    for v in 22..=26 {
+        roll_to(&e, &format!("nginx:1.{v}"), 2).await;
+    }
+    let current = st(&e.clonesets.get("web").await.unwrap()).update_revision;
+    wait_until(T, "history truncated to the limit", || async {
+        let list = revs.list(&ListParams::default()).await?;
+        Ok(list.items.len() == 3)
+    })
+    .await
+    .unwrap();
+    let mut kept: Vec<ControllerRevision> = revs.list(&ListParams::default()).await.unwrap().items;
+    kept.sort_by_key(|r| r.revision);
+    let numbers: Vec<i64> = kept.iter().map(|r| r.revision).collect();
+    assert_eq!(numbers, [6, 7, 8], "the live revision and the 2 newest others");
+    assert_eq!(kept[2].name_any(), current);
+}
+
+#[tokio::test]
+async fn pvcs_are_created_per_instance_and_reused() {
+    let e = env("pvc").await;
+    let vct = json!({"volumeClaimTemplates": [{"metadata": {"name": "data", "labels": {"kind": "data"}},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}]});
+    e.create(&manifest("db", 2, "nginx:1.27", vct)).await;
+    e.wait_status("db", "2 ready", |cs| settled(cs, 2)).await;
+    let pvcs: Api<PersistentVolumeClaim> = e.ns.api();
+    let pods = e.active_pods("db").await;
+    for p in &pods {
+        let id = label(p, keys::CLONESET_INSTANCE_ID).unwrap();
+        let pvc = pvcs.get(&format!("data-db-{id}")).await.unwrap();
+        assert_eq!(pvc.labels().get("kind").map(String::as_str), Some("data"));
+        assert_eq!(pvc.labels().get("app").map(String::as_str), Some("db"));
+        assert_eq!(pvc.labels().get(keys::CLONESET_INSTANCE_ID).map(String::as_str), Some(id));
+        let vol = p.spec.as_ref().unwrap().volumes.as_ref().unwrap().iter().find(|v| v.name == "data").unwrap();
+        assert_eq!(vol.persistent_volume_claim.as_ref().unwrap().claim_name, format!("data-db-{id}"));
+    }
+    // A pod deleted by someone else leaves its PVC; the replacement takes over its id and PVC.
+    let victim = &pods[0];
+    let id = label(victim, keys::CLONESET_INSTANCE_ID).unwrap().to_string();
+    let pvc_uid = pvcs.get(&format!("data-db-{id}")).await.unwrap().metadata.uid;
+    e.pods.delete(&victim.name_any(), &DeleteParams::default()).await.unwrap();
+    let victim_uid = victim.metadata.uid.clone();
+    wait_until(T, "the replacement on the same instance id", || async {
+        let pods = e.active_pods("db").await;
+        Ok(pods.iter().any(|p| label(p, keys::CLONESET_INSTANCE_ID) == Some(id.as_str()) && p.metadata.uid != victim_uid))
+    })
+    .await
+    .unwrap();
+    assert_eq!(pvcs.get(&format!("data-db-{id}")).await.unwrap().metadata.uid, pvc_uid, "the same PVC was reused");
+    e.wait_status("db", "2 ready again", |cs| settled(cs, 2)).await;
+    // Scaling down deletes the pod's PVC with it.
+    e.patch("db", json!({"replicas": 1})).await;
+    e.wait_status("db", "1 ready", |cs| settled(cs, 1)).await;
+    let remaining: BTreeSet<String> =
+        e.active_pods("db").await.iter().map(|p| format!("data-db-{}", label(p, keys::CLONESET_INSTANCE_ID).unwrap())).collect();
+    wait_until(T, "only the remaining pod's PVC", || async {
+        let names: BTreeSet<String> = pvcs
+            .list(&ListParams::default())
+            .await?
+            .items
+            .iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .map(|p| p.name_any())
+            .collect();
+        Ok(names == remaining)
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn kubectl_scale_drives_pods_through_the_scale_subresource() {
+    let e = env("kscale").await;
+    e.create(&manifest("web", 1, "nginx:1.27", json!({}))).await;
+    e.wait_status("web", "1 ready", |cs| settled(cs, 1)).await;
+    let kubeconfig = e2e::testenv::kubeconfig().await.unwrap();
+    let out = std::process::Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .args(["-n", &e.ns.name, "scale", "clone/web", "--replicas=4"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    e.wait_status("web", "4 ready", |cs| settled(cs, 4)).await;
+    let scale = e.clonesets.get_scale("web").await.unwrap();
+    assert_eq!(scale.status.unwrap().replicas, 4);
+}
+
+#[tokio::test]
+async fn restarting_the_operator_mid_rollout_creates_no_extra_pod() {
+    let mut e = env("restart").await;
+    e.create(&manifest("web", 6, "nginx:1.27", json!({"updateStrategy": {"maxUnavailable": 1}}))).await;
+    e.wait_status("web", "6 ready", |cs| rolled_out(cs, 6)).await;
+    let (extremes, watch) = monitor(e.pods.clone(), "app=web".into());
+    e.patch("web", json!({"template": {"spec": {"containers": [{"name": "main", "image": "nginx:1.28"}]}}})).await;
+    e.wait_status("web", "rollout under way", |cs| (1..6).contains(&st(cs).updated_replicas)).await;
+    e.operator.kill();
+    let ns = e.ns.name.clone();
+    e.operator = Operator::start(&ns, &[]).await.unwrap();
+    e.wait_status("web", "rollout finished by the new operator", |cs| rolled_out(cs, 6)).await;
+    watch.abort();
+    let x = extremes.lock().unwrap();
+    assert!(x.max_active <= 6, "never more than 6 active pods: saw {}", x.max_active);
+    assert_eq!(x.uids.len(), 12, "each of the 6 old pods replaced exactly once: {} pods existed", x.uids.len());
+}

@@ -1,0 +1,154 @@
+//! Controller settings and Kruise-compatible flags. Values are parsed once in `main` and passed
+//! down; nothing reads flags or the environment later.
+
+use std::time::Duration;
+
+/// Kruise's feature gates that change CloneSet behaviour, with Kruise's production defaults (all off).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FeatureGates {
+    /// Pods' `controller-revision-hash` carries only the hash.
+    pub cloneset_short_hash: bool,
+    /// Raising partition rolls pods back to the current revision.
+    pub cloneset_partition_rollback: bool,
+    /// PreparingUpdate pods count as updated when scaling.
+    pub preparing_update_as_update: bool,
+    /// A volumeClaimTemplates change forces recreate (not for InPlaceOnly).
+    pub recreate_pod_when_change_vct: bool,
+    /// Resources can be updated in place.
+    pub in_place_workload_vertical_scaling: bool,
+    /// Timed-out scale expectations are dropped instead of blocking the CloneSet.
+    pub force_delete_timeout_expectation: bool,
+}
+
+/// Where a gate's value lives in [`FeatureGates`].
+type GateField = fn(&mut FeatureGates) -> &mut bool;
+
+/// Gate names exactly as Kruise spells them, with where each lives.
+const GATES: &[(&str, GateField)] = &[
+    ("CloneSetShortHash", |g| &mut g.cloneset_short_hash),
+    ("CloneSetPartitionRollback", |g| &mut g.cloneset_partition_rollback),
+    ("PreparingUpdateAsUpdate", |g| &mut g.preparing_update_as_update),
+    ("RecreatePodWhenChangeVCTInCloneSetGate", |g| &mut g.recreate_pod_when_change_vct),
+    ("InPlaceWorkloadVerticalScaling", |g| &mut g.in_place_workload_vertical_scaling),
+    ("ForceDeleteTimeoutExpectationGate", |g| &mut g.force_delete_timeout_expectation),
+];
+
+/// Kruise gates this operator accepts but which do not change anything here (no kruise-daemon,
+/// no pod webhook, no other workloads): accepted so Kruise's flag values can be reused unchanged.
+const ACCEPTED_WITHOUT_EFFECT: &[&str] = &[
+    "AllAlpha",
+    "AllBeta",
+    "PreDownloadImageForInPlaceUpdate",
+    "CloneSetEventHandlerOptimization",
+    "PodUnavailableBudgetUpdateGate",
+    "KruisePodReadinessGate",
+    "ResourcesDeletionProtection",
+    "InPlaceUpdateEnvFromMetadata",
+    "KruiseDaemon",
+    "EnableExternalCerts",
+    "TemplateNoDefaults",
+];
+
+impl FeatureGates {
+    /// Parses Kruise's `--feature-gates` syntax: `A=true,B=false`.
+    pub fn parse(s: &str) -> Result<Self, String> {
+        let mut gates = Self::default();
+        for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let (name, value) = part.split_once('=').ok_or_else(|| format!("--feature-gates: {part:?} is not NAME=true|false"))?;
+            let value: bool =
+                value.trim().parse().map_err(|_| format!("--feature-gates: {name}={value:?}: the value must be true or false"))?;
+            let name = name.trim();
+            if let Some((_, field)) = GATES.iter().find(|(n, _)| *n == name) {
+                *field(&mut gates) = value;
+            } else if !ACCEPTED_WITHOUT_EFFECT.contains(&name) {
+                let known: Vec<&str> = GATES.iter().map(|(n, _)| *n).collect();
+                return Err(format!("--feature-gates: unknown gate {name:?}; CloneSet gates are {}", known.join(", ")));
+            }
+        }
+        Ok(gates)
+    }
+}
+
+/// Parses Go-style durations used by Kruise's flags: `300ms`, `5m`, `1h30m`, `90s`.
+pub fn parse_go_duration(s: &str) -> Result<Duration, String> {
+    let mut total = 0f64;
+    let mut rest = s.trim();
+    if rest.is_empty() {
+        return Err("empty duration".into());
+    }
+    if rest == "0" {
+        return Ok(Duration::ZERO);
+    }
+    while !rest.is_empty() {
+        let num_len = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(rest.len());
+        let (num, tail) = rest.split_at(num_len);
+        let value: f64 = num.parse().map_err(|_| format!("invalid duration {s:?}"))?;
+        let unit_len = tail.find(|c: char| c.is_ascii_digit() || c == '.').unwrap_or(tail.len());
+        let (unit, tail) = tail.split_at(unit_len);
+        let scale = match unit {
+            "ns" => 1e-9,
+            "us" | "µs" => 1e-6,
+            "ms" => 1e-3,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            _ => return Err(format!("invalid duration {s:?}: unknown unit {unit:?}")),
+        };
+        total += value * scale;
+        rest = tail;
+    }
+    Ok(Duration::from_secs_f64(total))
+}
+
+/// Everything the controller needs to know about how it was started.
+#[derive(Clone, Debug)]
+pub struct ControllerConfig {
+    pub workers: usize,
+    pub expectation_timeout: Duration,
+    pub gates: FeatureGates,
+    /// Watch one namespace only (empty: all).
+    pub namespace: Option<String>,
+    /// `--cloneset-scaling-exclude-preparing-delete`.
+    pub exclude_preparing_delete: bool,
+    /// Time allowed for the caches' first list.
+    pub cache_sync_timeout: Duration,
+}
+
+impl Default for ControllerConfig {
+    fn default() -> Self {
+        Self {
+            workers: 3,
+            expectation_timeout: Duration::from_secs(300),
+            gates: FeatureGates::default(),
+            namespace: None,
+            exclude_preparing_delete: false,
+            cache_sync_timeout: Duration::from_secs(120),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn feature_gates_use_kruise_syntax_and_defaults() {
+        assert_eq!(FeatureGates::parse("").unwrap(), FeatureGates::default());
+        let g = FeatureGates::parse("CloneSetShortHash=true, CloneSetPartitionRollback=true,AllAlpha=false").unwrap();
+        assert!(g.cloneset_short_hash && g.cloneset_partition_rollback && !g.preparing_update_as_update);
+        let err = FeatureGates::parse("NoSuchGate=true").unwrap_err();
+        assert!(err.contains("--feature-gates") && err.contains("NoSuchGate"), "{err}");
+        assert!(FeatureGates::parse("CloneSetShortHash").unwrap_err().contains("NAME=true|false"));
+        assert!(FeatureGates::parse("CloneSetShortHash=yes").unwrap_err().contains("true or false"));
+    }
+
+    #[test]
+    fn go_durations_parse() {
+        assert_eq!(parse_go_duration("5m").unwrap(), Duration::from_secs(300));
+        assert_eq!(parse_go_duration("1h30m").unwrap(), Duration::from_secs(5400));
+        assert_eq!(parse_go_duration("250ms").unwrap(), Duration::from_millis(250));
+        assert_eq!(parse_go_duration("0").unwrap(), Duration::ZERO);
+        assert!(parse_go_duration("5 minutes").is_err());
+        assert!(parse_go_duration("").is_err());
+    }
+}

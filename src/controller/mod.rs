@@ -1,0 +1,221 @@
+//! The only layer that talks to the apiserver: caches, the work queue, and the reconcile loop
+//! that observes, gates on expectations, asks `core` what to do, and does it.
+
+pub mod queue;
+mod reconcile;
+mod writes;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::{Stream, StreamExt as _};
+use k8s_openapi::api::apps::v1::ControllerRevision;
+use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Pod};
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::watcher::{self, Event};
+use kube::runtime::{WatchStreamExt as _, reflector::ObjectRef};
+use kube::{Api, Client, Resource, ResourceExt as _};
+
+use crate::api::{CloneSet, keys};
+use crate::config::ControllerConfig;
+use crate::core::expectations::{ResourceVersionExpectations, ScaleExpectations};
+use queue::WorkQueue;
+
+/// The caches a reconcile reads. Every one has finished its first list before any reconcile.
+#[derive(Clone)]
+pub struct Stores {
+    pub clonesets: Store<CloneSet>,
+    pub pods: Store<Pod>,
+    pub pvcs: Store<PersistentVolumeClaim>,
+    pub revisions: Store<ControllerRevision>,
+    pub nodes: Store<Node>,
+}
+
+/// Counters exported as metrics.
+#[derive(Default)]
+pub struct Counters {
+    pub reconciles: AtomicU64,
+    pub reconcile_errors: AtomicU64,
+    /// Per CloneSet `namespace/name`: scale expectations that timed out.
+    pub expectation_leaks: Mutex<HashMap<String, u64>>,
+}
+
+/// Everything a reconcile needs, passed explicitly (no globals).
+pub struct Context {
+    pub client: Client,
+    pub config: ControllerConfig,
+    pub stores: Stores,
+    pub scale_expectations: Mutex<ScaleExpectations>,
+    pub rv_expectations: Mutex<ResourceVersionExpectations>,
+    pub recorder: Recorder,
+    pub queue: WorkQueue,
+    pub counters: Counters,
+}
+
+impl Context {
+    pub fn record_leak(&self, key: &str) {
+        let mut leaks = self.counters.expectation_leaks.lock().unwrap_or_else(|e| e.into_inner());
+        *leaks.entry(key.to_string()).or_default() += 1;
+    }
+}
+
+fn api<K>(client: &Client, namespace: Option<&str>) -> Api<K>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    K::DynamicType: Default,
+{
+    match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    }
+}
+
+/// Runs a reflector: keeps `writer`'s cache current (stripped of managedFields, which nothing
+/// reads) and yields the objects that changed.
+fn cache<K>(api: Api<K>, cfg: watcher::Config, writer: reflector::store::Writer<K>) -> impl Stream<Item = Arc<K>> + Send
+where
+    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
+{
+    watcher::watcher(api, cfg).default_backoff().modify(|obj: &mut K| obj.managed_fields_mut().clear()).reflect(writer).filter_map(
+        |ev| async move {
+            match ev {
+                Ok(Event::Apply(o)) | Ok(Event::Delete(o)) | Ok(Event::InitApply(o)) => Some(Arc::new(o)),
+                Ok(_) => None,
+                Err(e) => {
+                    tracing::warn!(error = %e, "watch error; retrying");
+                    None
+                }
+            }
+        },
+    )
+}
+
+/// The CloneSet that controls `obj`, as a queue key.
+fn owner_key<K: Resource>(obj: &K) -> Option<String> {
+    let owner = obj.meta().owner_references.as_ref()?.iter().find(|o| o.controller == Some(true))?;
+    let group = owner.api_version.split('/').next().unwrap_or_default();
+    (owner.kind == "CloneSet" && group == "apps.kruise.io")
+        .then(|| format!("{}/{}", obj.meta().namespace.as_deref().unwrap_or_default(), owner.name))
+}
+
+/// Runs the controller until `shutdown` resolves.
+pub async fn run(client: Client, config: ControllerConfig, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
+    let ns = config.namespace.clone();
+    let ns = ns.as_deref();
+    let (cs_reader, cs_writer) = reflector::store::<CloneSet>();
+    let (pod_reader, pod_writer) = reflector::store::<Pod>();
+    let (pvc_reader, pvc_writer) = reflector::store::<PersistentVolumeClaim>();
+    let (rev_reader, rev_writer) = reflector::store::<ControllerRevision>();
+    let (node_reader, node_writer) = reflector::store::<Node>();
+    // Only what a CloneSet can own: pods and PVCs carry the instance-id label, revisions the hash label.
+    let owned = watcher::Config::default().labels(keys::CLONESET_INSTANCE_ID);
+    let cs_events = cache(api::<CloneSet>(&client, ns), watcher::Config::default(), cs_writer);
+    let pod_events = cache(api::<Pod>(&client, ns), owned.clone(), pod_writer);
+    let pvc_events = cache(api::<PersistentVolumeClaim>(&client, ns), owned, pvc_writer);
+    let rev_events =
+        cache(api::<ControllerRevision>(&client, ns), watcher::Config::default().labels(keys::CONTROLLER_REVISION_HASH_LABEL), rev_writer);
+    let node_events = cache(Api::<Node>::all(client.clone()), watcher::Config::default(), node_writer);
+
+    let recorder =
+        Recorder::new(client.clone(), Reporter { controller: "cloneset-controller".into(), instance: std::env::var("POD_NAME").ok() });
+    let ctx = Arc::new(Context {
+        client: client.clone(),
+        stores: Stores { clonesets: cs_reader, pods: pod_reader, pvcs: pvc_reader, revisions: rev_reader, nodes: node_reader },
+        config,
+        scale_expectations: Mutex::new(ScaleExpectations::default()),
+        rv_expectations: Mutex::new(ResourceVersionExpectations::default()),
+        recorder,
+        queue: WorkQueue::new(),
+        counters: Counters::default(),
+    });
+
+    let mut tasks = tokio::task::JoinSet::new();
+    let c = ctx.clone();
+    tasks.spawn(cs_events.for_each(move |cs| {
+        c.queue.add(&format!("{}/{}", cs.namespace().unwrap_or_default(), cs.name_any()));
+        std::future::ready(())
+    }));
+    for stream in [
+        pod_events.filter_map(|p| std::future::ready(owner_key(p.as_ref()))).boxed(),
+        pvc_events.filter_map(|p| std::future::ready(owner_key(p.as_ref()))).boxed(),
+        rev_events.filter_map(|r| std::future::ready(owner_key(r.as_ref()))).boxed(),
+    ] {
+        let c = ctx.clone();
+        tasks.spawn(stream.for_each(move |key| {
+            c.queue.add(&key);
+            std::future::ready(())
+        }));
+    }
+    tasks.spawn(node_events.for_each(|_| std::future::ready(())));
+
+    // Never act on a cache that has not finished its first list: an empty pod cache read as
+    // truth would mean mass creation.
+    let stores = ctx.stores.clone();
+    let synced = async {
+        stores.clonesets.wait_until_ready().await?;
+        stores.pods.wait_until_ready().await?;
+        stores.pvcs.wait_until_ready().await?;
+        stores.revisions.wait_until_ready().await?;
+        stores.nodes.wait_until_ready().await
+    };
+    match tokio::time::timeout(ctx.config.cache_sync_timeout, synced).await {
+        Ok(Ok(())) => tracing::info!("caches synced"),
+        Ok(Err(e)) => anyhow::bail!("caches failed to sync: {e}"),
+        Err(_) => anyhow::bail!("caches did not sync within --controller-cache-sync-timeout ({:?})", ctx.config.cache_sync_timeout),
+    }
+
+    let mut workers = tokio::task::JoinSet::new();
+    for _ in 0..ctx.config.workers.max(1) {
+        let c = ctx.clone();
+        workers.spawn(async move { worker(c).await });
+    }
+    shutdown.await;
+    tracing::info!("stopping workers");
+    ctx.queue.shut_down();
+    while workers.join_next().await.is_some() {}
+    tasks.abort_all();
+    Ok(())
+}
+
+async fn worker(ctx: Arc<Context>) {
+    while let Some(item) = ctx.queue.get().await {
+        let key = item.key;
+        ctx.counters.reconciles.fetch_add(1, Ordering::Relaxed);
+        match reconcile::reconcile(&ctx, &key).await {
+            Ok(requeue) => {
+                ctx.queue.forget(&key);
+                if let Some(after) = requeue {
+                    ctx.queue.add_after(&key, after);
+                }
+            }
+            Err(e) => {
+                ctx.counters.reconcile_errors.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(cloneset = %key, error = %e, "reconcile failed; retrying with backoff");
+                ctx.queue.add_rate_limited(&key);
+            }
+        }
+        ctx.queue.done(&key);
+    }
+}
+
+/// A cached object by namespace and name.
+fn cached<K>(store: &Store<K>, ns: &str, name: &str) -> Option<Arc<K>>
+where
+    K: Resource + Clone + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone,
+{
+    store.get(&ObjectRef::new(name).within(ns))
+}
+
+/// Shortest of two optional requeue delays.
+fn sooner(a: Option<Duration>, b: Option<Duration>) -> Option<Duration> {
+    match (a, b) {
+        (Some(x), Some(y)) => Some(x.min(y)),
+        (x, None) => x,
+        (None, y) => y,
+    }
+}

@@ -1,0 +1,576 @@
+//! One reconcile of one CloneSet, in Kruise's order (§4.0): observe → gate on expectations →
+//! revisions → scale or update → status → housekeeping → requeue hint.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::future::join_all;
+use k8s_openapi::api::apps::v1::ControllerRevision;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, PodTemplateSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt as _;
+use kube::runtime::events::EventType;
+use serde_json::json;
+
+use super::writes::{self, WriteError, event};
+use super::{Context, cached, sooner};
+use crate::api::cloneset::condition;
+use crate::api::{CloneSet, CloneSetCondition, keys};
+use crate::core::expectations::{Cached, Gate, ObjectKind, combine};
+use crate::core::history::{self, RevisionView, UpdateRevisionPlan};
+use crate::core::sync::{self, SyncInput};
+use crate::core::{gojson, intstr, pods as podcore, revision, status};
+
+/// Why a reconcile failed; the worker retries with backoff.
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileError {
+    #[error(transparent)]
+    Write(#[from] WriteError),
+    #[error(transparent)]
+    Kube(#[from] kube::Error),
+    #[error("revision: {0}")]
+    Revision(String),
+}
+
+/// After a leak with `ForceDeleteTimeoutExpectationGate`, look again this soon.
+const AFTER_FORCED_EXPECTATIONS: Duration = Duration::from_secs(10);
+
+pub async fn reconcile(ctx: &Arc<Context>, key: &str) -> Result<Option<Duration>, ReconcileError> {
+    let (ns, name) = key.split_once('/').unwrap_or(("", key));
+    let Some(cs) = cached(&ctx.stores.clonesets, ns, name) else {
+        ctx.scale_expectations.lock().unwrap_or_else(|e| e.into_inner()).forget(key);
+        return Ok(None);
+    };
+    let cs: &CloneSet = &cs;
+    let now_i = Instant::now();
+    let now = Timestamp::now();
+    let timeout = ctx.config.expectation_timeout;
+
+    // Gate: our own creates and deletes must be visible in the cache first.
+    let gate = {
+        let lookup = |kind: ObjectKind, n: &str| -> Cached {
+            let meta = match kind {
+                ObjectKind::Pod => cached(&ctx.stores.pods, ns, n).map(|p| p.metadata.deletion_timestamp.is_some()),
+                ObjectKind::Pvc => cached(&ctx.stores.pvcs, ns, n).map(|p| p.metadata.deletion_timestamp.is_some()),
+            };
+            match meta {
+                None => Cached::Absent,
+                Some(true) => Cached::Terminating,
+                Some(false) => Cached::Present,
+            }
+        };
+        ctx.scale_expectations.lock().unwrap_or_else(|e| e.into_inner()).check(key, lookup, now_i, timeout)
+    };
+    match gate {
+        Gate::Proceed => {}
+        Gate::Wait(d) => return Ok(Some(d)),
+        Gate::Leaked => {
+            ctx.record_leak(key);
+            tracing::warn!(cloneset = %key, "scale expectations not observed within --expectation-timeout ({timeout:?})");
+            if ctx.config.gates.force_delete_timeout_expectation {
+                ctx.scale_expectations.lock().unwrap_or_else(|e| e.into_inner()).forget(key);
+                return Ok(Some(AFTER_FORCED_EXPECTATIONS));
+            }
+            return Ok(None);
+        }
+    }
+
+    // Observe: owned pods and PVCs, by owner UID (orphans are never adopted).
+    let uid = cs.metadata.uid.clone().unwrap_or_default();
+    let owned = |refs: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference]| refs.iter().any(|o| o.uid == uid);
+    let all_pods: Vec<Arc<Pod>> =
+        ctx.stores.pods.state().into_iter().filter(|p| p.namespace().as_deref() == Some(ns) && owned(p.owner_references())).collect();
+    let (active, inactive): (Vec<Arc<Pod>>, Vec<Arc<Pod>>) = all_pods.into_iter().partition(|p| is_active(p));
+    let pvcs: Vec<Arc<PersistentVolumeClaim>> = ctx
+        .stores
+        .pvcs
+        .state()
+        .into_iter()
+        .filter(|p| p.namespace().as_deref() == Some(ns) && owned(p.owner_references()) && p.metadata.deletion_timestamp.is_none())
+        .collect();
+
+    if cs.spec.scale_strategy.disable_pvc_reuse {
+        cleanup_pvcs(ctx, cs, &active, &inactive, &pvcs).await?;
+    }
+    let active = release_mismatched_pods(ctx, cs, active).await?;
+
+    // Revisions.
+    let revs = sync_revisions(ctx, cs).await?;
+    let update_revision = revs.update.clone();
+    let current_revision = revs.current.clone();
+
+    // Read-your-writes: every pod we patched must be seen at that version before we decide.
+    let mut gate = Gate::Proceed;
+    {
+        let mut rv = ctx.rv_expectations.lock().unwrap_or_else(|e| e.into_inner());
+        for p in &active {
+            let uid = p.metadata.uid.clone().unwrap_or_default();
+            gate = combine(gate, rv.check(&uid, p.metadata.resource_version.as_deref(), now_i, timeout));
+        }
+    }
+    match gate {
+        Gate::Proceed => {}
+        Gate::Wait(d) => return Ok(Some(d)),
+        Gate::Leaked => {
+            tracing::warn!(cloneset = %key, "pod writes not observed within --expectation-timeout; waiting for new events");
+            return Ok(None);
+        }
+    }
+
+    let active_refs: Vec<&Pod> = active.iter().map(|p| p.as_ref()).collect();
+    let node_labels: BTreeMap<String, BTreeMap<String, String>> = if has_spread_constraints(cs) {
+        ctx.stores.nodes.state().iter().map(|n| (n.name_any(), n.labels().clone())).collect()
+    } else {
+        BTreeMap::new()
+    };
+    let input = SyncInput {
+        cloneset: cs,
+        pods: &active_refs,
+        current_revision: &current_revision,
+        update_revision: &update_revision,
+        gates: ctx.config.gates,
+        exclude_preparing_delete_flag: ctx.config.exclude_preparing_delete,
+        node_labels: &node_labels,
+        now,
+    };
+
+    let mut failure: Option<CloneSetCondition> = None;
+    if cs.metadata.deletion_timestamp.is_none() {
+        let scale = sync::plan_scale(&input);
+        if let Some(limit) = scale.scale_up_limited_to {
+            event(
+                ctx,
+                cs,
+                EventType::Warning,
+                "ScaleUpLimited",
+                format!("scaleUp is limited because of scaleStrategy.maxUnavailable, limit: {limit}"),
+            )
+            .await;
+        }
+        if scale.changes_pods() {
+            if let Err(e) = execute_scale(ctx, cs, &scale, &revs, &active_refs, &pvcs, now).await {
+                failure = Some(failed(condition::FAILED_SCALE, &e.to_string(), now));
+            }
+        } else {
+            let refresh = sync::plan_refresh(&input);
+            if !refresh.is_empty() {
+                if let Err(e) = execute_refresh(ctx, cs, &refresh, &active_refs, now).await {
+                    failure = Some(failed(condition::FAILED_UPDATE, &e.to_string(), now));
+                }
+            } else {
+                let update = sync::plan_update(&input);
+                if let Err(e) = execute_update(ctx, cs, &update, &active_refs, &update_revision, &current_revision).await {
+                    failure = Some(failed(condition::FAILED_UPDATE, &e.to_string(), now));
+                }
+            }
+        }
+    }
+
+    // Status, from the pods observed at the start of this pass.
+    let replicas = cs.spec.replicas.unwrap_or(1);
+    let partition = intstr::partition_replicas(replicas, cs.spec.update_strategy.partition.as_ref()).unwrap_or(0);
+    let (mut new_status, status_requeue) = status::compute(&status::StatusInput {
+        cloneset: cs,
+        pods: &active_refs,
+        update_revision: &update_revision,
+        current_revision: &current_revision,
+        collision_count: revs.collision_count,
+        expected_updated_replicas: replicas - partition,
+        now,
+    });
+    if let Some(f) = failure.take() {
+        status::set_condition(&mut new_status.conditions, f);
+    }
+    let old_status = cs.status.clone().unwrap_or_default();
+    if status::needs_write(&old_status, &new_status) {
+        writes::write_status(ctx, cs, &old_status, &new_status).await?;
+    }
+
+    // Housekeeping.
+    if let Some(kept) = sync::stale_pods_to_delete(cs, &active_refs) {
+        writes::set_pods_to_delete(ctx, cs, &kept).await?;
+    }
+    truncate_history(ctx, cs, &revs, &active_refs, &new_status.current_revision).await?;
+
+    Ok(sooner(status_requeue, sync::next_availability(&input)))
+}
+
+fn is_active(p: &Pod) -> bool {
+    let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
+    p.metadata.deletion_timestamp.is_none() && phase != Some("Succeeded") && phase != Some("Failed")
+}
+
+fn has_spread_constraints(cs: &CloneSet) -> bool {
+    cs.spec.template.spec.as_ref().and_then(|s| s.topology_spread_constraints.as_ref()).is_some_and(|t| !t.is_empty())
+}
+
+fn failed(type_: &str, message: &str, now: Timestamp) -> CloneSetCondition {
+    let t = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now));
+    CloneSetCondition {
+        type_: type_.into(),
+        status: "True".into(),
+        last_update_time: t.clone(),
+        last_transition_time: t,
+        reason: String::new(),
+        message: message.into(),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Revisions
+
+/// The revisions this reconcile works with.
+pub struct Revisions {
+    pub update: String,
+    pub current: String,
+    pub collision_count: i32,
+    /// All revisions of this CloneSet, oldest first, as seen (plus one created now).
+    pub sorted: Vec<RevisionView>,
+    /// Templates by revision name, for building pods of either revision.
+    pub templates: BTreeMap<String, PodTemplateSpec>,
+}
+
+fn owned_revisions(ctx: &Context, cs: &CloneSet) -> Vec<Arc<ControllerRevision>> {
+    let ns = cs.namespace().unwrap_or_default();
+    let uid = cs.metadata.uid.clone().unwrap_or_default();
+    let selector = &cs.spec.selector;
+    ctx.stores
+        .revisions
+        .state()
+        .into_iter()
+        .filter(|r| r.namespace().as_deref() == Some(ns.as_str()))
+        .filter(|r| {
+            let controller = r.owner_references().iter().find(|o| o.controller == Some(true));
+            controller.is_none_or(|o| o.uid == uid) && selector_matches(selector, r.labels())
+        })
+        .collect()
+}
+
+fn selector_matches(sel: &k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector, labels: &BTreeMap<String, String>) -> bool {
+    let labels_ok = sel.match_labels.iter().flatten().all(|(k, v)| labels.get(k) == Some(v));
+    let exprs_ok = sel.match_expressions.iter().flatten().all(|e| {
+        let values = e.values.as_deref().unwrap_or_default();
+        match e.operator.as_str() {
+            "In" => labels.get(&e.key).is_some_and(|v| values.contains(v)),
+            "NotIn" => labels.get(&e.key).is_none_or(|v| !values.contains(v)),
+            "Exists" => labels.contains_key(&e.key),
+            "DoesNotExist" => !labels.contains_key(&e.key),
+            _ => false,
+        }
+    });
+    labels_ok && exprs_ok
+}
+
+fn view(r: &ControllerRevision) -> RevisionView {
+    let data = r.data.as_ref().map(|d| gojson::encode_value(&d.0)).unwrap_or_default();
+    RevisionView { name: r.name_any(), revision: r.revision, created: r.metadata.creation_timestamp.as_ref().map(|t| t.0), data }
+}
+
+fn template_of(data: &[u8]) -> Result<PodTemplateSpec, ReconcileError> {
+    let v = revision::template_from_revision_data(data).map_err(|e| ReconcileError::Revision(e.to_string()))?;
+    serde_json::from_value(v).map_err(|e| ReconcileError::Revision(e.to_string()))
+}
+
+/// The hash of the volumeClaimTemplates recorded on revisions (`""` without VCTs).
+fn vct_hash(cs: &CloneSet) -> String {
+    if cs.spec.volume_claim_templates.is_empty() {
+        return String::new();
+    }
+    let mut items: Vec<(String, serde_json::Value)> = cs
+        .spec
+        .volume_claim_templates
+        .iter()
+        .map(|v| (v.metadata.name.clone().unwrap_or_default(), serde_json::to_value(&v.spec).unwrap_or_default()))
+        .collect();
+    items.sort_by(|a, b| a.0.cmp(&b.0));
+    let bytes = serde_json::to_vec(&items).unwrap_or_default();
+    let mut h: u32 = 0x811c9dc5;
+    for b in bytes {
+        h ^= u32::from(b);
+        h = h.wrapping_mul(0x01000193);
+    }
+    h.to_string()
+}
+
+/// §3.3: find or create the update revision; pick the current one.
+async fn sync_revisions(ctx: &Context, cs: &CloneSet) -> Result<Revisions, ReconcileError> {
+    let ns = cs.namespace().unwrap_or_default();
+    let cs_name = cs.name_any();
+    let existing = owned_revisions(ctx, cs);
+    let mut sorted: Vec<RevisionView> = existing.iter().map(|r| view(r)).collect();
+    history::sort_revisions(&mut sorted);
+    let template = serde_json::to_value(&cs.spec.template).map_err(|e| ReconcileError::Revision(e.to_string()))?;
+    let data = revision::revision_data(&template);
+    let mut collision_count = cs.status.as_ref().and_then(|s| s.collision_count).unwrap_or(0);
+    let vct = vct_hash(cs);
+
+    let update = match history::plan_update_revision(&sorted, &data) {
+        UpdateRevisionPlan::Existing { name } => name,
+        UpdateRevisionPlan::Reuse { name, revision } => {
+            writes::bump_revision(ctx, &ns, &name, revision, &vct).await?;
+            if let Some(r) = sorted.iter_mut().find(|r| r.name == name) {
+                r.revision = revision;
+            }
+            history::sort_revisions(&mut sorted);
+            name
+        }
+        UpdateRevisionPlan::Create { revision: number } => {
+            let hash_label = revision::hash_revision(&data, collision_count);
+            loop {
+                let hash = revision::hash_revision(&data, collision_count);
+                let name = revision::revision_name(&cs_name, &hash);
+                let mut labels = cs.spec.template.metadata.as_ref().and_then(|m| m.labels.clone()).unwrap_or_default();
+                labels.insert(keys::CONTROLLER_REVISION_HASH_LABEL.into(), hash_label.clone());
+                let mut annotations = cs.annotations().clone();
+                annotations.insert(keys::VOLUME_CLAIM_TEMPLATE_HASH.into(), vct.clone());
+                let rev = ControllerRevision {
+                    metadata: ObjectMeta {
+                        name: Some(name.clone()),
+                        namespace: Some(ns.clone()),
+                        labels: Some(labels),
+                        annotations: Some(annotations),
+                        owner_references: Some(vec![podcore::controller_ref(cs)]),
+                        ..Default::default()
+                    },
+                    data: None,
+                    revision: number,
+                };
+                match writes::create_revision(ctx, &ns, rev, &data).await {
+                    Ok(created) => {
+                        sorted.push(view(&created));
+                        break name;
+                    }
+                    Err(kube::Error::Api(e)) if e.code == 409 => {
+                        let api: kube::Api<ControllerRevision> = kube::Api::namespaced(ctx.client.clone(), &ns);
+                        let other = api.get(&name).await?;
+                        let same_owner = other.owner_references().iter().any(|o| Some(&o.uid) == cs.metadata.uid.as_ref());
+                        if same_owner && view(&other).data == data {
+                            if !sorted.iter().any(|r| r.name == name) {
+                                sorted.push(view(&other));
+                            }
+                            break name;
+                        }
+                        // A different revision holds this name: a hash collision.
+                        collision_count += 1;
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        }
+    };
+    let status_current = cs.status.as_ref().map(|s| s.current_revision.clone()).unwrap_or_default();
+    let current = if sorted.iter().any(|r| r.name == status_current) { status_current } else { update.clone() };
+    let mut templates = BTreeMap::new();
+    for r in &sorted {
+        if r.name == update || r.name == current {
+            templates.insert(r.name.clone(), template_of(&r.data)?);
+        }
+    }
+    Ok(Revisions { update, current, collision_count, sorted, templates })
+}
+
+/// §3.5: delete non-live revisions beyond `revisionHistoryLimit`, oldest first.
+async fn truncate_history(
+    ctx: &Context,
+    cs: &CloneSet,
+    revs: &Revisions,
+    active: &[&Pod],
+    current_after: &str,
+) -> Result<(), ReconcileError> {
+    let mut live: BTreeSet<String> = [revs.update.clone(), revs.current.clone(), current_after.to_string()].into();
+    for r in &revs.sorted {
+        if active.iter().any(|p| status::pod_revision(p).is_some_and(|h| podcore::hash_matches(h, &r.name))) {
+            live.insert(r.name.clone());
+        }
+    }
+    let limit = cs.spec.revision_history_limit.unwrap_or(10);
+    let ns = cs.namespace().unwrap_or_default();
+    for name in history::revisions_to_truncate(&revs.sorted, &live, limit) {
+        writes::delete_revision(ctx, &ns, &name).await?;
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Pods and PVCs
+
+/// §4.0 step 6: owned pods that no longer match the selector are released (owner removed).
+async fn release_mismatched_pods(ctx: &Context, cs: &CloneSet, active: Vec<Arc<Pod>>) -> Result<Vec<Arc<Pod>>, ReconcileError> {
+    let ns = cs.namespace().unwrap_or_default();
+    let uid = cs.metadata.uid.clone().unwrap_or_default();
+    let mut kept = Vec::with_capacity(active.len());
+    for p in active {
+        if selector_matches(&cs.spec.selector, p.labels()) {
+            kept.push(p);
+            continue;
+        }
+        let refs: Vec<_> = p.owner_references().iter().filter(|o| o.uid != uid).cloned().collect();
+        let patch = json!({"metadata": {"ownerReferences": refs, "resourceVersion": p.resource_version()}});
+        let api: kube::Api<Pod> = kube::Api::namespaced(ctx.client.clone(), &ns);
+        api.patch(&p.name_any(), &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch)).await?;
+    }
+    Ok(kept)
+}
+
+/// §4.3 with reuse disabled: PVCs of inactive pods go to those pods (garbage collected with
+/// them); PVCs with no pod at all are deleted.
+async fn cleanup_pvcs(
+    ctx: &Context,
+    cs: &CloneSet,
+    active: &[Arc<Pod>],
+    inactive: &[Arc<Pod>],
+    pvcs: &[Arc<PersistentVolumeClaim>],
+) -> Result<(), ReconcileError> {
+    let id_of = |p: &Pod| podcore::instance_id(p.metadata.labels.as_ref()).map(str::to_string);
+    let active_ids: BTreeSet<String> = active.iter().filter_map(|p| id_of(p)).collect();
+    for pvc in pvcs {
+        let Some(id) = podcore::instance_id(pvc.metadata.labels.as_ref()) else { continue };
+        if active_ids.contains(id) {
+            continue;
+        }
+        match inactive.iter().find(|p| id_of(p).as_deref() == Some(id)) {
+            Some(pod) => {
+                let owner = json!({"apiVersion": "v1", "kind": "Pod", "name": pod.name_any(), "uid": pod.metadata.uid, "controller": false, "blockOwnerDeletion": false});
+                writes::set_pvc_owner(ctx, cs, pvc, owner).await?;
+            }
+            None => writes::delete_pvc(ctx, cs, &pvc.name_any()).await?,
+        }
+    }
+    Ok(())
+}
+
+/// Creates pods in slow-start batches (1, 2, 4, …), stopping after the first batch with a failure.
+async fn execute_scale(
+    ctx: &Context,
+    cs: &CloneSet,
+    plan: &sync::ScalePlan,
+    revs: &Revisions,
+    active: &[&Pod],
+    pvcs: &[Arc<PersistentVolumeClaim>],
+    now: Timestamp,
+) -> Result<(), WriteError> {
+    let total = plan.create_current + plan.create_update;
+    if total > 0 {
+        let active_ids: BTreeSet<String> =
+            active.iter().filter_map(|p| podcore::instance_id(p.metadata.labels.as_ref()).map(str::to_string)).collect();
+        let pvc_ids: Vec<&str> = pvcs.iter().filter_map(|p| podcore::instance_id(p.metadata.labels.as_ref())).collect();
+        let free = if cs.spec.scale_strategy.disable_pvc_reuse {
+            BTreeSet::new()
+        } else {
+            podcore::free_pvc_ids(pvc_ids.iter().copied(), &active_ids)
+        };
+        let in_use: BTreeSet<String> = active_ids.iter().cloned().chain(pvc_ids.iter().map(|s| s.to_string())).collect();
+        let random = std::hash::RandomState::new();
+        let mut n = 0u64;
+        let ids = podcore::instance_ids_for_new_pods(total, &free, &in_use, || {
+            use std::hash::{BuildHasher as _, Hasher as _};
+            n += 1;
+            let mut h = random.build_hasher();
+            h.write_u64(n);
+            h.finish()
+        });
+        let existing_pvcs: BTreeSet<String> = pvcs.iter().map(|p| p.name_any()).collect();
+        let short_hash = ctx.config.gates.cloneset_short_hash;
+        let mut new_pods = Vec::with_capacity(total);
+        for (i, id) in ids.iter().enumerate() {
+            let revision = if i < plan.create_current { &revs.current } else { &revs.update };
+            let Some(template) = revs.templates.get(revision) else { continue };
+            let pod = podcore::build_pod(&podcore::PodRecipe {
+                cloneset: cs,
+                template,
+                revision_name: revision,
+                instance_id: id,
+                short_hash_label: short_hash,
+                now,
+            });
+            let claims: Vec<PersistentVolumeClaim> =
+                podcore::build_pvcs(cs, id).into_iter().filter(|c| !existing_pvcs.contains(&c.name_any())).collect();
+            new_pods.push((pod, claims));
+        }
+        let mut batch = 1;
+        let mut start = 0;
+        while start < new_pods.len() {
+            let end = (start + batch).min(new_pods.len());
+            let results = join_all(new_pods[start..end].iter().map(|(pod, claims)| writes::create_pod(ctx, cs, pod, claims))).await;
+            if let Some(err) = results.into_iter().find_map(Result::err) {
+                return Err(err);
+            }
+            start = end;
+            batch *= 2;
+        }
+        return Ok(());
+    }
+    for name in &plan.delete {
+        let Some(pod) = active.iter().find(|p| p.metadata.name.as_deref() == Some(name.as_str())) else { continue };
+        let id = podcore::instance_id(pod.metadata.labels.as_ref()).unwrap_or_default().to_string();
+        let claims: Vec<String> = pvcs
+            .iter()
+            .filter(|p| !id.is_empty() && podcore::instance_id(p.metadata.labels.as_ref()) == Some(id.as_str()))
+            .map(|p| p.name_any())
+            .collect();
+        writes::delete_pod(ctx, cs, pod, &claims).await?;
+    }
+    Ok(())
+}
+
+async fn execute_refresh(
+    ctx: &Context,
+    cs: &CloneSet,
+    refresh: &[sync::Refresh],
+    active: &[&Pod],
+    now: Timestamp,
+) -> Result<(), WriteError> {
+    let ns = cs.namespace().unwrap_or_default();
+    for r in refresh {
+        let Some(pod) = active.iter().find(|p| p.metadata.name.as_deref() == Some(r.pod.as_str())) else { continue };
+        if !r.labels.is_empty() {
+            let mut meta = json!({"labels": r.labels});
+            if r.touch_lifecycle_timestamp {
+                meta["annotations"] = json!({keys::LIFECYCLE_TIMESTAMP: podcore::rfc3339_seconds(now)});
+            }
+            writes::patch_pod(ctx, &ns, pod, json!({"metadata": meta})).await?;
+        }
+        if r.mark_in_place_update_ready {
+            let cond = json!({"type": keys::INPLACE_UPDATE_READY, "status": "True", "lastTransitionTime": podcore::rfc3339_seconds(now)});
+            writes::patch_pod_status(ctx, &ns, pod, json!({"status": {"conditions": [cond]}})).await?;
+        }
+    }
+    Ok(())
+}
+
+/// Recreate updates: mark each chosen pod `specified-delete`; a later scale pass replaces it.
+async fn execute_update(
+    ctx: &Context,
+    cs: &CloneSet,
+    plan: &sync::UpdatePlan,
+    active: &[&Pod],
+    update_revision: &str,
+    current_revision: &str,
+) -> Result<(), WriteError> {
+    let ns = cs.namespace().unwrap_or_default();
+    let target = if plan.rolling_back { current_revision } else { update_revision };
+    for name in &plan.pods {
+        let Some(pod) = active.iter().find(|p| p.metadata.name.as_deref() == Some(name.as_str())) else { continue };
+        let patch = json!({"metadata": {"labels": {keys::SPECIFIED_DELETE: "true"}}});
+        match writes::patch_pod(ctx, &ns, pod, patch).await {
+            Ok(()) => {
+                let msg = format!("successfully patch pod {name} specified-delete for update(revision {target})");
+                event(ctx, cs, EventType::Normal, "SuccessfulUpdatePodReCreate", msg).await;
+            }
+            Err(e) => {
+                event(
+                    ctx,
+                    cs,
+                    EventType::Warning,
+                    "FailedUpdatePodReCreate",
+                    format!("failed to patch pod {name} specified-delete for update(revision {target}): {e}"),
+                )
+                .await;
+                return Err(e);
+            }
+        }
+    }
+    Ok(())
+}

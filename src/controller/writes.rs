@@ -1,0 +1,218 @@
+//! Every write the controller makes. Each records its expectation before the call (so the watch
+//! event cannot be missed) and withdraws it when the call fails; events use Kruise's reasons
+//! and messages.
+
+use k8s_openapi::api::apps::v1::ControllerRevision;
+use k8s_openapi::api::core::v1::{ObjectReference, PersistentVolumeClaim, Pod};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::runtime::events::{Event, EventType};
+use kube::{Api, Resource, ResourceExt as _};
+use serde_json::{Value, json};
+
+use super::Context;
+use crate::api::{CloneSet, CloneSetStatus};
+use crate::core::expectations::ObjectKind;
+
+/// Why a write failed, in terms of what the caller must do.
+#[derive(Debug, thiserror::Error)]
+pub enum WriteError {
+    #[error(transparent)]
+    Api(#[from] kube::Error),
+    #[error("{0}")]
+    Conflict(String),
+    #[error("encoding: {0}")]
+    Encode(#[from] serde_json::Error),
+}
+
+pub fn cs_key(cs: &CloneSet) -> String {
+    format!("{}/{}", cs.namespace().unwrap_or_default(), cs.name_any())
+}
+
+pub async fn event(ctx: &Context, cs: &CloneSet, type_: EventType, reason: &str, note: String) {
+    let ev = Event { type_, reason: reason.into(), note: Some(note), action: reason.into(), secondary: None };
+    let reference: ObjectReference = cs.object_ref(&());
+    if let Err(e) = ctx.recorder.publish(&ev, &reference).await {
+        tracing::debug!(error = %e, reason, "could not publish event");
+    }
+}
+
+fn pods(ctx: &Context, ns: &str) -> Api<Pod> {
+    Api::namespaced(ctx.client.clone(), ns)
+}
+
+fn pvcs(ctx: &Context, ns: &str) -> Api<PersistentVolumeClaim> {
+    Api::namespaced(ctx.client.clone(), ns)
+}
+
+/// Creates a pod and the PVCs it needs that do not exist yet.
+pub async fn create_pod(ctx: &Context, cs: &CloneSet, pod: &Pod, new_pvcs: &[PersistentVolumeClaim]) -> Result<(), WriteError> {
+    let key = cs_key(cs);
+    let ns = cs.namespace().unwrap_or_default();
+    let name = pod.name_any();
+    for pvc in new_pvcs {
+        let pvc_name = pvc.name_any();
+        ctx.scale_expectations.lock().unwrap_or_else(|e| e.into_inner()).expect_creation(&key, ObjectKind::Pvc, &pvc_name);
+        match pvcs(ctx, &ns).create(&PostParams::default(), pvc).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 409 => {
+                ctx.scale_expectations.lock().unwrap_or_else(|e| e.into_inner()).withdraw(&key, ObjectKind::Pvc, &pvc_name);
+            }
+            Err(e) => {
+                ctx.scale_expectations.lock().unwrap_or_else(|e| e.into_inner()).withdraw(&key, ObjectKind::Pvc, &pvc_name);
+                return Err(e.into());
+            }
+        }
+    }
+    ctx.scale_expectations.lock().unwrap_or_else(|e| e.into_inner()).expect_creation(&key, ObjectKind::Pod, &name);
+    match pods(ctx, &ns).create(&PostParams::default(), pod).await {
+        Ok(_) => {
+            event(ctx, cs, EventType::Normal, "SuccessfulCreate", format!("succeed to create pod {name}")).await;
+            Ok(())
+        }
+        // A retried POST can meet its own earlier success: fine when the pod is ours.
+        Err(kube::Error::Api(e)) if e.code == 409 => match pods(ctx, &ns).get_opt(&name).await? {
+            Some(existing) if existing.owner_references().iter().any(|o| Some(&o.uid) == cs.metadata.uid.as_ref()) => Ok(()),
+            _ => {
+                ctx.scale_expectations.lock().unwrap_or_else(|e| e.into_inner()).withdraw(&key, ObjectKind::Pod, &name);
+                let msg = format!("failed to create pod: {}, pod: {name}", e.message);
+                event(ctx, cs, EventType::Warning, "FailedCreate", msg.clone()).await;
+                Err(WriteError::Conflict(msg))
+            }
+        },
+        Err(e) => {
+            ctx.scale_expectations.lock().unwrap_or_else(|e| e.into_inner()).withdraw(&key, ObjectKind::Pod, &name);
+            event(ctx, cs, EventType::Warning, "FailedCreate", format!("failed to create pod: {e}, pod: {name}")).await;
+            Err(e.into())
+        }
+    }
+}
+
+/// Deletes a pod (only the exact pod we saw, by UID) and then the PVCs of its instance.
+pub async fn delete_pod(ctx: &Context, cs: &CloneSet, pod: &Pod, instance_pvcs: &[String]) -> Result<(), WriteError> {
+    let key = cs_key(cs);
+    let ns = cs.namespace().unwrap_or_default();
+    let name = pod.name_any();
+    ctx.scale_expectations.lock().unwrap_or_else(|e| e.into_inner()).expect_deletion(&key, ObjectKind::Pod, &name);
+    let dp =
+        DeleteParams { preconditions: Some(Preconditions { uid: pod.metadata.uid.clone(), resource_version: None }), ..Default::default() };
+    match pods(ctx, &ns).delete(&name, &dp).await {
+        Ok(_) => event(ctx, cs, EventType::Normal, "SuccessfulDelete", format!("succeed to delete pod {name}")).await,
+        Err(kube::Error::Api(e)) if e.code == 404 => {}
+        Err(e) => {
+            ctx.scale_expectations.lock().unwrap_or_else(|e| e.into_inner()).withdraw(&key, ObjectKind::Pod, &name);
+            event(ctx, cs, EventType::Warning, "FailedDelete", format!("failed to delete pod {name}: {e}")).await;
+            return Err(e.into());
+        }
+    }
+    if let Some(uid) = pod.metadata.uid.as_deref() {
+        ctx.rv_expectations.lock().unwrap_or_else(|e| e.into_inner()).forget(uid);
+    }
+    for pvc in instance_pvcs {
+        delete_pvc(ctx, cs, pvc).await?;
+    }
+    Ok(())
+}
+
+pub async fn delete_pvc(ctx: &Context, cs: &CloneSet, name: &str) -> Result<(), WriteError> {
+    let key = cs_key(cs);
+    ctx.scale_expectations.lock().unwrap_or_else(|e| e.into_inner()).expect_deletion(&key, ObjectKind::Pvc, name);
+    match pvcs(ctx, &cs.namespace().unwrap_or_default()).delete(name, &DeleteParams::default()).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        Err(e) => {
+            ctx.scale_expectations.lock().unwrap_or_else(|e| e.into_inner()).withdraw(&key, ObjectKind::Pvc, name);
+            Err(e.into())
+        }
+    }
+}
+
+/// Replaces a PVC's owner references (handing it to a dead pod so garbage collection takes it).
+pub async fn set_pvc_owner(ctx: &Context, cs: &CloneSet, pvc: &PersistentVolumeClaim, owner: Value) -> Result<(), WriteError> {
+    let patch = json!({"metadata": {"ownerReferences": [owner], "resourceVersion": pvc.resource_version()}});
+    pvcs(ctx, &cs.namespace().unwrap_or_default()).patch(&pvc.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await?;
+    Ok(())
+}
+
+/// A metadata patch on a pod (labels, annotations, owner references), recorded as a
+/// read-your-writes expectation.
+pub async fn patch_pod(ctx: &Context, ns: &str, pod: &Pod, patch: Value) -> Result<(), WriteError> {
+    let updated = pods(ctx, ns).patch(&pod.name_any(), &PatchParams::default(), &Patch::Strategic(&patch)).await?;
+    expect_version(ctx, &updated);
+    Ok(())
+}
+
+/// A status patch on a pod (conditions merge by type).
+pub async fn patch_pod_status(ctx: &Context, ns: &str, pod: &Pod, patch: Value) -> Result<(), WriteError> {
+    let updated = pods(ctx, ns).patch_status(&pod.name_any(), &PatchParams::default(), &Patch::Strategic(&patch)).await?;
+    expect_version(ctx, &updated);
+    Ok(())
+}
+
+fn expect_version<K: Resource>(ctx: &Context, obj: &K) {
+    if let (Some(uid), Some(rv)) = (obj.meta().uid.as_deref(), obj.meta().resource_version.as_deref()) {
+        ctx.rv_expectations.lock().unwrap_or_else(|e| e.into_inner()).expect(uid, rv);
+    }
+}
+
+/// Writes the status. Fields that disappeared are removed explicitly (a merge patch would
+/// otherwise keep them).
+pub async fn write_status(ctx: &Context, cs: &CloneSet, old: &CloneSetStatus, new: &CloneSetStatus) -> Result<(), WriteError> {
+    let mut status = serde_json::to_value(new)?;
+    if let (Value::Object(old), Value::Object(new)) = (serde_json::to_value(old)?, &mut status) {
+        for k in old.keys() {
+            new.entry(k.clone()).or_insert(Value::Null);
+        }
+    }
+    let api: Api<CloneSet> = Api::namespaced(ctx.client.clone(), &cs.namespace().unwrap_or_default());
+    api.patch_status(&cs.name_any(), &PatchParams::default(), &Patch::Merge(json!({"status": status}))).await?;
+    Ok(())
+}
+
+/// Rewrites `spec.scaleStrategy.podsToDelete` (Kruise truncates names that are no longer pods).
+pub async fn set_pods_to_delete(ctx: &Context, cs: &CloneSet, names: &[String]) -> Result<(), WriteError> {
+    let api: Api<CloneSet> = Api::namespaced(ctx.client.clone(), &cs.namespace().unwrap_or_default());
+    let value = if names.is_empty() { Value::Null } else { json!(names) };
+    let patch = json!({"metadata": {"resourceVersion": cs.resource_version()}, "spec": {"scaleStrategy": {"podsToDelete": value}}});
+    api.patch(&cs.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await?;
+    Ok(())
+}
+
+/// Creates a ControllerRevision whose `data` is exactly `data` (the Go-encoded bytes), so the
+/// stored revision is byte-identical to one Kruise would write.
+pub async fn create_revision(
+    ctx: &Context,
+    ns: &str,
+    mut revision: ControllerRevision,
+    data: &[u8],
+) -> Result<ControllerRevision, kube::Error> {
+    revision.data = None;
+    let mut body = serde_json::to_vec(&revision).map_err(kube::Error::SerdeError)?;
+    // Splice the raw data in before the closing brace: `...,"data":<raw>}`.
+    body.pop();
+    body.extend_from_slice(b",\"data\":");
+    body.extend_from_slice(data);
+    body.push(b'}');
+    let url = format!("/apis/apps/v1/namespaces/{ns}/controllerrevisions");
+    let req = kube::core::Request::new(url).create(&PostParams::default(), body).map_err(kube::Error::BuildRequest)?;
+    let created: ControllerRevision = ctx.client.request(req).await?;
+    expect_version(ctx, &created);
+    Ok(created)
+}
+
+/// Moves an existing revision to the head of history (a rollback to its template).
+pub async fn bump_revision(ctx: &Context, ns: &str, name: &str, revision: i64, vct_hash: &str) -> Result<(), kube::Error> {
+    let api: Api<ControllerRevision> = Api::namespaced(ctx.client.clone(), ns);
+    let patch = json!({"revision": revision, "metadata": {"annotations": {crate::api::keys::VOLUME_CLAIM_TEMPLATE_HASH: vct_hash}}});
+    let updated = api.patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
+    expect_version(ctx, &updated);
+    Ok(())
+}
+
+pub async fn delete_revision(ctx: &Context, ns: &str, name: &str) -> Result<(), kube::Error> {
+    let api: Api<ControllerRevision> = Api::namespaced(ctx.client.clone(), ns);
+    match api.delete(name, &DeleteParams::default()).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        Err(e) => Err(e),
+    }
+}

@@ -1,0 +1,103 @@
+//! ControllerRevision history (§3.3–§3.5): which revision is the update revision, when an older
+//! one is reused (rollback), and which non-live revisions are truncated.
+
+use std::collections::BTreeSet;
+
+use k8s_openapi::jiff::Timestamp;
+
+/// What the planner needs to know about one existing revision.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RevisionView {
+    pub name: String,
+    pub revision: i64,
+    pub created: Option<Timestamp>,
+    /// The revision's data re-encoded the way Go encodes it, so byte equality is meaningful
+    /// whether Kruise or we wrote it.
+    pub data: Vec<u8>,
+}
+
+/// Kruise's history order: by `.revision`, then creation time, then name.
+pub fn sort_revisions(revisions: &mut [RevisionView]) {
+    revisions.sort_by(|a, b| (a.revision, a.created, &a.name).cmp(&(b.revision, b.created, &b.name)));
+}
+
+/// How to get the update revision.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum UpdateRevisionPlan {
+    /// The newest revision already has this template: nothing to write.
+    Existing { name: String },
+    /// An older revision has this template (a rollback): bump its `.revision` to the next number.
+    Reuse { name: String, revision: i64 },
+    /// No revision has this template: create one with the next number.
+    Create { revision: i64 },
+}
+
+/// Chooses the update revision for `candidate_data` among `sorted` (oldest first).
+pub fn plan_update_revision(sorted: &[RevisionView], candidate_data: &[u8]) -> UpdateRevisionPlan {
+    let next = sorted.last().map_or(1, |r| r.revision + 1);
+    match sorted.iter().rposition(|r| r.data == candidate_data) {
+        Some(i) if i == sorted.len() - 1 => UpdateRevisionPlan::Existing { name: sorted[i].name.clone() },
+        Some(i) => UpdateRevisionPlan::Reuse { name: sorted[i].name.clone(), revision: next },
+        None => UpdateRevisionPlan::Create { revision: next },
+    }
+}
+
+/// Non-live revisions to delete, oldest first, keeping `limit` of them.
+pub fn revisions_to_truncate(sorted: &[RevisionView], live: &BTreeSet<String>, limit: i32) -> Vec<String> {
+    let history: Vec<&RevisionView> = sorted.iter().filter(|r| !live.contains(&r.name)).collect();
+    let excess = history.len().saturating_sub(limit.max(0) as usize);
+    history.into_iter().take(excess).map(|r| r.name.clone()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rev(name: &str, revision: i64, data: &str) -> RevisionView {
+        RevisionView { name: name.into(), revision, created: None, data: data.as_bytes().to_vec() }
+    }
+
+    #[test]
+    fn newest_equal_revision_is_used_as_is() {
+        // Kruise TestGetActiveRevisions: "equal immediately-prior revision is reused".
+        let revs = [rev("a", 1, "x"), rev("b", 2, "y")];
+        assert_eq!(plan_update_revision(&revs, b"y"), UpdateRevisionPlan::Existing { name: "b".into() });
+    }
+
+    #[test]
+    fn an_older_equal_revision_is_bumped_on_rollback() {
+        let revs = [rev("a", 1, "x"), rev("b", 2, "y"), rev("c", 3, "z")];
+        assert_eq!(plan_update_revision(&revs, b"x"), UpdateRevisionPlan::Reuse { name: "a".into(), revision: 4 });
+    }
+
+    #[test]
+    fn a_new_template_creates_the_next_revision() {
+        // Kruise TestGetActiveRevisions: "a new revision is created when none is equal" and "empty list".
+        assert_eq!(plan_update_revision(&[], b"x"), UpdateRevisionPlan::Create { revision: 1 });
+        assert_eq!(plan_update_revision(&[rev("a", 7, "x")], b"q"), UpdateRevisionPlan::Create { revision: 8 });
+    }
+
+    #[test]
+    fn history_keeps_live_revisions_and_the_newest_non_live_ones() {
+        let mut revs = vec![rev("e", 5, ""), rev("a", 1, ""), rev("c", 3, ""), rev("b", 2, ""), rev("d", 4, "")];
+        sort_revisions(&mut revs);
+        let live: BTreeSet<String> = ["a".to_string(), "e".to_string()].into();
+        assert_eq!(revisions_to_truncate(&revs, &live, 1), ["b", "c"]);
+        assert_eq!(revisions_to_truncate(&revs, &live, 10), Vec::<String>::new());
+        assert_eq!(revisions_to_truncate(&revs, &live, 0), ["b", "c", "d"]);
+    }
+
+    #[test]
+    fn order_is_revision_then_creation_then_name() {
+        let t1: Timestamp = "2026-01-01T00:00:00Z".parse().unwrap();
+        let t2: Timestamp = "2026-01-02T00:00:00Z".parse().unwrap();
+        let mut revs = vec![
+            RevisionView { name: "z".into(), revision: 1, created: Some(t2), data: vec![] },
+            RevisionView { name: "y".into(), revision: 1, created: Some(t1), data: vec![] },
+            RevisionView { name: "x".into(), revision: 2, created: Some(t1), data: vec![] },
+        ];
+        sort_revisions(&mut revs);
+        let names: Vec<&str> = revs.iter().map(|r| r.name.as_str()).collect();
+        assert_eq!(names, ["y", "z", "x"]);
+    }
+}

@@ -1,0 +1,296 @@
+//! Building pods and PVCs exactly as Kruise names and labels them, and choosing instance ids.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::api::core::v1::{
+    PersistentVolumeClaim, PersistentVolumeClaimVolumeSource, Pod, PodReadinessGate, PodSpec, PodTemplateSpec, Volume,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use k8s_openapi::jiff::Timestamp;
+
+use crate::api::keys;
+use crate::api::shared::LifecycleState;
+use crate::api::{CloneSet, cloneset::VolumeClaimTemplate};
+
+/// Alphabet of instance ids (apimachinery's `rand.String`: no vowels, no look-alikes).
+pub const INSTANCE_ID_ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+pub const INSTANCE_ID_LEN: usize = 5;
+
+/// The owner reference Kruise v1.9.0 puts on pods, PVCs and revisions.
+pub fn controller_ref(cs: &CloneSet) -> OwnerReference {
+    OwnerReference {
+        api_version: "apps.kruise.io/v1alpha1".into(),
+        kind: "CloneSet".into(),
+        name: cs.metadata.name.clone().unwrap_or_default(),
+        uid: cs.metadata.uid.clone().unwrap_or_default(),
+        controller: Some(true),
+        block_owner_deletion: Some(true),
+    }
+}
+
+/// The part of a revision name after the last `-` (the hash).
+pub fn short_hash(revision_name: &str) -> &str {
+    revision_name.rsplit_once('-').map_or(revision_name, |(_, h)| h)
+}
+
+/// Whether a pod's `controller-revision-hash` names `revision`: equal in full, or equal after
+/// the last `-` on both sides (pods written with the `CloneSetShortHash` gate carry only the hash).
+pub fn hash_matches(pod_hash: &str, revision: &str) -> bool {
+    pod_hash == revision || short_hash(pod_hash) == short_hash(revision)
+}
+
+/// PVC name for a volumeClaimTemplate and instance.
+pub fn pvc_name(vct: &str, cloneset: &str, instance_id: &str) -> String {
+    format!("{vct}-{cloneset}-{instance_id}")
+}
+
+/// Everything a new pod is built from.
+pub struct PodRecipe<'a> {
+    pub cloneset: &'a CloneSet,
+    /// The template of the revision the pod belongs to.
+    pub template: &'a PodTemplateSpec,
+    pub revision_name: &'a str,
+    pub instance_id: &'a str,
+    /// Feature gate `CloneSetShortHash`: write only the hash in `controller-revision-hash`.
+    pub short_hash_label: bool,
+    pub now: Timestamp,
+}
+
+/// A pod as Kruise's `newVersionedPods` builds it, ready to create.
+pub fn build_pod(r: &PodRecipe<'_>) -> Pod {
+    let cs = r.cloneset;
+    let cs_name = cs.metadata.name.clone().unwrap_or_default();
+    let tmeta = r.template.metadata.clone().unwrap_or_default();
+    let mut labels = tmeta.labels.unwrap_or_default();
+    let hash = short_hash(r.revision_name).to_string();
+    let revision_label = if r.short_hash_label { hash.clone() } else { r.revision_name.to_string() };
+    labels.insert(keys::CONTROLLER_REVISION_HASH.into(), revision_label);
+    labels.insert(keys::POD_TEMPLATE_HASH.into(), hash);
+    labels.insert(keys::CLONESET_INSTANCE_ID.into(), r.instance_id.into());
+    labels.insert(keys::LIFECYCLE_STATE.into(), LifecycleState::PreparingNormal.as_str().into());
+    let mut annotations = tmeta.annotations.unwrap_or_default();
+    annotations.insert(keys::LIFECYCLE_TIMESTAMP.into(), rfc3339_seconds(r.now));
+
+    let mut spec: PodSpec = r.template.spec.clone().unwrap_or_default();
+    let gates = spec.readiness_gates.get_or_insert_with(Vec::new);
+    if !gates.iter().any(|g| g.condition_type == keys::INPLACE_UPDATE_READY) {
+        gates.push(PodReadinessGate { condition_type: keys::INPLACE_UPDATE_READY.into() });
+    }
+    if !cs.spec.volume_claim_templates.is_empty() {
+        // VCT volumes come first, then the template's own (a same-named template volume is replaced).
+        let vct_names: BTreeSet<&str> = cs.spec.volume_claim_templates.iter().filter_map(|v| v.metadata.name.as_deref()).collect();
+        let mut volumes: Vec<Volume> = vct_names
+            .iter()
+            .map(|name| Volume {
+                name: (*name).into(),
+                persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                    claim_name: pvc_name(name, &cs_name, r.instance_id),
+                    read_only: Some(false),
+                }),
+                ..Default::default()
+            })
+            .collect();
+        volumes.extend(spec.volumes.take().unwrap_or_default().into_iter().filter(|v| !vct_names.contains(v.name.as_str())));
+        spec.volumes = Some(volumes);
+    }
+
+    Pod {
+        metadata: ObjectMeta {
+            name: Some(format!("{cs_name}-{}", r.instance_id)),
+            generate_name: Some(format!("{cs_name}-")),
+            namespace: cs.metadata.namespace.clone(),
+            labels: Some(labels),
+            annotations: Some(annotations),
+            finalizers: tmeta.finalizers,
+            owner_references: Some(vec![controller_ref(cs)]),
+            ..Default::default()
+        },
+        spec: Some(spec),
+        status: None,
+    }
+}
+
+/// The PVCs of one instance: labels = the template's + the selector's matchLabels + instance id.
+pub fn build_pvcs(cs: &CloneSet, instance_id: &str) -> Vec<PersistentVolumeClaim> {
+    let cs_name = cs.metadata.name.clone().unwrap_or_default();
+    let match_labels = cs.spec.selector.match_labels.clone().unwrap_or_default();
+    cs.spec
+        .volume_claim_templates
+        .iter()
+        .map(|VolumeClaimTemplate { metadata, spec, status: _ }| {
+            let vct = metadata.name.clone().unwrap_or_default();
+            let mut labels = metadata.labels.clone().unwrap_or_default();
+            labels.extend(match_labels.clone());
+            labels.insert(keys::CLONESET_INSTANCE_ID.into(), instance_id.into());
+            PersistentVolumeClaim {
+                metadata: ObjectMeta {
+                    name: Some(pvc_name(&vct, &cs_name, instance_id)),
+                    namespace: cs.metadata.namespace.clone(),
+                    labels: Some(labels),
+                    annotations: metadata.annotations.clone(),
+                    owner_references: Some(vec![controller_ref(cs)]),
+                    ..Default::default()
+                },
+                spec: spec.clone(),
+                status: None,
+            }
+        })
+        .collect()
+}
+
+/// Instance ids for `count` new pods: first the ids of PVCs no active pod uses (so a new pod
+/// takes over a gone pod's volumes), then fresh random ids unused by any pod or PVC.
+/// `random` yields random numbers (the caller owns the randomness).
+pub fn instance_ids_for_new_pods(
+    count: usize,
+    free_pvc_ids: &BTreeSet<String>,
+    ids_in_use: &BTreeSet<String>,
+    mut random: impl FnMut() -> u64,
+) -> Vec<String> {
+    let mut out: Vec<String> = free_pvc_ids.iter().take(count).cloned().collect();
+    let mut taken: BTreeSet<String> = ids_in_use.iter().chain(free_pvc_ids.iter()).cloned().collect();
+    while out.len() < count {
+        let mut n = random();
+        let id: String = (0..INSTANCE_ID_LEN)
+            .map(|_| {
+                let c = INSTANCE_ID_ALPHABET[(n % INSTANCE_ID_ALPHABET.len() as u64) as usize] as char;
+                n /= INSTANCE_ID_ALPHABET.len() as u64;
+                c
+            })
+            .collect();
+        if taken.insert(id.clone()) {
+            out.push(id);
+        }
+    }
+    out
+}
+
+/// Free instance ids: those on owned PVCs with no active pod of the same id.
+pub fn free_pvc_ids<'a>(pvc_ids: impl IntoIterator<Item = &'a str>, active_pod_ids: &BTreeSet<String>) -> BTreeSet<String> {
+    pvc_ids.into_iter().filter(|id| !active_pod_ids.contains(*id)).map(str::to_string).collect()
+}
+
+/// The instance id label of an object.
+pub fn instance_id(labels: Option<&BTreeMap<String, String>>) -> Option<&str> {
+    labels?.get(keys::CLONESET_INSTANCE_ID).map(String::as_str)
+}
+
+/// RFC 3339 with whole seconds, as Go's `metav1.Time` writes it.
+pub fn rfc3339_seconds(t: Timestamp) -> String {
+    t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn cloneset(vcts: bool) -> CloneSet {
+        let mut v = json!({
+            "apiVersion": "apps.kruise.io/v1alpha1", "kind": "CloneSet",
+            "metadata": {"name": "foo", "namespace": "ns", "uid": "uid-1"},
+            "spec": {"selector": {"matchLabels": {"app": "foo"}},
+                     "template": {"metadata": {"labels": {"app": "foo"}, "annotations": {"a": "b"}, "finalizers": ["f/x"]},
+                                  "spec": {"containers": [{"name": "c", "image": "nginx"}],
+                                           "volumes": [{"name": "host", "hostPath": {"path": "/tmp"}}, {"name": "datadir", "emptyDir": {}}]}}},
+        });
+        if vcts {
+            v["spec"]["volumeClaimTemplates"] =
+                json!([{"metadata": {"name": "datadir", "labels": {"vct": "yes"}}, "spec": {"accessModes": ["ReadWriteOnce"]}}]);
+        }
+        serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn create_pods_builds_kruise_shaped_pods() {
+        // Kruise TestCreatePods: name foo-id1, generateName foo-, labels, owner, gate, PVC volume first.
+        let cs = cloneset(true);
+        let pod = build_pod(&PodRecipe {
+            cloneset: &cs,
+            template: &cs.spec.template,
+            revision_name: "foo-revision_abc",
+            instance_id: "id1",
+            short_hash_label: false,
+            now: "2026-01-02T03:04:05.678Z".parse().unwrap(),
+        });
+        let m = &pod.metadata;
+        assert_eq!(m.name.as_deref(), Some("foo-id1"));
+        assert_eq!(m.generate_name.as_deref(), Some("foo-"));
+        assert_eq!(m.namespace.as_deref(), Some("ns"));
+        let labels = m.labels.as_ref().unwrap();
+        assert_eq!(labels["app"], "foo");
+        assert_eq!(labels[keys::CONTROLLER_REVISION_HASH], "foo-revision_abc");
+        assert_eq!(labels[keys::POD_TEMPLATE_HASH], "revision_abc");
+        assert_eq!(labels[keys::CLONESET_INSTANCE_ID], "id1");
+        assert_eq!(labels[keys::LIFECYCLE_STATE], "PreparingNormal");
+        assert_eq!(m.annotations.as_ref().unwrap()[keys::LIFECYCLE_TIMESTAMP], "2026-01-02T03:04:05Z");
+        assert_eq!(m.annotations.as_ref().unwrap()["a"], "b");
+        assert_eq!(m.finalizers.as_deref(), Some(&["f/x".to_string()][..]));
+        let owner = &m.owner_references.as_ref().unwrap()[0];
+        assert_eq!((owner.api_version.as_str(), owner.kind.as_str(), owner.uid.as_str()), ("apps.kruise.io/v1alpha1", "CloneSet", "uid-1"));
+        assert_eq!((owner.controller, owner.block_owner_deletion), (Some(true), Some(true)));
+        let spec = pod.spec.unwrap();
+        assert_eq!(spec.readiness_gates.unwrap()[0].condition_type, "InPlaceUpdateReady");
+        let vols = spec.volumes.unwrap();
+        let names: Vec<&str> = vols.iter().map(|v| v.name.as_str()).collect();
+        assert_eq!(names, ["datadir", "host"], "VCT volume first; the template's same-named volume replaced");
+        assert_eq!(vols[0].persistent_volume_claim.as_ref().unwrap().claim_name, "datadir-foo-id1");
+    }
+
+    #[test]
+    fn short_hash_gate_writes_only_the_hash() {
+        let cs = cloneset(false);
+        let pod = build_pod(&PodRecipe {
+            cloneset: &cs,
+            template: &cs.spec.template,
+            revision_name: "foo-597d4cb8fd",
+            instance_id: "abcde",
+            short_hash_label: true,
+            now: Timestamp::UNIX_EPOCH,
+        });
+        assert_eq!(pod.metadata.labels.unwrap()[keys::CONTROLLER_REVISION_HASH], "597d4cb8fd");
+        assert!(hash_matches("597d4cb8fd", "foo-597d4cb8fd"));
+        assert!(hash_matches("foo-597d4cb8fd", "foo-597d4cb8fd"));
+        assert!(!hash_matches("foo-597d4cb8ff", "foo-597d4cb8fd"));
+    }
+
+    #[test]
+    fn pvcs_carry_template_selector_and_instance_labels() {
+        let cs = cloneset(true);
+        let pvcs = build_pvcs(&cs, "id3");
+        assert_eq!(pvcs.len(), 1);
+        assert_eq!(pvcs[0].metadata.name.as_deref(), Some("datadir-foo-id3"));
+        let labels = pvcs[0].metadata.labels.as_ref().unwrap();
+        assert_eq!((labels["vct"].as_str(), labels["app"].as_str(), labels[keys::CLONESET_INSTANCE_ID].as_str()), ("yes", "foo", "id3"));
+        assert_eq!(pvcs[0].metadata.owner_references.as_ref().unwrap()[0].name, "foo");
+    }
+
+    #[test]
+    fn free_pvc_ids_are_reused_before_random_ones() {
+        // Kruise TestGetOrGenAvailableIDs: a free PVC id is reused, the other is random, length 5.
+        let active: BTreeSet<String> = ["a".to_string(), "b".to_string()].into();
+        let free = free_pvc_ids(["a", "c"], &active);
+        assert_eq!(free, ["c".to_string()].into());
+        let mut n = 0u64;
+        let ids = instance_ids_for_new_pods(2, &free, &active, || {
+            n += 7919;
+            n
+        });
+        assert_eq!(ids[0], "c");
+        assert_eq!(ids[1].len(), 5);
+        assert!(ids[1].bytes().all(|b| INSTANCE_ID_ALPHABET.contains(&b)));
+    }
+
+    #[test]
+    fn random_ids_never_collide_with_ids_in_use() {
+        let in_use: BTreeSet<String> = ["bbbbb".to_string()].into();
+        let mut calls = 0;
+        // The first draw maps to "bbbbb" (all zero digits), the second to something else.
+        let ids = instance_ids_for_new_pods(1, &BTreeSet::new(), &in_use, || {
+            calls += 1;
+            if calls == 1 { 0 } else { 12345 }
+        });
+        assert_ne!(ids[0], "bbbbb");
+        assert_eq!(calls, 2);
+    }
+}

@@ -1,0 +1,320 @@
+//! CloneSet status (§7): counts, current revision, the Progressing condition, and whether the
+//! new status is worth a write.
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, Time};
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+
+use crate::api::cloneset::condition;
+use crate::api::{CloneSet, CloneSetCondition, CloneSetStatus, keys};
+use crate::core::order;
+use crate::core::pods::hash_matches;
+
+pub const REASON_AVAILABLE: &str = "CloneSetAvailable";
+pub const REASON_PAUSED: &str = "CloneSetPaused";
+pub const REASON_PARTITION_AVAILABLE: &str = "ProgressPartitionAvailable";
+pub const REASON_DEADLINE_EXCEEDED: &str = "ProgressDeadlineExceeded";
+pub const REASON_UPDATED: &str = "CloneSetUpdated";
+const NO_DEADLINE: i32 = i32::MAX;
+
+/// Ready for status purposes: Running, PodReady, and InPlaceUpdateReady not False. Lifecycle
+/// state does not matter here.
+pub fn is_ready(pod: &Pod) -> bool {
+    let running = pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
+    running && order::is_pod_ready(pod) && condition_status(pod, keys::INPLACE_UPDATE_READY).is_none_or(|s| s == "True")
+}
+
+/// Available: ready, Ready for `minReadySeconds`, and lifecycle state empty or Normal.
+pub fn is_available(pod: &Pod, min_ready_seconds: i32, now: Timestamp) -> bool {
+    is_ready(pod) && order::is_pod_available(pod, min_ready_seconds, now)
+}
+
+fn condition_status<'a>(pod: &'a Pod, type_: &str) -> Option<&'a str> {
+    pod.status.as_ref()?.conditions.as_ref()?.iter().find(|c| c.type_ == type_).map(|c| c.status.as_str())
+}
+
+/// The revision hash label of a pod.
+pub fn pod_revision(pod: &Pod) -> Option<&str> {
+    pod.metadata.labels.as_ref()?.get(keys::CONTROLLER_REVISION_HASH).map(String::as_str)
+}
+
+/// Kubernetes' `selector.String()`: requirements sorted by key; `k=v`, `k in (a,b)`,
+/// `k notin (a,b)`, `k`, `!k`; values sorted.
+pub fn selector_string(selector: &LabelSelector) -> String {
+    let mut reqs: Vec<(String, String)> = Vec::new();
+    for (k, v) in selector.match_labels.iter().flatten() {
+        reqs.push((k.clone(), format!("{k}={v}")));
+    }
+    for e in selector.match_expressions.iter().flatten() {
+        let mut values = e.values.clone().unwrap_or_default();
+        values.sort();
+        let k = &e.key;
+        let text = match e.operator.as_str() {
+            "In" => format!("{k} in ({})", values.join(",")),
+            "NotIn" => format!("{k} notin ({})", values.join(",")),
+            "Exists" => k.clone(),
+            "DoesNotExist" => format!("!{k}"),
+            other => format!("{k} {other} ({})", values.join(",")),
+        };
+        reqs.push((k.clone(), text));
+    }
+    reqs.sort_by(|a, b| a.0.cmp(&b.0));
+    reqs.into_iter().map(|(_, t)| t).collect::<Vec<_>>().join(",")
+}
+
+/// Inputs of a status computation.
+pub struct StatusInput<'a> {
+    pub cloneset: &'a CloneSet,
+    /// Active pods (not terminating, not Succeeded/Failed).
+    pub pods: &'a [&'a Pod],
+    pub update_revision: &'a str,
+    /// The current revision chosen at the start of the reconcile.
+    pub current_revision: &'a str,
+    pub collision_count: i32,
+    /// `replicas − partition`.
+    pub expected_updated_replicas: i32,
+    pub now: Timestamp,
+}
+
+/// The new status and, when the Progressing condition has a running deadline, when to look again.
+pub fn compute(input: &StatusInput<'_>) -> (CloneSetStatus, Option<Duration>) {
+    let cs = input.cloneset;
+    let old = cs.status.clone().unwrap_or_default();
+    let spec_replicas = cs.spec.replicas.unwrap_or(1);
+    let mrs = cs.spec.min_ready_seconds;
+    let mut s = CloneSetStatus {
+        observed_generation: cs.metadata.generation.unwrap_or(0),
+        update_revision: input.update_revision.to_string(),
+        current_revision: input.current_revision.to_string(),
+        collision_count: Some(input.collision_count),
+        label_selector: selector_string(&cs.spec.selector),
+        conditions: old.conditions.clone(),
+        expected_updated_replicas: input.expected_updated_replicas,
+        ..Default::default()
+    };
+    for pod in input.pods {
+        let updated = pod_revision(pod).is_some_and(|h| hash_matches(h, input.update_revision));
+        let ready = is_ready(pod);
+        let available = ready && order::is_pod_available(pod, mrs, input.now);
+        s.replicas += 1;
+        s.ready_replicas += i32::from(ready);
+        s.available_replicas += i32::from(available);
+        s.updated_replicas += i32::from(updated);
+        s.updated_ready_replicas += i32::from(updated && ready);
+        s.updated_available_replicas += i32::from(updated && available);
+    }
+    if s.updated_replicas == s.replicas && s.replicas == spec_replicas {
+        s.current_revision = input.update_revision.to_string();
+    }
+    let requeue = apply_progressing(cs, &mut s, input.now);
+    (s, requeue)
+}
+
+/// §7.2: sets, replaces or removes the Progressing condition; returns when the deadline passes.
+fn apply_progressing(cs: &CloneSet, s: &mut CloneSetStatus, now: Timestamp) -> Option<Duration> {
+    let pds = match cs.spec.progress_deadline_seconds {
+        Some(p) if p != NO_DEADLINE => p,
+        _ => {
+            s.conditions.retain(|c| c.type_ != condition::PROGRESSING);
+            return None;
+        }
+    };
+    let spec_replicas = cs.spec.replicas.unwrap_or(1);
+    let existing = s.conditions.iter().find(|c| c.type_ == condition::PROGRESSING).cloned();
+    let deadline_of = |c: &CloneSetCondition| c.last_update_time.as_ref().map(|t| t.0 + SignedDuration::from_secs(i64::from(pds)));
+    let (status, reason, message) = if s.current_revision == s.update_revision
+        && s.replicas == spec_replicas
+        && s.updated_replicas == spec_replicas
+        && s.updated_available_replicas == spec_replicas
+    {
+        ("True", REASON_AVAILABLE, "CloneSet is available".to_string())
+    } else if cs.spec.update_strategy.paused {
+        ("True", REASON_PAUSED, "CloneSet is paused".to_string())
+    } else if s.expected_updated_replicas < spec_replicas && s.expected_updated_replicas <= s.updated_available_replicas {
+        ("True", REASON_PARTITION_AVAILABLE, "CloneSet has been paused due to partition ready".to_string())
+    } else if existing
+        .as_ref()
+        .is_some_and(|c| c.reason == REASON_DEADLINE_EXCEEDED || (c.reason == REASON_UPDATED && deadline_of(c).is_some_and(|d| d < now)))
+    {
+        ("False", REASON_DEADLINE_EXCEEDED, format!("CloneSet revision {} has timed out progressing", s.update_revision))
+    } else {
+        ("True", REASON_UPDATED, "CloneSet is progressing".to_string())
+    };
+    let new = CloneSetCondition {
+        type_: condition::PROGRESSING.into(),
+        status: status.into(),
+        last_update_time: Some(Time(now)),
+        last_transition_time: Some(Time(now)),
+        reason: reason.into(),
+        message,
+    };
+    let kept = set_condition(&mut s.conditions, new);
+    if kept.reason != REASON_UPDATED {
+        return None;
+    }
+    let remaining = deadline_of(&kept)?.duration_since(now);
+    let remaining = Duration::try_from(remaining).unwrap_or(Duration::ZERO);
+    // Look again just after the deadline passes.
+    Some(if remaining >= Duration::from_secs(1) { remaining + Duration::from_secs(1) } else { remaining })
+}
+
+/// Kruise's condition update rule: same type, status and reason keeps the existing entry (its
+/// times keep running); a new reason with the same status keeps lastTransitionTime; anything else
+/// replaces the entry. Returns the entry now in place.
+pub fn set_condition(conditions: &mut Vec<CloneSetCondition>, mut new: CloneSetCondition) -> CloneSetCondition {
+    match conditions.iter().position(|c| c.type_ == new.type_) {
+        Some(i) => {
+            let old = &conditions[i];
+            if old.status == new.status && old.reason == new.reason {
+                return old.clone();
+            }
+            if old.status == new.status {
+                new.last_transition_time = old.last_transition_time.clone();
+            }
+            conditions[i] = new.clone();
+        }
+        None => conditions.push(new.clone()),
+    }
+    new
+}
+
+/// §7.1: a status is written only when one of these changed (a new FailedScale/FailedUpdate
+/// condition alone does not trigger a write).
+pub fn needs_write(old: &CloneSetStatus, new: &CloneSetStatus) -> bool {
+    let progressing =
+        |s: &CloneSetStatus| s.conditions.iter().find(|c| c.type_ == condition::PROGRESSING).map(|c| (c.status.clone(), c.reason.clone()));
+    new.observed_generation > old.observed_generation
+        || new.replicas != old.replicas
+        || new.ready_replicas != old.ready_replicas
+        || new.available_replicas != old.available_replicas
+        || new.updated_replicas != old.updated_replicas
+        || new.updated_ready_replicas != old.updated_ready_replicas
+        || new.updated_available_replicas != old.updated_available_replicas
+        || new.expected_updated_replicas != old.expected_updated_replicas
+        || new.update_revision != old.update_revision
+        || new.current_revision != old.current_revision
+        || new.label_selector != old.label_selector
+        || new.collision_count != old.collision_count
+        || progressing(new) != progressing(old)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn selector(v: serde_json::Value) -> LabelSelector {
+        serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn selector_strings_match_kubernetes() {
+        assert_eq!(selector_string(&selector(json!({"matchLabels": {"b": "2", "a": "1"}}))), "a=1,b=2");
+        let s = selector(json!({"matchLabels": {"app": "x"}, "matchExpressions": [
+            {"key": "zone", "operator": "NotIn", "values": ["z2", "z1"]},
+            {"key": "tier", "operator": "In", "values": ["web", "api"]},
+            {"key": "canary", "operator": "DoesNotExist"},
+            {"key": "env", "operator": "Exists"}]}));
+        assert_eq!(selector_string(&s), "app=x,!canary,env,tier in (api,web),zone notin (z1,z2)");
+    }
+
+    fn cs(pds: Option<i32>, replicas: i32, paused: bool) -> CloneSet {
+        let mut v = json!({"apiVersion": "apps.kruise.io/v1alpha1", "kind": "CloneSet", "metadata": {"name": "c", "generation": 3},
+            "spec": {"replicas": replicas, "selector": {"matchLabels": {"a": "b"}}, "template": {},
+                     "updateStrategy": {"paused": paused}}});
+        if let Some(p) = pds {
+            v["spec"]["progressDeadlineSeconds"] = json!(p);
+        }
+        serde_json::from_value(v).unwrap()
+    }
+
+    fn status(current: &str, update: &str, replicas: i32, updated: i32, updated_available: i32, expected: i32) -> CloneSetStatus {
+        CloneSetStatus {
+            current_revision: current.into(),
+            update_revision: update.into(),
+            replicas,
+            updated_replicas: updated,
+            updated_available_replicas: updated_available,
+            expected_updated_replicas: expected,
+            ..Default::default()
+        }
+    }
+
+    fn progressing(s: &CloneSetStatus) -> Option<&CloneSetCondition> {
+        s.conditions.iter().find(|c| c.type_ == "Progressing")
+    }
+
+    #[test]
+    fn no_deadline_removes_the_condition() {
+        let now = Timestamp::UNIX_EPOCH;
+        for pds in [None, Some(i32::MAX)] {
+            let mut s = status("r1", "r1", 2, 2, 2, 2);
+            s.conditions.push(CloneSetCondition { type_: "Progressing".into(), status: "True".into(), ..Default::default() });
+            assert_eq!(apply_progressing(&cs(pds, 2, false), &mut s, now), None);
+            assert!(progressing(&s).is_none());
+        }
+    }
+
+    #[test]
+    fn available_then_updated_then_deadline_exceeded_and_sticky() {
+        let c = cs(Some(60), 2, false);
+        let t0: Timestamp = "2026-01-01T00:00:00Z".parse().unwrap();
+        let mut s = status("r1", "r1", 2, 2, 2, 2);
+        assert_eq!(apply_progressing(&c, &mut s, t0), None);
+        assert_eq!(progressing(&s).unwrap().reason, REASON_AVAILABLE);
+
+        // A new revision: Updated, requeue after pds + 1 s.
+        let t1 = t0 + SignedDuration::from_secs(10);
+        s.update_revision = "r2".into();
+        s.updated_replicas = 0;
+        s.updated_available_replicas = 0;
+        assert_eq!(apply_progressing(&c, &mut s, t1), Some(Duration::from_secs(61)));
+        let cond = progressing(&s).unwrap().clone();
+        assert_eq!(
+            (cond.status.as_str(), cond.reason.as_str(), cond.message.as_str()),
+            ("True", REASON_UPDATED, "CloneSet is progressing")
+        );
+        assert_eq!(cond.last_transition_time, Some(Time(t0)), "same status keeps the transition time");
+
+        // Partial progress does not reset the clock.
+        s.updated_replicas = 1;
+        assert_eq!(apply_progressing(&c, &mut s, t1 + SignedDuration::from_secs(30)), Some(Duration::from_secs(31)));
+        // Past the deadline: False/ProgressDeadlineExceeded.
+        apply_progressing(&c, &mut s, t1 + SignedDuration::from_secs(61));
+        let cond = progressing(&s).unwrap();
+        assert_eq!((cond.status.as_str(), cond.reason.as_str()), ("False", REASON_DEADLINE_EXCEEDED));
+        assert_eq!(cond.message, "CloneSet revision r2 has timed out progressing");
+        // Sticky until the rollout completes.
+        apply_progressing(&c, &mut s, t1 + SignedDuration::from_secs(62));
+        assert_eq!(progressing(&s).unwrap().reason, REASON_DEADLINE_EXCEEDED);
+        s.current_revision = "r2".into();
+        s.updated_replicas = 2;
+        s.updated_available_replicas = 2;
+        apply_progressing(&c, &mut s, t1 + SignedDuration::from_secs(63));
+        assert_eq!(progressing(&s).unwrap().reason, REASON_AVAILABLE);
+    }
+
+    #[test]
+    fn paused_and_partition_available() {
+        let now = Timestamp::UNIX_EPOCH;
+        let mut s = status("r1", "r2", 4, 1, 1, 1);
+        apply_progressing(&cs(Some(60), 4, true), &mut s, now);
+        assert_eq!(progressing(&s).unwrap().reason, REASON_PAUSED);
+        apply_progressing(&cs(Some(60), 4, false), &mut s, now);
+        assert_eq!(progressing(&s).unwrap().reason, REASON_PARTITION_AVAILABLE);
+        assert_eq!(progressing(&s).unwrap().message, "CloneSet has been paused due to partition ready");
+    }
+
+    #[test]
+    fn writes_only_when_something_that_matters_changed() {
+        let a = status("r1", "r1", 2, 2, 2, 2);
+        let mut b = a.clone();
+        assert!(!needs_write(&a, &b));
+        b.conditions.push(CloneSetCondition { type_: "FailedScale".into(), status: "True".into(), ..Default::default() });
+        assert!(!needs_write(&a, &b), "a new failure condition alone is not written");
+        b.ready_replicas = 1;
+        assert!(needs_write(&a, &b));
+    }
+}
