@@ -28,6 +28,7 @@ run: build ## Run the operator against the current kubeconfig context, or agains
 	  echo "make run: point kubectl at it with:"; \
 	  echo "    export KUBECONFIG=$$KUBECONFIG"; \
 	fi; \
+	kubectl apply --server-side --force-conflicts -f crds/ >/dev/null && echo "make run: CloneSet CRD and admission policy applied"; \
 	exec $(OPERATOR) run
 
 .PHONY: test

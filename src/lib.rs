@@ -5,6 +5,6 @@
 
 pub mod api;
 pub mod config;
-// pub mod controller; (wired in once core::order and core::revision land)
+pub mod controller;
 pub mod core;
 pub mod telemetry;

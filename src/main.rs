@@ -4,6 +4,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 use cloneset_operator::api::crd;
 use cloneset_operator::config::{self, ControllerConfig, FeatureGates};
+use cloneset_operator::controller;
 use cloneset_operator::telemetry::{self, LogFormat};
 
 /// An OpenKruise-compatible CloneSet operator.
@@ -93,23 +94,28 @@ async fn main() -> anyhow::Result<()> {
 }
 
 async fn run(args: RunArgs) -> anyhow::Result<()> {
+    let shutdown = shutdown_signal()?;
     let config = args.controller_config();
     let client = kube::Client::try_default()
         .await
         .context("no usable Kubernetes configuration (set KUBECONFIG, a current context, or run in a cluster)")?;
     let version = client.apiserver_version().await.context("cannot reach the Kubernetes apiserver")?;
     tracing::info!(server_version = %version.git_version, platform = %version.platform, "connected to Kubernetes");
-    let _ = config; // WIRING: controller::run(client, config, shutdown_signal()) once core::order/revision land
-    shutdown_signal().await;
+    controller::run(client, config, shutdown).await?;
     tracing::info!("shut down");
     Ok(())
 }
 
-/// Resolves on SIGINT or SIGTERM.
-async fn shutdown_signal() {
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("install SIGTERM handler");
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term.recv() => {}
-    }
+/// Registers SIGINT and SIGTERM handlers now (so a signal during start-up is not fatal) and
+/// resolves when either arrives.
+fn shutdown_signal() -> anyhow::Result<impl Future<Output = ()>> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+    let mut int = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
+    Ok(async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+    })
 }

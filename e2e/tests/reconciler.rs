@@ -119,6 +119,7 @@ fn monitor(pods: Api<Pod>, selector: String) -> (Arc<Mutex<Extremes>>, tokio::ta
     let out = seen.clone();
     let handle = tokio::spawn(async move {
         let mut current: BTreeMap<String, Pod> = BTreeMap::new();
+        let mut listed = false;
         let stream = watcher::watcher(pods, watcher::Config::default().labels(&selector));
         futures::pin_mut!(stream);
         while let Ok(Some(ev)) = stream.try_next().await {
@@ -129,7 +130,15 @@ fn monitor(pods: Api<Pod>, selector: String) -> (Arc<Mutex<Extremes>>, tokio::ta
                 Event::Delete(p) => {
                     current.remove(&p.name_any());
                 }
-                _ => continue,
+                // The initial list arrives pod by pod: judge only complete states.
+                Event::Init => {
+                    current.clear();
+                    listed = false;
+                }
+                Event::InitDone => listed = true,
+            }
+            if !listed {
+                continue;
             }
             let active: Vec<&Pod> = current.values().filter(|p| p.metadata.deletion_timestamp.is_none()).collect();
             let available = active.iter().filter(|p| condition(p, "Ready").as_deref() == Some("True")).count();
@@ -187,7 +196,7 @@ async fn pods_and_revisions_look_exactly_like_kruise_ones() {
     assert_eq!(rev.labels().get("app").map(String::as_str), Some("sample"));
     assert_eq!(rev.labels().get(keys::CONTROLLER_REVISION_HASH_LABEL).map(String::as_str), Some("597d4cb8fd"));
     assert_eq!(
-        serde_json::to_value(&rev.data.unwrap().0).unwrap(),
+        serde_json::to_value(&rev.data.clone().unwrap().0).unwrap(),
         json!({"spec": {"template": {"$patch": "replace", "metadata": {"creationTimestamp": null, "labels": {"app": "sample"}},
             "spec": {"containers": [{"image": "nginx:alpine", "name": "nginx", "resources": {}}]}}}})
     );
@@ -295,6 +304,7 @@ async fn partition_canary_updates_replicas_minus_partition_within_budgets() {
     let x = extremes.lock().unwrap();
     assert!(x.max_active <= 10, "never more than replicas + maxSurge (0) active pods: saw {}", x.max_active);
     assert!(x.min_available.unwrap() >= 8, "never fewer than replicas − maxUnavailable ready pods: saw {:?}", x.min_available);
+    assert_eq!(x.uids.len(), 20, "recreate: each of the 10 old pods replaced exactly once");
 }
 
 #[tokio::test]
@@ -444,4 +454,57 @@ async fn restarting_the_operator_mid_rollout_creates_no_extra_pod() {
     let x = extremes.lock().unwrap();
     assert!(x.max_active <= 6, "never more than 6 active pods: saw {}", x.max_active);
     assert_eq!(x.uids.len(), 12, "each of the 6 old pods replaced exactly once: {} pods existed", x.uids.len());
+}
+
+#[tokio::test]
+async fn what_admission_cannot_check_is_reported_on_that_cloneset_only() {
+    let e = env("slip").await;
+    // Accepted by the CRD and the admission policy, rejected by Kubernetes' pod validation.
+    let bad = json!({"template": {"spec": {"containers": [{"name": "main", "image": "nginx:1.27", "ports": [{"containerPort": 70000}]}]}}});
+    e.create(&manifest("bad", 2, "nginx:1.27", bad)).await;
+    e.create(&manifest("good", 2, "nginx:1.27", json!({}))).await;
+    e.wait_status("good", "the valid neighbour converges", |cs| rolled_out(cs, 2)).await;
+    let cs = e
+        .wait_status("bad", "a FailedScale condition", |cs| {
+            st(cs).conditions.iter().any(|c| c.type_ == "FailedScale" && c.status == "True")
+        })
+        .await;
+    let cond = st(&cs).conditions.into_iter().find(|c| c.type_ == "FailedScale").unwrap();
+    assert!(cond.message.contains("containerPort"), "the condition names the field: {}", cond.message);
+    assert!(e.active_pods("bad").await.is_empty());
+    let events: Api<k8s_openapi::api::events::v1::Event> = e.ns.api();
+    wait_until(T, "a FailedCreate Warning event on the CloneSet", || async {
+        let list = events.list(&ListParams::default()).await?;
+        Ok(list.items.iter().any(|ev| {
+            ev.reason.as_deref() == Some("FailedCreate")
+                && ev.type_.as_deref() == Some("Warning")
+                && ev.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("bad")
+                && ev.note.as_deref().is_some_and(|n| n.contains("containerPort"))
+        }))
+    })
+    .await
+    .unwrap();
+    // Fixing the template lets it converge.
+    e.patch(
+        "bad",
+        json!({"template": {"spec": {"containers": [{"name": "main", "image": "nginx:1.27", "ports": [{"containerPort": 8080}]}]}}}),
+    )
+    .await;
+    e.wait_status("bad", "converges after the fix", |cs| rolled_out(cs, 2)).await;
+}
+
+#[tokio::test]
+async fn pods_to_delete_naming_a_pod_this_cloneset_does_not_own_is_ignored_and_dropped() {
+    let e = env("notmine").await;
+    e.create(&manifest("a", 1, "nginx:1.27", json!({}))).await;
+    e.create(&manifest("b", 1, "nginx:1.27", json!({}))).await;
+    e.wait_status("a", "a ready", |cs| settled(cs, 1)).await;
+    e.wait_status("b", "b ready", |cs| settled(cs, 1)).await;
+    let b_pod = e.active_pods("b").await[0].name_any();
+    e.patch("a", json!({"scaleStrategy": {"podsToDelete": [b_pod.clone(), "no-such-pod"]}})).await;
+    let a = e.wait_status("a", "the list truncated", |cs| cs.spec.scale_strategy.pods_to_delete.is_empty()).await;
+    assert!(settled(&a, 1));
+    let b_now = e.active_pods("b").await;
+    assert_eq!(b_now.len(), 1);
+    assert_eq!(b_now[0].name_any(), b_pod, "another CloneSet's pod is never deleted");
 }

@@ -162,10 +162,18 @@ pub async fn run(client: Client, config: ControllerConfig, shutdown: impl Future
         stores.revisions.wait_until_ready().await?;
         stores.nodes.wait_until_ready().await
     };
-    match tokio::time::timeout(ctx.config.cache_sync_timeout, synced).await {
-        Ok(Ok(())) => tracing::info!("caches synced"),
-        Ok(Err(e)) => anyhow::bail!("caches failed to sync: {e}"),
-        Err(_) => anyhow::bail!("caches did not sync within --controller-cache-sync-timeout ({:?})", ctx.config.cache_sync_timeout),
+    let mut shutdown = std::pin::pin!(shutdown);
+    tokio::select! {
+        res = tokio::time::timeout(ctx.config.cache_sync_timeout, synced) => match res {
+            Ok(Ok(())) => tracing::info!("caches synced"),
+            Ok(Err(e)) => anyhow::bail!("caches failed to sync: {e}"),
+            Err(_) => anyhow::bail!("caches did not sync within --controller-cache-sync-timeout ({:?})", ctx.config.cache_sync_timeout),
+        },
+        _ = &mut shutdown => {
+            tracing::info!("shutdown requested before the caches synced");
+            tasks.abort_all();
+            return Ok(());
+        }
     }
 
     let mut workers = tokio::task::JoinSet::new();
@@ -194,7 +202,11 @@ async fn worker(ctx: Arc<Context>) {
             }
             Err(e) => {
                 ctx.counters.reconcile_errors.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(cloneset = %key, error = %e, "reconcile failed; retrying with backoff");
+                if e.is_conflict() {
+                    tracing::debug!(cloneset = %key, error = %e, "write conflict; retrying");
+                } else {
+                    tracing::warn!(cloneset = %key, error = %e, "reconcile failed; retrying with backoff");
+                }
                 ctx.queue.add_rate_limited(&key);
             }
         }

@@ -34,6 +34,17 @@ pub enum ReconcileError {
     Revision(String),
 }
 
+impl ReconcileError {
+    /// An optimistic-concurrency conflict: our cache was behind; retrying soon is routine.
+    pub fn is_conflict(&self) -> bool {
+        let api = match self {
+            Self::Write(WriteError::Api(kube::Error::Api(e))) | Self::Kube(kube::Error::Api(e)) => Some(e.code),
+            _ => None,
+        };
+        api == Some(409)
+    }
+}
+
 /// After a leak with `ForceDeleteTimeoutExpectationGate`, look again this soon.
 const AFTER_FORCED_EXPECTATIONS: Duration = Duration::from_secs(10);
 

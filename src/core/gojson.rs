@@ -1,1 +1,1137 @@
-//! (being written)
+//! Go `encoding/json` as OpenKruise v1.9.0 applies it to a CloneSet's pod template when it records
+//! a ControllerRevision (spec §3.1, §12a "Byte-exact revision data").
+//!
+//! Kruise never encodes the template the user wrote. The controller decodes the CloneSet into typed
+//! Go structs (`k8s.io/api` v0.32.10), encodes those with `encoding/json`, decodes the result into a
+//! `map[string]interface{}` and marshals that map again. Each step leaves a mark on the bytes:
+//!
+//! * the typed decode matches field names case-sensitively and drops everything unknown; the typed
+//!   encode then applies `omitempty`, writes zero values of fields without it (`"resources":{}`,
+//!   `"containers":null`, `"creationTimestamp":null`), and runs the custom encoders of
+//!   `resource.Quantity` (canonical form), `intstr.IntOrString` and `metav1.Time`;
+//! * the generic decode turns every number into a float64;
+//! * the final marshal sorts object keys bytewise, prints numbers the way `encoding/json` prints a
+//!   float64 and escapes strings with HTML escaping on.
+//!
+//! Rather than mirroring the PodTemplateSpec type tree by hand, the typed steps are driven by
+//! `gojson_podtemplate_schema.json`, which the Go program in `e2e/revision-golden` generates by
+//! reflecting over the real Go types (`go run . schema`); `tests/revision_golden.rs` checks both the
+//! schema and the output bytes against that program.
+//!
+//! Input is the template as a client reads it from the apiserver. A `serde_json::Value` no longer
+//! knows how a number was spelled, so numbers are re-spelled the way the apiserver writes them (it
+//! stores custom resources as unstructured JSON: integers as int64, everything else as float64).
+//!
+//! Kruise could never see a template that fails its typed decode (the CloneSet would not decode at
+//! all). For such input this module does not fail: a value of the wrong JSON type, an unparsable
+//! quantity or time, or an integer out of range decodes as the field's zero value, which is what
+//! `encoding/json` does with a type mismatch.
+//!
+//! Known limits:
+//! * serde_json (without its `float_roundtrip` feature, which this crate does not enable) may read a
+//!   decimal literal with 16-17 significant digits one ulp off (`9.999999999999999e20` becomes
+//!   `1e21`), so such a number in a raw field (`managedFields[].fieldsV1`) or an int64 field can
+//!   print differently from Go. Integers up to 2^64 and ordinary decimals are unaffected.
+//! * Strings use the escapes of Go 1.22 and later (`\b` and `\f` short forms), the toolchains
+//!   Kruise v1.9.0 is built with.
+
+use std::collections::HashMap;
+use std::sync::LazyLock;
+
+use serde::Deserialize;
+use serde_json::{Map, Number, Value};
+
+// ---------------------------------------------------------------------------------------------
+// Public API
+
+/// The pod template as Kruise holds it just before writing revision data: decoded into the typed
+/// Go `PodTemplateSpec`, encoded, and decoded again into generic JSON. Numbers are what a Go float64
+/// holds (integers stay integers up to 2^53; larger ones are rounded). The result is always an object;
+/// it has no `"$patch"` key.
+pub fn normalize_pod_template(template: &Value) -> Value {
+    let schema = &*SCHEMA;
+    schema.convert(&schema.root, Some(template)).0
+}
+
+/// Go's `json.Marshal` of a generic value (`map[string]interface{}` and friends): object keys sorted
+/// bytewise, every number printed as a float64, strings escaped with HTML escaping.
+///
+/// For revision data read back from the apiserver this reproduces the exact bytes Kruise stored, because
+/// Kruise produced them with this same marshal.
+pub fn encode_value(value: &Value) -> Vec<u8> {
+    let mut out = Vec::new();
+    write_value(&mut out, value);
+    out
+}
+
+/// Appends `s` as a JSON string literal the way Go's `encoding/json` writes it with HTML escaping
+/// (the default of `json.Marshal`): `"` and `\` escaped, `\b \f \n \r \t` short forms, other control
+/// characters as `\u00XX`, `< > &` as `\u003c \u003e \u0026`, U+2028 and U+2029 as `\u2028 \u2029`,
+/// everything else (DEL and all non-ASCII) raw.
+pub fn append_string(out: &mut Vec<u8>, s: &str) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    out.push(b'"');
+    let mut buf = [0u8; 4];
+    for c in s.chars() {
+        match c {
+            '"' => out.extend_from_slice(b"\\\""),
+            '\\' => out.extend_from_slice(b"\\\\"),
+            '\u{8}' => out.extend_from_slice(b"\\b"),
+            '\u{c}' => out.extend_from_slice(b"\\f"),
+            '\n' => out.extend_from_slice(b"\\n"),
+            '\r' => out.extend_from_slice(b"\\r"),
+            '\t' => out.extend_from_slice(b"\\t"),
+            '<' | '>' | '&' | '\u{0}'..='\u{1f}' => {
+                let b = c as u8;
+                out.extend_from_slice(b"\\u00");
+                out.push(HEX[usize::from(b >> 4)]);
+                out.push(HEX[usize::from(b & 0xf)]);
+            }
+            '\u{2028}' => out.extend_from_slice(b"\\u2028"),
+            '\u{2029}' => out.extend_from_slice(b"\\u2029"),
+            _ => out.extend_from_slice(c.encode_utf8(&mut buf).as_bytes()),
+        }
+    }
+    out.push(b'"');
+}
+
+/// A float64 as Go's `encoding/json` prints it: the shortest digits that read back as the same
+/// float64, in plain notation when 1e-6 <= |f| < 1e21 (`100`, `0.5`, `-0`), otherwise in exponent
+/// notation with Go's exponent style (`1e+21`, `1.5e-7`).
+pub fn format_float(f: f64) -> String {
+    if f == 0.0 {
+        return if f.is_sign_negative() { "-0".into() } else { "0".into() };
+    }
+    let abs = f.abs();
+    // Rust's `{:e}` also gives the shortest round-tripping digits, as d[.ddd]e<exp>.
+    let sci = format!("{abs:e}");
+    let (mantissa, exp) = sci.split_once('e').unwrap_or((&sci, "0"));
+    let exp: i32 = exp.parse().unwrap_or(0);
+    let digits: String = mantissa.chars().filter(|c| *c != '.').collect();
+    let mut out = String::with_capacity(digits.len() + 8);
+    if f < 0.0 {
+        out.push('-');
+    }
+    if !(1e-6..1e21).contains(&abs) {
+        out.push_str(&digits[..1]);
+        if digits.len() > 1 {
+            out.push('.');
+            out.push_str(&digits[1..]);
+        }
+        out.push('e');
+        if exp < 0 {
+            // strconv pads the exponent to two digits; encoding/json strips the pad of a negative one.
+            out.push('-');
+            out.push_str(&(-exp).to_string());
+        } else {
+            out.push('+');
+            if exp < 10 {
+                out.push('0');
+            }
+            out.push_str(&exp.to_string());
+        }
+        return out;
+    }
+    let point = exp + 1; // digits before the decimal point
+    if point <= 0 {
+        out.push_str("0.");
+        out.extend(std::iter::repeat_n('0', point.unsigned_abs() as usize));
+        out.push_str(&digits);
+    } else if point as usize >= digits.len() {
+        out.push_str(&digits);
+        out.extend(std::iter::repeat_n('0', point as usize - digits.len()));
+    } else {
+        out.push_str(&digits[..point as usize]);
+        out.push('.');
+        out.push_str(&digits[point as usize..]);
+    }
+    out
+}
+
+/// What a Go `resource.Quantity` decoded from the JSON string `s` encodes as: the input itself when
+/// `ParseQuantity` found it canonical (`"100m"`, `"2Gi"`, `"1e3"`, even `"+1"`), otherwise the
+/// canonical form (`"1024Mi"` → `"1Gi"`, `"0.5"` → `"500m"`, `"1000"` → `"1k"`, `"1.5Gi"` →
+/// `"1536Mi"`). `None` when Go rejects the string.
+pub fn canonical_quantity(s: &str) -> Option<String> {
+    quantity::marshal(s)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Encoding generic values
+
+fn write_value(out: &mut Vec<u8>, value: &Value) {
+    match value {
+        Value::Null => out.extend_from_slice(b"null"),
+        Value::Bool(true) => out.extend_from_slice(b"true"),
+        Value::Bool(false) => out.extend_from_slice(b"false"),
+        Value::Number(n) => out.extend_from_slice(format_float(number_as_f64(n)).as_bytes()),
+        Value::String(s) => append_string(out, s),
+        Value::Array(items) => {
+            out.push(b'[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write_value(out, item);
+            }
+            out.push(b']');
+        }
+        Value::Object(map) => {
+            // serde_json's map is usually sorted already, but not with its preserve_order feature.
+            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+            entries.sort_unstable_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+            out.push(b'{');
+            for (i, (k, v)) in entries.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                append_string(out, k);
+                out.push(b':');
+                write_value(out, v);
+            }
+            out.push(b'}');
+        }
+    }
+}
+
+/// The float64 Go's generic decode makes of a number (correctly rounded, like strconv.ParseFloat).
+fn number_as_f64(n: &Number) -> f64 {
+    n.as_f64().unwrap_or(0.0)
+}
+
+/// A float64 as a `Value`: an integer variant when it holds an integer (so that serde users see `80`,
+/// not `80.0`), otherwise a float.
+fn float_value(f: f64) -> Value {
+    const TWO_63: f64 = 9_223_372_036_854_775_808.0;
+    if f.fract() == 0.0 && !(f == 0.0 && f.is_sign_negative()) {
+        if (-TWO_63..TWO_63).contains(&f) {
+            return Value::from(f as i64);
+        }
+        if (0.0..2.0 * TWO_63).contains(&f) {
+            return Value::from(f as u64);
+        }
+    }
+    Number::from_f64(f).map_or(Value::Null, Value::Number)
+}
+
+/// The text of a number as the apiserver writes it back: int64 values as integers, anything else
+/// through float64.
+fn apiserver_number_text(n: &Number) -> String {
+    match n.as_i64() {
+        Some(i) => i.to_string(),
+        None => format_float(number_as_f64(n)),
+    }
+}
+
+/// Generic decode of arbitrary JSON (interface{} and raw fields): numbers become float64.
+fn generic(value: &Value) -> Value {
+    match value {
+        Value::Number(n) => float_value(number_as_f64(n)),
+        Value::Array(items) => Value::Array(items.iter().map(generic).collect()),
+        Value::Object(map) => Value::Object(map.iter().map(|(k, v)| (k.clone(), generic(v))).collect()),
+        other => other.clone(),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The schema
+
+static SCHEMA: LazyLock<Schema> =
+    LazyLock::new(|| Schema::parse(include_str!("gojson_podtemplate_schema.json")).expect("gojson_podtemplate_schema.json is invalid"));
+
+/// How `encoding/json` treats a Go type, reduced to what changes the bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Kind {
+    String,
+    Bool,
+    /// A signed integer of that many bits.
+    Int(u32),
+    /// An unsigned integer of that many bits.
+    Uint(u32),
+    /// `resource.Quantity` (a struct: never empty for omitempty).
+    Quantity,
+    /// `intstr.IntOrString` (a struct).
+    IntOrString,
+    /// `metav1.Time` (a struct).
+    Time,
+    /// `interface{}`: generic JSON, empty when nil.
+    Any,
+    /// `metav1.FieldsV1` and `runtime.RawExtension`: structs holding raw JSON, null when unset.
+    RawStruct,
+    /// A struct, by index into `Schema::structs`.
+    Struct(usize),
+    Ptr(Box<Kind>),
+    Slice(Box<Kind>),
+    /// A map with string keys.
+    Map(Box<Kind>),
+}
+
+#[derive(Debug, Clone)]
+struct Field {
+    name: String,
+    omit_empty: bool,
+    kind: Kind,
+}
+
+#[derive(Debug)]
+struct Schema {
+    root: Kind,
+    structs: Vec<Vec<Field>>,
+}
+
+#[derive(Deserialize)]
+struct RawSchema {
+    root: String,
+    leaves: HashMap<String, String>,
+    types: HashMap<String, Vec<RawField>>,
+}
+
+#[derive(Deserialize)]
+struct RawField {
+    name: String,
+    omitempty: bool,
+    #[serde(rename = "type")]
+    ty: String,
+}
+
+impl Schema {
+    fn parse(text: &str) -> Result<Self, String> {
+        let raw: RawSchema = serde_json::from_str(text).map_err(|e| e.to_string())?;
+        for leaf in raw.leaves.keys() {
+            if !matches!(leaf.as_str(), "quantity" | "intorstring" | "time" | "fieldsv1" | "rawextension" | "any") {
+                return Err(format!("the schema uses leaf kind {leaf:?}, which gojson.rs does not implement"));
+            }
+        }
+        let mut names: Vec<&String> = raw.types.keys().collect();
+        names.sort();
+        let index: HashMap<&str, usize> = names.iter().enumerate().map(|(i, n)| (n.as_str(), i)).collect();
+        let mut structs = Vec::with_capacity(names.len());
+        for name in &names {
+            let fields = raw.types[*name]
+                .iter()
+                .map(|f| {
+                    let kind = parse_kind(&f.ty, &index).map_err(|e| format!("{name}.{}: {e}", f.name))?;
+                    Ok(Field { name: f.name.clone(), omit_empty: f.omitempty, kind })
+                })
+                .collect::<Result<Vec<_>, String>>()?;
+            structs.push(fields);
+        }
+        let root = parse_kind(&raw.root, &index)?;
+        Ok(Schema { root, structs })
+    }
+
+    /// Decodes `input` (absent when `None`) into a Go value of kind `kind` and encodes it again.
+    /// Returns the generic JSON of the encoding and whether the Go value is "empty" for omitempty.
+    fn convert(&self, kind: &Kind, input: Option<&Value>) -> (Value, bool) {
+        match kind {
+            Kind::String => match input {
+                Some(Value::String(s)) => (Value::String(s.clone()), s.is_empty()),
+                _ => (Value::String(String::new()), true),
+            },
+            Kind::Bool => match input {
+                Some(Value::Bool(b)) => (Value::Bool(*b), !*b),
+                _ => (Value::Bool(false), true),
+            },
+            Kind::Int(bits) => {
+                let n = match input {
+                    Some(Value::Number(n)) => parse_int(&apiserver_number_text(n), *bits).unwrap_or(0),
+                    _ => 0,
+                };
+                (float_value(n as f64), n == 0)
+            }
+            Kind::Uint(bits) => {
+                let n = match input {
+                    Some(Value::Number(n)) => parse_uint(&apiserver_number_text(n), *bits).unwrap_or(0),
+                    _ => 0,
+                };
+                (float_value(n as f64), n == 0)
+            }
+            Kind::Quantity => {
+                let text = match input {
+                    Some(Value::String(s)) => quantity::marshal_json_string(s),
+                    Some(Value::Number(n)) => quantity::marshal(&apiserver_number_text(n)),
+                    _ => None,
+                };
+                (Value::String(text.unwrap_or_else(|| "0".into())), false)
+            }
+            Kind::IntOrString => match input {
+                Some(Value::String(s)) => (Value::String(s.clone()), false),
+                Some(Value::Number(n)) => (float_value(parse_int(&apiserver_number_text(n), 32).unwrap_or(0) as f64), false),
+                _ => (float_value(0.0), false),
+            },
+            Kind::Time => {
+                let formatted = match input {
+                    Some(Value::String(s)) => time::reformat_rfc3339(s),
+                    _ => None,
+                };
+                (formatted.map_or(Value::Null, Value::String), false)
+            }
+            Kind::Any => match input {
+                None | Some(Value::Null) => (Value::Null, true),
+                Some(v) => (generic(v), false),
+            },
+            Kind::RawStruct => match input {
+                None | Some(Value::Null) => (Value::Null, false),
+                Some(v) => (generic(v), false),
+            },
+            Kind::Ptr(elem) => match input {
+                None | Some(Value::Null) => (Value::Null, true),
+                // A non-null token allocates the pointee even when its decode then fails.
+                Some(v) => (self.convert(elem, Some(v)).0, false),
+            },
+            Kind::Slice(elem) => match input {
+                Some(Value::Array(items)) => {
+                    (Value::Array(items.iter().map(|item| self.convert(elem, Some(item)).0).collect()), items.is_empty())
+                }
+                _ => (Value::Null, true),
+            },
+            Kind::Map(elem) => match input {
+                Some(Value::Object(map)) => {
+                    (Value::Object(map.iter().map(|(k, v)| (k.clone(), self.convert(elem, Some(v)).0)).collect()), map.is_empty())
+                }
+                _ => (Value::Null, true),
+            },
+            Kind::Struct(index) => {
+                let object = match input {
+                    Some(Value::Object(map)) => Some(map),
+                    _ => None,
+                };
+                let mut out = Map::new();
+                for field in &self.structs[*index] {
+                    let (value, empty) = self.convert(&field.kind, object.and_then(|m| m.get(&field.name)));
+                    if !(field.omit_empty && empty) {
+                        out.insert(field.name.clone(), value);
+                    }
+                }
+                (Value::Object(out), false)
+            }
+        }
+    }
+}
+
+fn parse_kind(expr: &str, index: &HashMap<&str, usize>) -> Result<Kind, String> {
+    if let Some(rest) = expr.strip_prefix('*') {
+        return Ok(Kind::Ptr(Box::new(parse_kind(rest, index)?)));
+    }
+    if let Some(rest) = expr.strip_prefix("[]") {
+        return Ok(Kind::Slice(Box::new(parse_kind(rest, index)?)));
+    }
+    if let Some(rest) = expr.strip_prefix("map[]") {
+        return Ok(Kind::Map(Box::new(parse_kind(rest, index)?)));
+    }
+    if let Some(name) = expr.strip_prefix("struct:") {
+        return index.get(name).map(|i| Kind::Struct(*i)).ok_or_else(|| format!("unknown struct {name}"));
+    }
+    Ok(match expr {
+        "string" => Kind::String,
+        "bool" => Kind::Bool,
+        "int8" => Kind::Int(8),
+        "int16" => Kind::Int(16),
+        "int32" => Kind::Int(32),
+        "int64" => Kind::Int(64),
+        "uint8" => Kind::Uint(8),
+        "uint16" => Kind::Uint(16),
+        "uint32" => Kind::Uint(32),
+        "uint64" => Kind::Uint(64),
+        "quantity" => Kind::Quantity,
+        "intorstring" => Kind::IntOrString,
+        "time" => Kind::Time,
+        "any" => Kind::Any,
+        "fieldsv1" | "rawextension" => Kind::RawStruct,
+        other => return Err(format!("kind {other:?} is not implemented by gojson.rs")),
+    })
+}
+
+/// strconv.ParseInt(text, 10, bits): optional sign, decimal digits, in range.
+fn parse_int(text: &str, bits: u32) -> Option<i64> {
+    let n: i64 = text.parse().ok()?;
+    let limit = 1i128 << (bits - 1);
+    (i128::from(n) >= -limit && i128::from(n) < limit).then_some(n)
+}
+
+/// strconv.ParseUint(text, 10, bits).
+fn parse_uint(text: &str, bits: u32) -> Option<u64> {
+    if text.starts_with('+') {
+        return None;
+    }
+    let n: u64 = text.parse().ok()?;
+    (bits >= 64 || n < (1u64 << bits)).then_some(n)
+}
+
+// ---------------------------------------------------------------------------------------------
+// resource.Quantity
+
+/// `resource.Quantity` of k8s.io/apimachinery v0.32: `ParseQuantity` followed by `MarshalJSON`.
+///
+/// A quantity remembers its input when the parser's fast path judges it canonical and is otherwise
+/// printed in canonical form: the largest exponent (a multiple of 3, or of 10 in base 2) that keeps
+/// the mantissa an integer, with the suffix of the format the input used. Values are exact decimals;
+/// anything finer than 1n is rounded up (away from zero), and binary-suffixed values are capped at
+/// 2^63-1.
+mod quantity {
+    #[derive(Clone, Copy, PartialEq, Eq, Debug)]
+    enum Format {
+        DecimalExponent,
+        BinarySI,
+        DecimalSI,
+    }
+
+    /// What the scanner splits a quantity into. `value` is the numeric prefix including the sign,
+    /// `num` the integer digits without leading zeros ("0" when none), `denom` the fraction digits.
+    struct Scanned<'a> {
+        positive: bool,
+        value: &'a str,
+        num: &'a str,
+        denom: &'a str,
+        suffix: &'a str,
+    }
+
+    const SUFFIX_CHARS: &[u8] = b"eEinumkKMGTP";
+
+    fn scan(s: &str) -> Option<Scanned<'_>> {
+        let b = s.as_bytes();
+        let end = b.len();
+        let mut positive = true;
+        let mut pos = 0;
+        match b.first() {
+            Some(b'-') => {
+                positive = false;
+                pos = 1;
+            }
+            Some(b'+') => pos = 1,
+            _ => {}
+        }
+        while pos < end && b[pos] == b'0' {
+            pos += 1;
+        }
+        if pos >= end {
+            return Some(Scanned { positive, value: "0", num: "0", denom: "", suffix: "" });
+        }
+        let num_start = pos;
+        while pos < end && b[pos].is_ascii_digit() {
+            pos += 1;
+        }
+        if pos >= end {
+            return Some(Scanned { positive, value: s, num: &s[num_start..], denom: "", suffix: "" });
+        }
+        let num = if pos == num_start { "0" } else { &s[num_start..pos] };
+        let mut denom = "";
+        if b[pos] == b'.' {
+            pos += 1;
+            let denom_start = pos;
+            while pos < end && b[pos].is_ascii_digit() {
+                pos += 1;
+            }
+            if pos >= end {
+                return Some(Scanned { positive, value: s, num, denom: &s[denom_start..], suffix: "" });
+            }
+            denom = &s[denom_start..pos];
+        }
+        let value = &s[..pos];
+        let suffix_start = pos;
+        while pos < end && SUFFIX_CHARS.contains(&b[pos]) {
+            pos += 1;
+        }
+        if pos < end && (b[pos] == b'-' || b[pos] == b'+') {
+            pos += 1;
+        }
+        while pos < end && b[pos].is_ascii_digit() {
+            pos += 1;
+        }
+        (pos >= end).then(|| Scanned { positive, value, num, denom, suffix: &s[suffix_start..] })
+    }
+
+    /// The suffix as (base, exponent, format).
+    fn interpret(suffix: &str) -> Option<(u32, i32, Format)> {
+        let decimal = |e| Some((10, e, Format::DecimalSI));
+        let binary = |e| Some((2, e, Format::BinarySI));
+        match suffix {
+            "" => decimal(0),
+            "n" => decimal(-9),
+            "u" => decimal(-6),
+            "m" => decimal(-3),
+            "k" => decimal(3),
+            "M" => decimal(6),
+            "G" => decimal(9),
+            "T" => decimal(12),
+            "P" => decimal(15),
+            "E" => decimal(18),
+            "Ki" => binary(10),
+            "Mi" => binary(20),
+            "Gi" => binary(30),
+            "Ti" => binary(40),
+            "Pi" => binary(50),
+            "Ei" => binary(60),
+            _ if suffix.len() > 1 && (suffix.starts_with('e') || suffix.starts_with('E')) => {
+                // strconv.ParseInt(.., 10, 64), then a conversion to int32 that wraps.
+                let e: i64 = suffix[1..].parse().ok()?;
+                Some((10, e as i32, Format::DecimalExponent))
+            }
+            _ => None,
+        }
+    }
+
+    /// An exact decimal: sign, magnitude digits (0..=9, most significant first, no leading zeros;
+    /// empty for zero) times 10^exp.
+    #[derive(Clone, Debug)]
+    struct Dec {
+        negative: bool,
+        digits: Vec<u8>,
+        exp: i64,
+    }
+
+    impl Dec {
+        fn new(negative: bool, digits: impl IntoIterator<Item = u8>, exp: i64) -> Self {
+            let mut d = Dec { negative, digits: digits.into_iter().collect(), exp };
+            let leading = d.digits.iter().take_while(|x| **x == 0).count();
+            d.digits.drain(..leading);
+            d
+        }
+
+        fn is_zero(&self) -> bool {
+            self.digits.is_empty()
+        }
+
+        /// inf.Dec's SetString: an optional leading sign, digits with at most one point, nothing else,
+        /// at least one digit.
+        fn parse(s: &str) -> Option<Dec> {
+            let (negative, body) = match s.as_bytes().first() {
+                Some(b'-') => (true, &s[1..]),
+                Some(b'+') => (false, &s[1..]),
+                _ => (false, s),
+            };
+            let (int, frac) = body.split_once('.').unwrap_or((body, ""));
+            let all = || int.bytes().chain(frac.bytes());
+            if int.is_empty() && frac.is_empty() || !all().all(|c| c.is_ascii_digit()) {
+                return None;
+            }
+            Some(Dec::new(negative, all().map(|c| c - b'0'), -(frac.len() as i64)))
+        }
+
+        fn mul_small(&mut self, m: u32) {
+            let mut carry = 0u64;
+            for d in self.digits.iter_mut().rev() {
+                let v = u64::from(*d) * u64::from(m) + carry;
+                *d = (v % 10) as u8;
+                carry = v / 10;
+            }
+            while carry > 0 {
+                self.digits.insert(0, (carry % 10) as u8);
+                carry /= 10;
+            }
+        }
+
+        /// The magnitude rounded up to a multiple of 10^exp (no-op when already one).
+        fn round_up_to_exp(&mut self, exp: i64) {
+            if self.is_zero() || self.exp >= exp {
+                return;
+            }
+            let drop = (exp - self.exp) as usize;
+            if drop >= self.digits.len() {
+                self.digits = vec![1];
+            } else {
+                let kept = self.digits.len() - drop;
+                let inexact = self.digits[kept..].iter().any(|d| *d != 0);
+                self.digits.truncate(kept);
+                if inexact {
+                    self.add_one_ulp();
+                }
+            }
+            self.exp = exp;
+            *self = Dec::new(self.negative, std::mem::take(&mut self.digits), self.exp);
+        }
+
+        fn add_one_ulp(&mut self) {
+            for d in self.digits.iter_mut().rev() {
+                if *d == 9 {
+                    *d = 0;
+                } else {
+                    *d += 1;
+                    return;
+                }
+            }
+            self.digits.insert(0, 1);
+        }
+
+        /// Integer part digits (possibly empty) and whether a non-zero fraction remains.
+        fn split_integer(&self) -> (Vec<u8>, bool) {
+            if self.exp >= 0 {
+                let mut int = self.digits.clone();
+                if !int.is_empty() {
+                    int.extend(std::iter::repeat_n(0, self.exp as usize));
+                }
+                return (int, false);
+            }
+            let frac_len = self.exp.unsigned_abs() as usize;
+            if frac_len >= self.digits.len() {
+                return (Vec::new(), !self.is_zero());
+            }
+            let split = self.digits.len() - frac_len;
+            (self.digits[..split].to_vec(), self.digits[split..].iter().any(|d| *d != 0))
+        }
+
+        /// Compares the magnitude with a non-negative integer.
+        fn cmp_magnitude(&self, n: u64) -> std::cmp::Ordering {
+            let (int, frac) = self.split_integer();
+            let n_digits: Vec<u8> = n.to_string().bytes().map(|c| c - b'0').collect();
+            let n_digits = if n == 0 { Vec::new() } else { n_digits };
+            int.len().cmp(&n_digits.len()).then_with(|| int.cmp(&n_digits)).then(if frac {
+                std::cmp::Ordering::Greater
+            } else {
+                std::cmp::Ordering::Equal
+            })
+        }
+
+        fn sign_prefix(&self) -> &'static str {
+            if self.negative { "-" } else { "" }
+        }
+    }
+
+    fn digits_to_string(digits: &[u8]) -> String {
+        if digits.is_empty() { "0".into() } else { digits.iter().map(|d| char::from(b'0' + d)).collect() }
+    }
+
+    /// Divides digit magnitude by `divisor`, returning the quotient if the remainder is zero.
+    fn exact_div(digits: &[u8], divisor: u64) -> Option<Vec<u8>> {
+        let mut quotient = Vec::with_capacity(digits.len());
+        let mut rem = 0u64;
+        for d in digits {
+            let cur = rem * 10 + u64::from(*d);
+            quotient.push((cur / divisor) as u8);
+            rem = cur % divisor;
+        }
+        if rem != 0 {
+            return None;
+        }
+        let leading = quotient.iter().take_while(|x| **x == 0).count();
+        quotient.drain(..leading);
+        Some(quotient)
+    }
+
+    struct Parsed {
+        /// The input, when the fast path found it canonical; it is then printed verbatim.
+        verbatim: Option<String>,
+        value: Dec,
+        format: Format,
+    }
+
+    fn parse_quantity(s: &str) -> Option<Parsed> {
+        if s.is_empty() {
+            return None;
+        }
+        if s == "0" {
+            return Some(Parsed { verbatim: Some(s.into()), value: Dec::new(false, [], 0), format: Format::DecimalSI });
+        }
+        let scanned = scan(s)?;
+        let (base, exponent, format) = interpret(scanned.suffix)?;
+        let digit_count = scanned.num.len() + scanned.denom.len();
+
+        // The fast path: small enough for an int64 at a scale of at least 1n.
+        let (precision, mut scale, mantissa): (i64, i32, i64) = match format {
+            Format::DecimalExponent | Format::DecimalSI => (18 - digit_count as i64, exponent, 1),
+            Format::BinarySI if exponent >= 0 && scanned.denom.is_empty() => {
+                (15 - scanned.num.len() as i64 - i64::from(exponent * 3 / 10) - 1, 0, 1i64 << exponent)
+            }
+            Format::BinarySI => (-1, 0, 1),
+        };
+        if precision >= 0 {
+            scale = scale.wrapping_sub(scanned.denom.len() as i32);
+            if scale >= -9 {
+                let shifted = format!("{}{}", scanned.num, scanned.denom);
+                let parsed: i64 = shifted.parse().ok()?;
+                if let Some(magnitude) = parsed.checked_mul(mantissa) {
+                    let canonical = match format {
+                        Format::BinarySI => exponent % 10 == 0 && parsed & 0x07 != 0,
+                        _ => scale % 3 == 0 && !shifted.ends_with("000") && !shifted.starts_with('0'),
+                    };
+                    let digits = magnitude.to_string().bytes().map(|c| c - b'0').collect::<Vec<_>>();
+                    return Some(Parsed {
+                        verbatim: canonical.then(|| s.to_string()),
+                        value: Dec::new(!scanned.positive, digits, i64::from(scale)),
+                        format,
+                    });
+                }
+            }
+        }
+
+        // The slow path: arbitrary precision.
+        let mut value = Dec::parse(scanned.value)?;
+        if base == 10 {
+            value.exp += i64::from(exponent);
+        } else {
+            for _ in 0..exponent {
+                value.mul_small(2);
+            }
+        }
+        value.round_up_to_exp(-9);
+        let mut format = format;
+        if format == Format::BinarySI && value.cmp_magnitude(i64::MAX as u64).is_gt() {
+            value = Dec::new(value.negative, i64::MAX.to_string().bytes().map(|c| c - b'0'), 0);
+        }
+        if format == Format::BinarySI && !value.is_zero() && value.cmp_magnitude(1).is_lt() {
+            format = Format::DecimalSI;
+        }
+        Some(Parsed { verbatim: None, value, format })
+    }
+
+    fn canonical(parsed: Parsed) -> String {
+        if let Some(v) = parsed.verbatim {
+            return v;
+        }
+        let value = parsed.value;
+        if value.is_zero() {
+            return "0".into();
+        }
+        let mut format = parsed.format;
+        if format == Format::BinarySI {
+            let (int, frac) = value.split_integer();
+            if value.cmp_magnitude(1024).is_lt() || frac {
+                format = Format::DecimalSI;
+            } else {
+                let mut n = int;
+                let mut times = 0;
+                while let Some(q) = exact_div(&n, 1024) {
+                    n = q;
+                    times += 1;
+                }
+                let suffix = match times {
+                    1 => "Ki",
+                    2 => "Mi",
+                    3 => "Gi",
+                    4 => "Ti",
+                    5 => "Pi",
+                    6 => "Ei",
+                    _ => "",
+                };
+                return format!("{}{}{suffix}", value.sign_prefix(), digits_to_string(&n));
+            }
+        }
+        let mut digits = value.digits.clone();
+        let trailing = digits.iter().rev().take_while(|d| **d == 0).count();
+        digits.truncate(digits.len() - trailing);
+        let exp = value.exp + trailing as i64;
+        let exp3 = exp.div_euclid(3) * 3;
+        digits.extend(std::iter::repeat_n(0, (exp - exp3) as usize));
+        let suffix = match format {
+            Format::DecimalExponent if exp3 == 0 => String::new(),
+            Format::DecimalExponent => format!("e{exp3}"),
+            _ => match exp3 {
+                -9 => "n",
+                -6 => "u",
+                -3 => "m",
+                3 => "k",
+                6 => "M",
+                9 => "G",
+                12 => "T",
+                15 => "P",
+                18 => "E",
+                // No suffix exists; Go then prints the bare mantissa.
+                _ => "",
+            }
+            .to_string(),
+        };
+        format!("{}{}{suffix}", value.sign_prefix(), digits_to_string(&digits))
+    }
+
+    /// `Quantity.UnmarshalJSON` of a raw token whose quotes are already removed, then `MarshalJSON`.
+    pub(super) fn marshal(raw: &str) -> Option<String> {
+        parse_quantity(raw.trim_matches(super::is_go_space)).map(canonical)
+    }
+
+    /// The same for a JSON string. `UnmarshalJSON` sees the string still escaped as the apiserver
+    /// wrote it; any character `encoding/json` escapes makes the quantity invalid.
+    pub(super) fn marshal_json_string(s: &str) -> Option<String> {
+        if s.chars().any(|c| matches!(c, '\0'..='\u{1f}' | '"' | '\\' | '<' | '>' | '&' | '\u{2028}' | '\u{2029}')) {
+            return None;
+        }
+        marshal(s)
+    }
+}
+
+/// Go's `unicode.IsSpace`, which `strings.TrimSpace` uses.
+fn is_go_space(c: char) -> bool {
+    matches!(c, '\t' | '\n' | '\u{b}' | '\u{c}' | '\r' | ' ' | '\u{85}' | '\u{a0}') || (c > '\u{ff}' && c.is_whitespace())
+}
+
+// ---------------------------------------------------------------------------------------------
+// metav1.Time
+
+/// `metav1.Time`: parsed with `time.Parse(time.RFC3339, ..)` and printed in UTC with whole seconds.
+mod time {
+    const ZERO_TIME_UNIX: i64 = -62_135_596_800; // 0001-01-01T00:00:00Z, Go's zero time
+
+    /// The string metav1.Time marshals to after decoding `s`, or None for null (the zero time, or
+    /// input Go would reject).
+    pub(super) fn reformat_rfc3339(s: &str) -> Option<String> {
+        let (unix, nanos) = parse(s.as_bytes())?;
+        if unix == ZERO_TIME_UNIX && nanos == 0 {
+            return None;
+        }
+        Some(format_utc(unix))
+    }
+
+    fn number(b: &[u8], min: i64, max: i64) -> Option<i64> {
+        if !b.iter().all(u8::is_ascii_digit) {
+            return None;
+        }
+        let n = b.iter().fold(0i64, |acc, d| acc * 10 + i64::from(d - b'0'));
+        (min..=max).contains(&n).then_some(n)
+    }
+
+    fn take<'a>(rest: &mut &'a [u8], n: usize) -> Option<&'a [u8]> {
+        let head = rest.get(..n)?;
+        *rest = &rest[n..];
+        Some(head)
+    }
+
+    fn literal(rest: &mut &[u8], c: u8) -> Option<()> {
+        (take(rest, 1)? == [c]).then_some(())
+    }
+
+    fn is_leap(year: i64) -> bool {
+        year % 4 == 0 && (year % 100 != 0 || year % 400 == 0)
+    }
+
+    fn days_in_month(year: i64, month: i64) -> i64 {
+        match month {
+            2 if is_leap(year) => 29,
+            2 => 28,
+            4 | 6 | 9 | 11 => 30,
+            _ => 31,
+        }
+    }
+
+    /// Days since 1970-01-01 of a proleptic Gregorian date.
+    fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
+        // Shift the year to start in March so the leap day is the last day of the year.
+        let y = if month <= 2 { year - 1 } else { year };
+        let era = y.div_euclid(400);
+        let year_of_era = y - era * 400;
+        let month_index = (month + 9) % 12; // March = 0
+        let day_of_year = (153 * month_index + 2) / 5 + day - 1;
+        let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
+        era * 146_097 + day_of_era - 719_468
+    }
+
+    fn civil_from_days(days: i64) -> (i64, i64, i64) {
+        let z = days + 719_468;
+        let era = z.div_euclid(146_097);
+        let day_of_era = z - era * 146_097;
+        let year_of_era = (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+        let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+        let month_index = (5 * day_of_year + 2) / 153;
+        let day = day_of_year - (153 * month_index + 2) / 5 + 1;
+        let month = if month_index < 10 { month_index + 3 } else { month_index - 9 };
+        let year = year_of_era + era * 400 + i64::from(month <= 2);
+        (year, month, day)
+    }
+
+    /// `time.Parse(time.RFC3339, s)`. Go first tries a strict RFC 3339 scanner and then its general
+    /// layout parser, which accepts a superset: a one-digit hour, `,` before the fraction, and zone
+    /// offsets up to 24 hours and 60 minutes. This implements the general parser's rules for that layout.
+    fn parse(b: &[u8]) -> Option<(i64, u32)> {
+        let mut rest = b;
+        let year = number(take(&mut rest, 4)?, 0, 9999)?;
+        literal(&mut rest, b'-')?;
+        let month = number(take(&mut rest, 2)?, 1, 12)?;
+        literal(&mut rest, b'-')?;
+        let day = number(take(&mut rest, 2)?, 1, 31)?;
+        literal(&mut rest, b'T')?;
+        let hour_len = if rest.get(1).is_some_and(u8::is_ascii_digit) { 2 } else { 1 };
+        let hour = number(take(&mut rest, hour_len)?, 0, 23)?;
+        literal(&mut rest, b':')?;
+        let minute = number(take(&mut rest, 2)?, 0, 59)?;
+        literal(&mut rest, b':')?;
+        let second = number(take(&mut rest, 2)?, 0, 59)?;
+        let mut nanos = 0u32;
+        if rest.len() >= 2 && matches!(rest[0], b'.' | b',') && rest[1].is_ascii_digit() {
+            let n = 1 + rest[1..].iter().take_while(|c| c.is_ascii_digit()).count();
+            // Only the first nine digits count.
+            for i in 1..=9 {
+                nanos = nanos * 10 + rest.get(i).filter(|_| i < n).map_or(0, |d| u32::from(d - b'0'));
+            }
+            rest = &rest[n..];
+        }
+        let offset = match rest {
+            [b'Z'] => 0,
+            [sign @ (b'+' | b'-'), h1, h2, b':', m1, m2] => {
+                let seconds = (number(&[*h1, *h2], 0, 24)? * 60 + number(&[*m1, *m2], 0, 60)?) * 60;
+                if *sign == b'-' { -seconds } else { seconds }
+            }
+            _ => return None,
+        };
+        if day > days_in_month(year, month) {
+            return None;
+        }
+        let unix = days_from_civil(year, month, day) * 86_400 + hour * 3600 + minute * 60 + second - offset;
+        Some((unix, nanos))
+    }
+
+    fn format_utc(unix: i64) -> String {
+        let days = unix.div_euclid(86_400);
+        let secs = unix.rem_euclid(86_400);
+        let (year, month, day) = civil_from_days(days);
+        let year = if year < 0 { format!("-{:04}", -year) } else { format!("{year:04}") };
+        format!("{year}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z", secs / 3600, secs / 60 % 60, secs % 60)
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn civil_round_trip() {
+            for days in [-800_000, -719_163, -1, 0, 1, 59, 60, 365, 11_016, 2_932_896] {
+                let (y, m, d) = civil_from_days(days);
+                assert_eq!(days_from_civil(y, m, d), days);
+            }
+            assert_eq!(days_from_civil(1970, 1, 1), 0);
+            assert_eq!(days_from_civil(1, 1, 1) * 86_400, ZERO_TIME_UNIX);
+        }
+
+        #[test]
+        fn rfc3339() {
+            assert_eq!(reformat_rfc3339("2024-05-06T07:08:09Z").as_deref(), Some("2024-05-06T07:08:09Z"));
+            assert_eq!(reformat_rfc3339("2024-05-06T07:08:09.999999999+02:30").as_deref(), Some("2024-05-06T04:38:09Z"));
+            assert_eq!(reformat_rfc3339("2024-12-31T23:30:00-01:00").as_deref(), Some("2025-01-01T00:30:00Z"));
+            assert_eq!(reformat_rfc3339("0000-01-01T00:30:00+01:00").as_deref(), Some("-0001-12-31T23:30:00Z"));
+            assert_eq!(reformat_rfc3339("0001-01-01T00:00:00Z"), None);
+            assert_eq!(reformat_rfc3339("0001-01-01T00:00:00.5Z").as_deref(), Some("0001-01-01T00:00:00Z"));
+            assert_eq!(reformat_rfc3339("2023-02-29T00:00:00Z"), None);
+            assert_eq!(reformat_rfc3339("2024-02-29T00:00:00z"), None);
+            // Go's general layout parser: one-digit hour, comma fraction, 24h/60m offsets.
+            assert_eq!(reformat_rfc3339("2024-01-01T7:00:00,5+24:60").as_deref(), Some("2023-12-31T06:00:00Z"));
+            assert_eq!(reformat_rfc3339("2024-01-01T007:00:00Z"), None);
+            assert_eq!(reformat_rfc3339("2024-01-01T07:00:00+0100"), None);
+            assert_eq!(reformat_rfc3339("yesterday"), None);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn encoded(v: &Value) -> String {
+        String::from_utf8(encode_value(v)).unwrap()
+    }
+
+    #[test]
+    fn schema_loads() {
+        assert!(matches!(SCHEMA.root, Kind::Struct(_)));
+        assert!(SCHEMA.structs.len() > 50);
+    }
+
+    #[test]
+    fn floats_print_like_go() {
+        let cases = [
+            (0.0, "0"),
+            (-0.0, "-0"),
+            (1.0, "1"),
+            (-42.0, "-42"),
+            (0.5, "0.5"),
+            (0.1, "0.1"),
+            (123.456, "123.456"),
+            (1e-6, "0.000001"),
+            (1.5e-7, "1.5e-7"),
+            (1e-10, "1e-10"),
+            (1e20, "100000000000000000000"),
+            (1e21, "1e+21"),
+            (1.234e100, "1.234e+100"),
+            (9007199254740993.0, "9007199254740992"),
+            (9223372036854775807.0, "9223372036854776000"),
+            (5e-324, "5e-324"),
+            (f64::MAX, "1.7976931348623157e+308"),
+        ];
+        for (f, want) in cases {
+            assert_eq!(format_float(f), want, "{f:e}");
+        }
+    }
+
+    #[test]
+    fn strings_escape_like_go() {
+        let v = json!("a<b>&c\"\\ \u{1}\u{8}\u{c}\n\r\t\u{1f}\u{7f} é 日本 😀 \u{2028}\u{2029}");
+        assert_eq!(encoded(&v), r#""a\u003cb\u003e\u0026c\"\\ \u0001\b\f\n\r\t\u001f"#.to_string() + "\u{7f} é 日本 😀 \\u2028\\u2029\"");
+    }
+
+    #[test]
+    fn objects_sort_keys_bytewise_and_numbers_go_through_float64() {
+        let v = json!({"b": 1, "a": [true, null, 2.5], "B": {"é": 1, "z": 9007199254740993u64}, "$patch": "replace"});
+        assert_eq!(encoded(&v), r#"{"$patch":"replace","B":{"z":9007199254740992,"é":1},"a":[true,null,2.5],"b":1}"#);
+    }
+
+    #[test]
+    fn quantities_canonicalize_like_go() {
+        let cases = [
+            ("0", "0"),
+            ("100m", "100m"),
+            ("1024Mi", "1Gi"),
+            ("0.5", "500m"),
+            ("1000", "1k"),
+            ("1e3", "1e3"),
+            ("1.5Gi", "1536Mi"),
+            ("2Gi", "2Gi"),
+            ("+1", "+1"),
+            ("01Gi", "01Gi"),
+            ("1.0", "1"),
+            ("12e6", "12e6"),
+            ("1.5e3", "1500"),
+            ("0.5Ki", "512"),
+            ("1.5Ki", "1536"),
+            ("1Pi", "1Pi"),
+            ("8Ei", "9223372036854775807"),
+            ("1000E", "1"),
+            ("0.1n", "1n"),
+            ("1e-10", "1e-9"),
+            ("-0.0000000001", "-1n"),
+            ("-1.5Gi", "-1536Mi"),
+            ("123456789012345678901234567890", "123456789012345678901234567890"),
+            ("-", "0"),
+            (".", "0"),
+            (" 1Gi ", "1Gi"),
+            ("1.", "1."),
+        ];
+        for (input, want) in cases {
+            assert_eq!(canonical_quantity(input).as_deref(), Some(want), "{input}");
+        }
+        for bad in ["", "1Gb", "abc", "1e", "1.2.3", ".e-20", "--1", "1 Gi"] {
+            assert_eq!(canonical_quantity(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn typed_decode_drops_unknown_fields_and_writes_zero_values() {
+        let t = json!({
+            "$patch": "merge",
+            "unknown": 1,
+            "metadata": {"labels": {"app": "x", "n": null}, "annotations": {}},
+            "spec": {
+                "containers": [{"name": "c", "Image": "wrong-case", "resources": {"limits": {}, "requests": {"cpu": 0.5}}}],
+                "initContainers": [],
+                "securityContext": {},
+                "terminationGracePeriodSeconds": 30.0,
+                "priority": "high",
+                "activeDeadlineSeconds": 1.5
+            }
+        });
+        assert_eq!(
+            encoded(&normalize_pod_template(&t)),
+            concat!(
+                r#"{"metadata":{"creationTimestamp":null,"labels":{"app":"x","n":""}},"#,
+                r#""spec":{"activeDeadlineSeconds":0,"containers":[{"name":"c","resources":{"requests":{"cpu":"500m"}}}],"#,
+                r#""priority":0,"securityContext":{},"terminationGracePeriodSeconds":30}}"#
+            )
+        );
+    }
+
+    #[test]
+    fn odd_input_never_panics() {
+        for t in [json!(null), json!([]), json!("x"), json!({"spec": []}), json!({"spec": {"containers": {"a": 1}}})] {
+            let out = normalize_pod_template(&t);
+            assert!(out.is_object());
+        }
+        assert_eq!(encoded(&normalize_pod_template(&json!(null))), r#"{"metadata":{"creationTimestamp":null},"spec":{"containers":null}}"#);
+    }
+}

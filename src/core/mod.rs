@@ -2,13 +2,13 @@
 //! or reads a clock.
 
 pub mod diff;
-pub mod gojson;
-pub mod intstr;
-pub mod order;
-pub mod revision;
 pub mod expectations;
-pub mod pods;
-pub mod status;
+pub mod gojson;
 pub mod history;
+pub mod intstr;
 pub mod lifecycle;
+pub mod order;
+pub mod pods;
+pub mod revision;
+pub mod status;
 pub mod sync;
