@@ -337,6 +337,11 @@ create_rule!(rule_priority_weight_selector_not_empty,
     message: ["spec.updateStrategy.priorityStrategy.weightPriority[0].matchSelector", "selector can not be empty"],
     valid: json!({"spec": {"updateStrategy": {"priorityStrategy": {"weightPriority": [{"weight": 10, "matchSelector": {"matchLabels": {"k": "v"}}}]}}}}));
 
+create_rule!(rule_priority_weight_selector_valid,
+    invalid: json!({"spec": {"updateStrategy": {"priorityStrategy": {"weightPriority": [{"weight": 10, "matchSelector": {"matchExpressions": [{"key": "k", "operator": "In"}]}}]}}}}),
+    message: ["spec.updateStrategy.priorityStrategy.weightPriority[*].matchSelector", "invalid selector"],
+    valid: json!({"spec": {"updateStrategy": {"priorityStrategy": {"weightPriority": [{"weight": 10, "matchSelector": {"matchExpressions": [{"key": "k", "operator": "In", "values": ["v"]}]}}]}}}}));
+
 create_rule!(rule_scatter_key_not_empty,
     invalid: json!({"spec": {"updateStrategy": {"scatterStrategy": [{"key": "", "value": "a"}]}}}),
     message: ["spec.updateStrategy.scatterStrategy[0].key", "key should not be empty"],

@@ -178,6 +178,16 @@ fn template_rules() -> Vec<TemplateRule> {
             "spec.scaleStrategy.podsToDelete: Invalid value: duplicated items",
         ),
         rule(
+            concat!(
+                "!has(object.spec.updateStrategy) || !has(object.spec.updateStrategy.priorityStrategy) || ",
+                "!has(object.spec.updateStrategy.priorityStrategy.weightPriority) || ",
+                "object.spec.updateStrategy.priorityStrategy.weightPriority.all(w, !has(w.matchSelector.matchExpressions) || ",
+                "w.matchSelector.matchExpressions.all(e, e.operator == 'In' || e.operator == 'NotIn' ? has(e.values) && size(e.values) > 0 : ",
+                "(e.operator == 'Exists' || e.operator == 'DoesNotExist') && (!has(e.values) || size(e.values) == 0)))"
+            ),
+            "spec.updateStrategy.priorityStrategy.weightPriority[*].matchSelector: Required value: invalid selector: operator must be In, NotIn, Exists or DoesNotExist; In and NotIn need values, Exists and DoesNotExist take none",
+        ),
+        rule(
             "!has(object.spec.updateStrategy) || !has(object.spec.updateStrategy.scatterStrategy) || object.spec.updateStrategy.scatterStrategy.all(x, object.spec.updateStrategy.scatterStrategy.exists_one(y, y.key == x.key && y.value == x.value))",
             "spec.updateStrategy.scatterStrategy: Required value: duplicated key=value terms",
         ),

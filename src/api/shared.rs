@@ -62,6 +62,7 @@ pub struct UpdatePriorityOrderTerm {
 pub struct UpdatePriorityWeightTerm {
     #[x_kube(validation = Rule::new("self >= 0 && self <= 100").message("weight must be valid number in the range 1-100"))]
     pub weight: i32,
+    // Operator validity is checked by the admission policy (a nested CRD rule exceeds the CEL budget).
     pub match_selector: LabelSelector,
 }
 
