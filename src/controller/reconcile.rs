@@ -136,8 +136,10 @@ pub async fn reconcile(ctx: &Arc<Context>, key: &str) -> Result<Option<Duration>
     } else {
         BTreeMap::new()
     };
+    let revision_data: BTreeMap<String, Vec<u8>> = revs.sorted.iter().map(|r| (r.name.clone(), r.data.clone())).collect();
     let input = SyncInput {
         cloneset: cs,
+        revision_data: &revision_data,
         pods: &active_refs,
         current_revision: &current_revision,
         update_revision: &update_revision,
@@ -148,6 +150,7 @@ pub async fn reconcile(ctx: &Arc<Context>, key: &str) -> Result<Option<Duration>
     };
 
     let mut failure: Option<CloneSetCondition> = None;
+    let mut requeue: Option<Duration> = None;
     if cs.metadata.deletion_timestamp.is_none() {
         let scale = sync::plan_scale(&input);
         if let Some(limit) = scale.scale_up_limited_to {
@@ -165,15 +168,17 @@ pub async fn reconcile(ctx: &Arc<Context>, key: &str) -> Result<Option<Duration>
                 failure = Some(failed(condition::FAILED_SCALE, &e.to_string(), now));
             }
         } else {
-            let refresh = sync::plan_refresh(&input);
+            let (refresh, grace_requeue) = sync::plan_refresh(&input);
+            requeue = grace_requeue;
             if !refresh.is_empty() {
-                if let Err(e) = execute_refresh(ctx, cs, &refresh, &active_refs, now).await {
+                if let Err(e) = execute_refresh(ctx, cs, &refresh, &active_refs).await {
                     failure = Some(failed(condition::FAILED_UPDATE, &e.to_string(), now));
                 }
             } else {
                 let update = sync::plan_update(&input);
-                if let Err(e) = execute_update(ctx, cs, &update, &active_refs, &update_revision, &current_revision).await {
-                    failure = Some(failed(condition::FAILED_UPDATE, &e.to_string(), now));
+                match execute_update(ctx, cs, &update, &active_refs, now).await {
+                    Ok(after) => requeue = sooner(requeue, after),
+                    Err(e) => failure = Some(failed(condition::FAILED_UPDATE, &e.to_string(), now)),
                 }
             }
         }
@@ -205,7 +210,7 @@ pub async fn reconcile(ctx: &Arc<Context>, key: &str) -> Result<Option<Duration>
     }
     truncate_history(ctx, cs, &revs, &active_refs, &new_status.current_revision).await?;
 
-    Ok(sooner(status_requeue, sync::next_availability(&input)))
+    Ok(sooner(sooner(status_requeue, sync::next_availability(&input)), requeue))
 }
 
 fn is_active(p: &Pod) -> bool {
@@ -513,6 +518,18 @@ async fn execute_scale(
         }
         return Ok(());
     }
+    let ns = cs.namespace().unwrap_or_default();
+    let pre_delete = cs.spec.lifecycle.as_ref().and_then(|l| l.pre_delete.as_ref());
+    for (names, state) in [(&plan.prepare_delete, "PreparingDelete"), (&plan.cancel_delete, "PreparingNormal")] {
+        for name in names {
+            let Some(pod) = active.iter().find(|p| p.metadata.name.as_deref() == Some(name.as_str())) else { continue };
+            let patch = json!({"metadata": {"labels": {keys::LIFECYCLE_STATE: state}, "annotations": {keys::LIFECYCLE_TIMESTAMP: podcore::rfc3339_seconds(now)}}});
+            writes::patch_pod(ctx, &ns, pod, patch).await?;
+            if state == "PreparingDelete" && pre_delete.is_some_and(|h| h.mark_pod_not_ready) {
+                set_not_ready_key(ctx, &ns, pod, "preDeleteHook", now).await?;
+            }
+        }
+    }
     for name in &plan.delete {
         let Some(pod) = active.iter().find(|p| p.metadata.name.as_deref() == Some(name.as_str())) else { continue };
         let id = podcore::instance_id(pod.metadata.labels.as_ref()).unwrap_or_default().to_string();
@@ -526,62 +543,123 @@ async fn execute_scale(
     Ok(())
 }
 
-async fn execute_refresh(
-    ctx: &Context,
-    cs: &CloneSet,
-    refresh: &[sync::Refresh],
-    active: &[&Pod],
-    now: Timestamp,
-) -> Result<(), WriteError> {
+async fn execute_refresh(ctx: &Context, cs: &CloneSet, refresh: &[sync::Refresh], active: &[&Pod]) -> Result<(), WriteError> {
     let ns = cs.namespace().unwrap_or_default();
     for r in refresh {
         let Some(pod) = active.iter().find(|p| p.metadata.name.as_deref() == Some(r.pod.as_str())) else { continue };
-        if !r.labels.is_empty() {
-            let mut meta = json!({"labels": r.labels});
-            if r.touch_lifecycle_timestamp {
-                meta["annotations"] = json!({keys::LIFECYCLE_TIMESTAMP: podcore::rfc3339_seconds(now)});
-            }
-            writes::patch_pod(ctx, &ns, pod, json!({"metadata": meta})).await?;
+        if !r.conditions.is_empty() {
+            writes::patch_pod_status(ctx, &ns, pod, json!({"status": {"conditions": r.conditions}})).await?;
         }
-        if r.mark_in_place_update_ready {
-            let cond = json!({"type": keys::INPLACE_UPDATE_READY, "status": "True", "lastTransitionTime": podcore::rfc3339_seconds(now)});
-            writes::patch_pod_status(ctx, &ns, pod, json!({"status": {"conditions": [cond]}})).await?;
+        if let Some(patch) = &r.patch {
+            writes::patch_pod(ctx, &ns, pod, patch.clone()).await?;
+        }
+        if let Some((reason, message)) = &r.event {
+            event(ctx, cs, EventType::Normal, reason, message.clone()).await;
         }
     }
     Ok(())
 }
 
-/// Recreate updates: mark each chosen pod `specified-delete`; a later scale pass replaces it.
+/// Carries out the update plan; returns when to look again (a grace period's end).
 async fn execute_update(
     ctx: &Context,
     cs: &CloneSet,
     plan: &sync::UpdatePlan,
     active: &[&Pod],
-    update_revision: &str,
-    current_revision: &str,
-) -> Result<(), WriteError> {
+    now: Timestamp,
+) -> Result<Option<Duration>, WriteError> {
     let ns = cs.namespace().unwrap_or_default();
-    let target = if plan.rolling_back { current_revision } else { update_revision };
-    for name in &plan.pods {
+    let target = plan.target.as_str();
+    let hooks = cs.spec.lifecycle.as_ref();
+    let mut requeue = None;
+    if !plan.pods.is_empty() {
+        tracing::debug!(cloneset = %writes::cs_key(cs), diffs = ?plan.diffs, pods = ?plan.pods.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(), "updating pods");
+    }
+    for (name, action) in &plan.pods {
         let Some(pod) = active.iter().find(|p| p.metadata.name.as_deref() == Some(name.as_str())) else { continue };
-        let patch = json!({"metadata": {"labels": {keys::SPECIFIED_DELETE: "true"}}});
-        match writes::patch_pod(ctx, &ns, pod, patch).await {
-            Ok(()) => {
-                let msg = format!("successfully patch pod {name} specified-delete for update(revision {target})");
-                event(ctx, cs, EventType::Normal, "SuccessfulUpdatePodReCreate", msg).await;
+        match action {
+            sync::PodAction::Recreate => {
+                let patch = json!({"metadata": {"labels": {keys::SPECIFIED_DELETE: "true"}}});
+                match writes::patch_pod(ctx, &ns, pod, patch).await {
+                    Ok(()) => {
+                        let msg = format!("successfully patch pod {name} specified-delete for update(revision {target})");
+                        event(ctx, cs, EventType::Normal, "SuccessfulUpdatePodReCreate", msg).await;
+                    }
+                    Err(e) => {
+                        let msg = format!("failed to patch pod {name} specified-delete for update(revision {target}): {e}");
+                        event(ctx, cs, EventType::Warning, "FailedUpdatePodReCreate", msg).await;
+                        return Err(e);
+                    }
+                }
             }
-            Err(e) => {
-                event(
-                    ctx,
-                    cs,
-                    EventType::Warning,
-                    "FailedUpdatePodReCreate",
-                    format!("failed to patch pod {name} specified-delete for update(revision {target}): {e}"),
-                )
+            sync::PodAction::InPlace(spec) => {
+                let result = async {
+                    if pod.spec.as_ref().and_then(|s| s.readiness_gates.as_ref()).is_some_and(|g| g.iter().any(|g| g.condition_type == keys::INPLACE_UPDATE_READY)) {
+                        let cond = json!({"type": keys::INPLACE_UPDATE_READY, "status": "False", "reason": keys::REASON_START_INPLACE_UPDATE,
+                            "lastTransitionTime": podcore::rfc3339_seconds(now)});
+                        writes::patch_pod_status(ctx, &ns, pod, json!({"status": {"conditions": [cond]}})).await?;
+                    }
+                    let label = if ctx.config.gates.cloneset_short_hash { podcore::short_hash(target) } else { target };
+                    writes::patch_pod(ctx, &ns, pod, crate::core::inplace::start_patch(pod, spec, label, now)).await
+                }
                 .await;
-                return Err(e);
+                match result {
+                    Ok(()) => {
+                        event(
+                            ctx,
+                            cs,
+                            EventType::Normal,
+                            "SuccessfulUpdatePodInPlace",
+                            format!("successfully update pod {name} in-place(revision {target})"),
+                        )
+                        .await;
+                        if spec.grace_seconds > 0 {
+                            requeue = sooner(requeue, Some(Duration::from_secs(spec.grace_seconds as u64)));
+                        }
+                    }
+                    Err(e) => {
+                        event(
+                            ctx,
+                            cs,
+                            EventType::Warning,
+                            "FailedUpdatePodInPlace",
+                            format!("failed to update pod {name} in-place(revision {target}): {e}"),
+                        )
+                        .await;
+                        return Err(e);
+                    }
+                }
+            }
+            sync::PodAction::PrepareUpdate => {
+                let hook = hooks.and_then(|l| l.in_place_update.as_ref());
+                let (labels, finalizers) = crate::core::lifecycle::hook_handlers_patch(hook);
+                let mut patch = json!({"metadata": {"labels": {keys::LIFECYCLE_STATE: "PreparingUpdate"}, "annotations": {keys::LIFECYCLE_TIMESTAMP: podcore::rfc3339_seconds(now)}}});
+                if crate::core::lifecycle::state(pod) == Some(crate::api::shared::LifecycleState::Updated) {
+                    // Another update of an Updated pod: the hook's handlers come back with it.
+                    crate::core::sync::combine_patches(&mut patch, &json!({"metadata": {"labels": labels}}));
+                    let mut all: Vec<String> = pod.finalizers().to_vec();
+                    all.extend(finalizers.into_iter().filter(|f| !pod.finalizers().contains(f)));
+                    patch["metadata"]["finalizers"] = json!(all);
+                }
+                writes::patch_pod(ctx, &ns, pod, patch).await?;
+                if hook.is_some_and(|h| h.mark_pod_not_ready) {
+                    set_not_ready_key(ctx, &ns, pod, "preUpdateHook", now).await?;
+                }
+            }
+            sync::PodAction::Wait => {}
+            sync::PodAction::Refuse(msg) => {
+                event(ctx, cs, EventType::Warning, "FailedUpdatePodInPlace", msg.clone()).await;
+                return Err(WriteError::Conflict(msg.clone()));
             }
         }
     }
-    Ok(())
+    Ok(requeue)
+}
+
+/// `markPodNotReady`: KruisePodReady False, with Kruise's JSON list of who holds the pod.
+async fn set_not_ready_key(ctx: &Context, ns: &str, pod: &Pod, key: &str, now: Timestamp) -> Result<(), WriteError> {
+    let message = serde_json::to_string(&json!([{"userAgent": "Lifecycle", "key": key}])).unwrap_or_default();
+    let cond =
+        json!({"type": keys::KRUISE_POD_READY, "status": "False", "message": message, "lastTransitionTime": podcore::rfc3339_seconds(now)});
+    writes::patch_pod_status(ctx, ns, pod, json!({"status": {"conditions": [cond]}})).await
 }

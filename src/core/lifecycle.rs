@@ -37,6 +37,53 @@ pub fn ready_for_normal(pod: &Pod, pre_normal: Option<&LifecycleHook>) -> bool {
     }
 }
 
+/// What the lifecycle allows when a pod is chosen for an in-place update (§5.6 step 1).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum InPlaceGate {
+    /// Update now.
+    Proceed,
+    /// Move to PreparingUpdate first (and, from Updated, re-add the hook's handlers).
+    PrepareUpdate,
+    /// PreparingUpdate and still hooked: the hook's owner has not released the pod yet.
+    Wait,
+    /// A state that must not be updated in place.
+    NotAllowed(String),
+}
+
+pub fn in_place_gate(pod: &Pod, hook: Option<&LifecycleHook>) -> InPlaceGate {
+    let name = pod.metadata.name.as_deref().unwrap_or_default();
+    match state(pod) {
+        None | Some(LifecycleState::PreparingNormal) | Some(LifecycleState::Normal) => {
+            if is_hooked(hook, pod) {
+                InPlaceGate::PrepareUpdate
+            } else {
+                InPlaceGate::Proceed
+            }
+        }
+        Some(LifecycleState::Updated) if hook.is_some() => InPlaceGate::PrepareUpdate,
+        Some(LifecycleState::Updated) | Some(LifecycleState::Updating) => InPlaceGate::Proceed,
+        Some(LifecycleState::PreparingUpdate) => {
+            if is_hooked(hook, pod) {
+                InPlaceGate::Wait
+            } else {
+                InPlaceGate::Proceed
+            }
+        }
+        Some(other) => InPlaceGate::NotAllowed(format!("not allowed to in-place update pod {name} in state {}", other.as_str())),
+    }
+}
+
+/// After an in-place update (or a rollback while waiting): Updated while the inPlaceUpdate hook
+/// exists and is not all hooked, otherwise Normal.
+pub fn state_after_update(pod: &Pod, hook: Option<&LifecycleHook>) -> LifecycleState {
+    if hook.is_some() && !is_all_hooked(hook, pod) { LifecycleState::Updated } else { LifecycleState::Normal }
+}
+
+/// The hook's labels and finalizers, re-added when an Updated pod is prepared for another update.
+pub fn hook_handlers_patch(hook: Option<&LifecycleHook>) -> (std::collections::BTreeMap<String, String>, Vec<String>) {
+    hook.map_or_else(Default::default, |h| (h.labels_handler.clone(), h.finalizers_handler.clone()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -63,6 +110,25 @@ mod tests {
         assert!(is_hooked(Some(&h), &all) && is_all_hooked(Some(&h), &all));
         assert!(!is_hooked(Some(&h), &wrong_value));
         assert!(!is_hooked(None, &all) && !is_all_hooked(None, &all));
+    }
+
+    #[test]
+    fn in_place_gate_follows_kruise_states() {
+        let h = hook(json!({"hold": "true"}), json!([]));
+        let with_state = |st: &str, hooked: bool| {
+            let labels = if hooked { json!({keys::LIFECYCLE_STATE: st, "hold": "true"}) } else { json!({keys::LIFECYCLE_STATE: st}) };
+            pod(labels, json!([]), Some("n"))
+        };
+        assert_eq!(in_place_gate(&with_state("Normal", false), Some(&h)), InPlaceGate::Proceed);
+        assert_eq!(in_place_gate(&with_state("Normal", true), Some(&h)), InPlaceGate::PrepareUpdate);
+        assert_eq!(in_place_gate(&with_state("PreparingUpdate", true), Some(&h)), InPlaceGate::Wait);
+        assert_eq!(in_place_gate(&with_state("PreparingUpdate", false), Some(&h)), InPlaceGate::Proceed);
+        assert_eq!(in_place_gate(&with_state("Updated", false), Some(&h)), InPlaceGate::PrepareUpdate);
+        assert_eq!(in_place_gate(&with_state("Updating", true), Some(&h)), InPlaceGate::Proceed);
+        assert!(matches!(in_place_gate(&with_state("PreparingDelete", false), Some(&h)), InPlaceGate::NotAllowed(_)));
+        assert_eq!(state_after_update(&with_state("Updating", false), Some(&h)), LifecycleState::Updated);
+        assert_eq!(state_after_update(&with_state("Updating", true), Some(&h)), LifecycleState::Normal, "all hooked");
+        assert_eq!(state_after_update(&with_state("Updating", false), None), LifecycleState::Normal);
     }
 
     #[test]

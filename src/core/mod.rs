@@ -5,6 +5,7 @@ pub mod diff;
 pub mod expectations;
 pub mod gojson;
 pub mod history;
+pub mod inplace;
 pub mod intstr;
 pub mod lifecycle;
 pub mod order;

@@ -72,9 +72,13 @@ pub fn build_pod(r: &PodRecipe<'_>) -> Pod {
     annotations.insert(keys::LIFECYCLE_TIMESTAMP.into(), rfc3339_seconds(r.now));
 
     let mut spec: PodSpec = r.template.spec.clone().unwrap_or_default();
+    // Kruise's pod webhook adds KruisePodReady to every pod it owns (lifecycle hooks with
+    // markPodNotReady use it); we add it at creation since we run no pod webhook.
     let gates = spec.readiness_gates.get_or_insert_with(Vec::new);
-    if !gates.iter().any(|g| g.condition_type == keys::INPLACE_UPDATE_READY) {
-        gates.push(PodReadinessGate { condition_type: keys::INPLACE_UPDATE_READY.into() });
+    for gate in [keys::INPLACE_UPDATE_READY, keys::KRUISE_POD_READY] {
+        if !gates.iter().any(|g| g.condition_type == gate) {
+            gates.push(PodReadinessGate { condition_type: gate.into() });
+        }
     }
     if !cs.spec.volume_claim_templates.is_empty() {
         // VCT volumes come first, then the template's own (a same-named template volume is replaced).

@@ -7,11 +7,16 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
+use serde_json::{Value, json};
+
+use crate::api::cloneset::update_type;
 use crate::api::shared::LifecycleState;
 use crate::api::{CloneSet, keys};
 use crate::config::FeatureGates;
 use crate::core::diff::{self, DiffInput, ExpectationDiffs, PodView};
-use crate::core::{lifecycle, order, pods::hash_matches, status};
+use crate::core::inplace::{self, UpdateSpec};
+use crate::core::pods::{hash_matches, rfc3339_seconds};
+use crate::core::{lifecycle, order, status};
 
 /// One pass's view of a CloneSet and its active pods.
 pub struct SyncInput<'a> {
@@ -25,6 +30,8 @@ pub struct SyncInput<'a> {
     pub exclude_preparing_delete_flag: bool,
     /// Labels of the nodes pods run on (for the topology-spread deletion ranker).
     pub node_labels: &'a BTreeMap<String, BTreeMap<String, String>>,
+    /// Revision name → revision data, for deciding what can be updated in place.
+    pub revision_data: &'a BTreeMap<String, Vec<u8>>,
     pub now: Timestamp,
 }
 
@@ -86,50 +93,139 @@ impl SyncInput<'_> {
     }
 }
 
-/// A pod to patch during refresh.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// Writes one pod needs during refresh.
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Refresh {
     pub pod: String,
-    /// Set the `InPlaceUpdateReady` condition True (first sight of the pod).
-    pub mark_in_place_update_ready: bool,
-    /// Labels to set (a missing `pod-template-hash`, the lifecycle state).
-    pub labels: BTreeMap<String, String>,
-    /// Set the lifecycle timestamp annotation (when the state changes).
-    pub touch_lifecycle_timestamp: bool,
+    /// Pod conditions to set (merged by type), written to the status first.
+    pub conditions: Vec<Value>,
+    /// A strategic-merge patch of the pod (labels, annotations, container images).
+    pub patch: Option<Value>,
+    /// Event to emit once written: (reason, message).
+    pub event: Option<(String, String)>,
 }
 
-/// §5.2 step 1: what every pod needs before anything else happens.
-pub fn plan_refresh(input: &SyncInput<'_>) -> Vec<Refresh> {
-    let pre_normal = input.cloneset.spec.lifecycle.as_ref().and_then(|l| l.pre_normal.as_ref());
+fn condition(type_: &str, status: bool, reason: &str, message: &str, now: Timestamp) -> Value {
+    let mut c = json!({"type": type_, "status": if status { "True" } else { "False" }, "lastTransitionTime": rfc3339_seconds(now)});
+    if !reason.is_empty() {
+        c["reason"] = json!(reason);
+    }
+    if !message.is_empty() {
+        c["message"] = json!(message);
+    }
+    c
+}
+
+fn has_gate(pod: &Pod, gate: &str) -> bool {
+    pod.spec.as_ref().and_then(|s| s.readiness_gates.as_ref()).is_some_and(|g| g.iter().any(|g| g.condition_type == gate))
+}
+
+fn condition_status<'a>(pod: &'a Pod, type_: &str) -> Option<&'a str> {
+    pod.status.as_ref()?.conditions.as_ref()?.iter().find(|c| c.type_ == type_).map(|c| c.status.as_str())
+}
+
+/// Combines two patches into one. Unlike applying a merge patch, `null` leaves are kept: in a
+/// patch they mean "remove this key" and must reach the apiserver.
+pub fn combine_patches(into: &mut Value, from: &Value) {
+    match (into, from) {
+        (Value::Object(a), Value::Object(b)) => {
+            for (k, v) in b {
+                match a.get_mut(k) {
+                    Some(existing) if existing.is_object() && v.is_object() => combine_patches(existing, v),
+                    _ => {
+                        a.insert(k.clone(), v.clone());
+                    }
+                }
+            }
+        }
+        (into, from) => *into = from.clone(),
+    }
+}
+
+/// A lifecycle state change as label + timestamp annotation.
+fn state_patch(state: LifecycleState, now: Timestamp) -> Value {
+    json!({"metadata": {"labels": {keys::LIFECYCLE_STATE: state.as_str()}, "annotations": {keys::LIFECYCLE_TIMESTAMP: rfc3339_seconds(now)}}})
+}
+
+/// §5.2 step 1: what every pod needs before anything else happens — the readiness-gate
+/// conditions set on first sight, a missing `pod-template-hash`, lifecycle moves, and the
+/// progress of in-place updates (grace periods, completion). Returns the writes and, when a
+/// grace period is running, when to look again.
+pub fn plan_refresh(input: &SyncInput<'_>) -> (Vec<Refresh>, Option<Duration>) {
+    let lifecycle_spec = input.cloneset.spec.lifecycle.as_ref();
+    let pre_normal = lifecycle_spec.and_then(|l| l.pre_normal.as_ref());
+    let in_place_hook = lifecycle_spec.and_then(|l| l.in_place_update.as_ref());
     let mut out = Vec::new();
+    let mut requeue: Option<Duration> = None;
     for pod in input.pods {
         let mut r = Refresh { pod: pod.metadata.name.clone().unwrap_or_default(), ..Default::default() };
-        let has_gate = pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.readiness_gates.as_ref())
-            .is_some_and(|g| g.iter().any(|g| g.condition_type == keys::INPLACE_UPDATE_READY));
-        let has_condition = pod
-            .status
-            .as_ref()
-            .and_then(|s| s.conditions.as_ref())
-            .is_some_and(|cs| cs.iter().any(|c| c.type_ == keys::INPLACE_UPDATE_READY));
-        r.mark_in_place_update_ready = has_gate && !has_condition;
+        let mut patch = json!({});
+        for gate in [keys::INPLACE_UPDATE_READY, keys::KRUISE_POD_READY] {
+            if has_gate(pod, gate) && condition_status(pod, gate).is_none() {
+                r.conditions.push(condition(gate, true, "", "", input.now));
+            }
+        }
         let labels = pod.metadata.labels.clone().unwrap_or_default();
-        if !labels.contains_key(keys::POD_TEMPLATE_HASH)
-            && let Some(rev) = labels.get(keys::CONTROLLER_REVISION_HASH)
-        {
-            r.labels.insert(keys::POD_TEMPLATE_HASH.into(), crate::core::pods::short_hash(rev).into());
+        let revision_label = labels.get(keys::CONTROLLER_REVISION_HASH).cloned().unwrap_or_default();
+        if !labels.contains_key(keys::POD_TEMPLATE_HASH) && !revision_label.is_empty() {
+            combine_patches(
+                &mut patch,
+                &json!({"metadata": {"labels": {keys::POD_TEMPLATE_HASH: crate::core::pods::short_hash(&revision_label)}}}),
+            );
         }
-        if lifecycle::state(pod) == Some(LifecycleState::PreparingNormal) && lifecycle::ready_for_normal(pod, pre_normal) {
-            r.labels.insert(keys::LIFECYCLE_STATE.into(), LifecycleState::Normal.as_str().into());
-            r.touch_lifecycle_timestamp = true;
+        let st = lifecycle::state(pod);
+        let on_update_revision = input.is_on_update_revision(pod);
+        match st {
+            Some(LifecycleState::PreparingNormal) if lifecycle::ready_for_normal(pod, pre_normal) => {
+                combine_patches(&mut patch, &state_patch(LifecycleState::Normal, input.now));
+            }
+            // A rollback reached a pod still waiting to be updated (Kruise issue #1156).
+            Some(LifecycleState::PreparingUpdate) if on_update_revision => {
+                combine_patches(&mut patch, &state_patch(lifecycle::state_after_update(pod, in_place_hook), input.now));
+            }
+            Some(LifecycleState::Updated) if lifecycle::state_after_update(pod, in_place_hook) == LifecycleState::Normal => {
+                combine_patches(&mut patch, &state_patch(LifecycleState::Normal, input.now));
+            }
+            _ => {}
         }
-        if r.mark_in_place_update_ready || !r.labels.is_empty() {
+
+        // In-place update in progress: the state names the pod's revision and the gate is False.
+        let state = inplace::read_state(pod).filter(|s| hash_matches(&revision_label, &s.revision));
+        let updating = condition_status(pod, keys::INPLACE_UPDATE_READY) == Some("False");
+        if let (Some(state), true) = (state, updating) {
+            match inplace::read_grace(pod) {
+                Some(grace) if !hash_matches(&revision_label, &grace.revision) => {
+                    combine_patches(
+                        &mut patch,
+                        &json!({"metadata": {"annotations": {keys::INPLACE_UPDATE_GRACE: null, keys::INPLACE_UPDATE_GRACE_LEGACY: null}}}),
+                    );
+                }
+                Some(grace) => match inplace::grace_remaining(&state, grace.grace_seconds, input.now) {
+                    Some(rem) => requeue = Some(requeue.map_or(rem, |r| r.min(rem))),
+                    None => {
+                        let new_state = inplace::state_after_grace(pod, &state, &grace, input.now);
+                        let mut apply = inplace::apply_patch(pod, &grace, &new_state, &BTreeMap::new(), None);
+                        combine_patches(&mut apply, &json!({"metadata": {"annotations": {keys::INPLACE_UPDATE_GRACE: null}}}));
+                        combine_patches(&mut patch, &apply);
+                    }
+                },
+                None if inplace::update_completed(pod, &state) => {
+                    r.conditions.push(condition(keys::INPLACE_UPDATE_READY, true, "", "", input.now));
+                    if st == Some(LifecycleState::Updating) {
+                        combine_patches(&mut patch, &state_patch(lifecycle::state_after_update(pod, in_place_hook), input.now));
+                    }
+                }
+                None => {}
+            }
+        }
+        if patch != json!({}) {
+            r.patch = Some(patch);
+        }
+        if !r.conditions.is_empty() || r.patch.is_some() {
             out.push(r);
         }
     }
-    out
+    (out, requeue)
 }
 
 /// The scale phase's decision.
@@ -143,17 +239,52 @@ pub struct ScalePlan {
     pub scale_up_limited_to: Option<i32>,
     /// Pods to delete, in order.
     pub delete: Vec<String>,
+    /// Pods to move to PreparingDelete instead (their preDelete hook holds them).
+    pub prepare_delete: Vec<String>,
+    /// PreparingDelete pods a scale-up brings back (to PreparingNormal).
+    pub cancel_delete: Vec<String>,
 }
 
 impl ScalePlan {
     pub fn changes_pods(&self) -> bool {
-        self.create_current + self.create_update > 0 || !self.delete.is_empty()
+        self.create_current + self.create_update > 0
+            || !self.delete.is_empty()
+            || !self.prepare_delete.is_empty()
+            || !self.cancel_delete.is_empty()
     }
 }
 
 /// §4.4: scale up, or delete PreparingDelete / specified / surplus pods — the first step that
 /// has something to do wins.
 pub fn plan_scale(input: &SyncInput<'_>) -> ScalePlan {
+    let hooks = input.cloneset.spec.lifecycle.as_ref();
+    let pre_delete_hook = hooks.and_then(|l| l.pre_delete.as_ref());
+    let preparing: Vec<&Pod> =
+        input.pods.iter().copied().filter(|p| lifecycle::state(p) == Some(LifecycleState::PreparingDelete)).collect();
+
+    // A scale-up cancels pending deletions first, unless a hook marks pods not ready.
+    let mark_not_ready = [hooks.and_then(|l| l.pre_delete.as_ref()), hooks.and_then(|l| l.in_place_update.as_ref())]
+        .iter()
+        .any(|h| h.is_some_and(|h| h.mark_pod_not_ready));
+    if !mark_not_ready && !preparing.is_empty() {
+        let planned =
+            input.pods.iter().filter(|p| input.specified_delete(p) || lifecycle::state(p) == Some(LifecycleState::PreparingDelete)).count();
+        let mut diff = input.cloneset.spec.replicas.unwrap_or(1) as i64 - input.pods.len() as i64 + planned as i64;
+        let mut cancel = Vec::new();
+        for p in &preparing {
+            if diff <= 0 {
+                break;
+            }
+            if !input.specified_delete(p) {
+                cancel.extend(p.metadata.name.clone());
+                diff -= 1;
+            }
+        }
+        if !cancel.is_empty() {
+            return ScalePlan { cancel_delete: cancel, ..Default::default() };
+        }
+    }
+
     let views = input.views(true);
     let diffs = diff::calculate_diffs(&input.diff_input(), &views);
     let mut plan = ScalePlan { diffs, ..Default::default() };
@@ -168,12 +299,9 @@ pub fn plan_scale(input: &SyncInput<'_>) -> ScalePlan {
         plan.create_update = total - current;
         return plan;
     }
-    let pre_delete_hook = input.cloneset.spec.lifecycle.as_ref().and_then(|l| l.pre_delete.as_ref());
     let mrs_zero_ready = |p: &Pod| status::is_available(p, 0, input.now);
 
     // PreparingDelete pods whose hook has been released are deleted.
-    let preparing: Vec<&Pod> =
-        input.pods.iter().copied().filter(|p| lifecycle::state(p) == Some(LifecycleState::PreparingDelete)).collect();
     let released: Vec<String> =
         preparing.iter().filter(|p| !lifecycle::is_hooked(pre_delete_hook, p)).filter_map(|p| p.metadata.name.clone()).collect();
     if !released.is_empty() {
@@ -203,6 +331,7 @@ pub fn plan_scale(input: &SyncInput<'_>) -> ScalePlan {
     take(&specified, &mut delete);
     if !delete.is_empty() {
         plan.delete = delete;
+        split_hooked(input, pre_delete_hook, &mut plan);
         return plan;
     }
 
@@ -223,21 +352,46 @@ pub fn plan_scale(input: &SyncInput<'_>) -> ScalePlan {
         );
         let victims: Vec<&Pod> = victims.into_iter().map(|i| input.pods[i]).collect();
         take(&victims, &mut plan.delete);
+        split_hooked(input, pre_delete_hook, &mut plan);
     }
     plan
 }
 
-/// The update phase's decision (recreate path: mark pods for deletion).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct UpdatePlan {
-    pub diffs: ExpectationDiffs,
-    /// Pods to update, in order; the target is `update_revision` (or the current revision when
-    /// rolling back under `CloneSetPartitionRollback`).
-    pub pods: Vec<String>,
-    pub rolling_back: bool,
+/// Pods their preDelete hook holds go to PreparingDelete instead of being deleted.
+fn split_hooked(input: &SyncInput<'_>, hook: Option<&crate::api::shared::LifecycleHook>, plan: &mut ScalePlan) {
+    let hooked = |name: &String| input.pods.iter().any(|p| p.metadata.name.as_ref() == Some(name) && lifecycle::is_hooked(hook, p));
+    let (held, free): (Vec<String>, Vec<String>) = plan.delete.drain(..).partition(hooked);
+    plan.delete = free;
+    plan.prepare_delete = held;
 }
 
-/// §5.2 steps 2–6.
+/// What to do with one pod chosen for update.
+#[derive(Clone, Debug, PartialEq)]
+pub enum PodAction {
+    /// Mark it `specified-delete`; a later scale pass replaces it.
+    Recreate,
+    /// Update it in place.
+    InPlace(UpdateSpec),
+    /// Move it to PreparingUpdate first (the inPlaceUpdate hook holds it).
+    PrepareUpdate,
+    /// It is held by the hook; nothing to do yet.
+    Wait,
+    /// It cannot be updated as asked (InPlaceOnly without an in-place path, or its state).
+    Refuse(String),
+}
+
+/// The update phase's decision.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct UpdatePlan {
+    pub diffs: ExpectationDiffs,
+    /// Pods to update, in order, with what to do to each. The target is `update_revision`, or
+    /// the current revision when rolling back under `CloneSetPartitionRollback`.
+    pub pods: Vec<(String, PodAction)>,
+    pub rolling_back: bool,
+    pub target: String,
+}
+
+/// §5.2 steps 2–7.
 pub fn plan_update(input: &SyncInput<'_>) -> UpdatePlan {
     let strategy = &input.cloneset.spec.update_strategy;
     if strategy.paused {
@@ -275,7 +429,39 @@ pub fn plan_update(input: &SyncInput<'_>) -> UpdatePlan {
         input.cloneset.spec.min_ready_seconds,
         input.now,
     );
-    UpdatePlan { diffs, pods: chosen.into_iter().filter_map(|i| input.pods[i].metadata.name.clone()).collect(), rolling_back }
+    let pods = chosen
+        .into_iter()
+        .map(|i| (input.pods[i].metadata.name.clone().unwrap_or_default(), pod_action(input, input.pods[i], target)))
+        .collect();
+    UpdatePlan { diffs, pods, rolling_back, target: target.to_string() }
+}
+
+/// §5.6 and §5.8: recreate, or in place when the strategy allows and the change permits.
+fn pod_action(input: &SyncInput<'_>, pod: &Pod, target: &str) -> PodAction {
+    let strategy = &input.cloneset.spec.update_strategy;
+    let kind = if strategy.type_.is_empty() { update_type::RECREATE } else { strategy.type_.as_str() };
+    if kind == update_type::RECREATE {
+        return PodAction::Recreate;
+    }
+    let pod_revision = status::pod_revision(pod).unwrap_or_default();
+    let old = input.revision_data.iter().find(|(name, _)| hash_matches(pod_revision, name)).map(|(_, d)| d.as_slice());
+    let grace = strategy.in_place_update_strategy.as_ref().map_or(0, |s| s.grace_period_seconds);
+    let spec = input.revision_data.get(target).and_then(|new| inplace::in_place_spec(old, new, target, grace));
+    let Some(spec) = spec else {
+        return if kind == update_type::IN_PLACE_ONLY {
+            let name = pod.metadata.name.as_deref().unwrap_or_default();
+            PodAction::Refuse(format!("find Pod {name} update strategy is InPlaceOnly but can not update in-place"))
+        } else {
+            PodAction::Recreate
+        };
+    };
+    let hook = input.cloneset.spec.lifecycle.as_ref().and_then(|l| l.in_place_update.as_ref());
+    match lifecycle::in_place_gate(pod, hook) {
+        lifecycle::InPlaceGate::Proceed => PodAction::InPlace(spec),
+        lifecycle::InPlaceGate::PrepareUpdate => PodAction::PrepareUpdate,
+        lifecycle::InPlaceGate::Wait => PodAction::Wait,
+        lifecycle::InPlaceGate::NotAllowed(msg) => PodAction::Refuse(msg),
+    }
 }
 
 /// When a pod that is Ready but not yet available (minReadySeconds) becomes available.
@@ -343,6 +529,7 @@ mod tests {
             gates: FeatureGates::default(),
             exclude_preparing_delete_flag: false,
             node_labels: &nodes,
+            revision_data: &BTreeMap::new(),
             now: "2026-01-01T01:00:00Z".parse().unwrap(),
         })
     }
@@ -380,6 +567,35 @@ mod tests {
     }
 
     #[test]
+    fn update_takes_as_many_pods_as_max_unavailable_allows() {
+        let mut cs = cloneset(6, 0, &[]);
+        cs.spec.update_strategy.max_unavailable = Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::String("100%".into()));
+        let pods: Vec<Pod> = (1..=6).map(|i| ready_pod(&format!("foo-{i}"), "foo-r1")).collect();
+        let refs: Vec<&Pod> = pods.iter().collect();
+        let nodes = BTreeMap::new();
+        let plan = plan_update(&SyncInput {
+            cloneset: &cs,
+            pods: &refs,
+            current_revision: "foo-r1",
+            update_revision: "foo-r2",
+            gates: FeatureGates::default(),
+            exclude_preparing_delete_flag: false,
+            node_labels: &nodes,
+            revision_data: &BTreeMap::new(),
+            now: "2026-01-01T01:00:00Z".parse().unwrap(),
+        });
+        assert_eq!(plan.diffs.update_num, 6, "{:?}", plan.diffs);
+        assert_eq!(plan.pods.len(), 6, "{plan:?}");
+    }
+
+    #[test]
+    fn combined_patches_keep_removals() {
+        let mut p = json!({"metadata": {"annotations": {"a": "1"}}});
+        combine_patches(&mut p, &json!({"metadata": {"annotations": {"b": null}, "labels": {"c": "2"}}}));
+        assert_eq!(p, json!({"metadata": {"annotations": {"a": "1", "b": null}, "labels": {"c": "2"}}}));
+    }
+
+    #[test]
     fn refresh_moves_scheduled_pods_to_normal_and_sets_the_gate_condition() {
         let cs = cloneset(1, 0, &[]);
         let mut pod = ready_pod("foo-1", "foo-r1");
@@ -397,12 +613,17 @@ mod tests {
             gates: FeatureGates::default(),
             exclude_preparing_delete_flag: false,
             node_labels: &nodes,
+            revision_data: &BTreeMap::new(),
             now: Timestamp::UNIX_EPOCH,
         };
-        let r = plan_refresh(&input);
+        let (r, requeue) = plan_refresh(&input);
         assert_eq!(r.len(), 1);
-        assert!(r[0].mark_in_place_update_ready);
-        assert_eq!(r[0].labels[keys::LIFECYCLE_STATE], "Normal");
-        assert_eq!(r[0].labels[keys::POD_TEMPLATE_HASH], "r1", "a missing pod-template-hash is added");
+        assert_eq!(requeue, None);
+        assert_eq!(r[0].conditions.len(), 1);
+        assert_eq!(r[0].conditions[0]["type"], "InPlaceUpdateReady");
+        assert_eq!(r[0].conditions[0]["status"], "True");
+        let patch = r[0].patch.as_ref().unwrap();
+        assert_eq!(patch["metadata"]["labels"][keys::LIFECYCLE_STATE], "Normal");
+        assert_eq!(patch["metadata"]["labels"][keys::POD_TEMPLATE_HASH], "r1", "a missing pod-template-hash is added");
     }
 }

@@ -1,0 +1,152 @@
+//! Helpers for e2e tests of CloneSets: a namespace with its own operator, manifests, waiting on
+//! status, and a monitor of what happened to the pods in between.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use cloneset_operator::api::{CloneSet, CloneSetStatus};
+use futures::TryStreamExt as _;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::watcher::{self, Event};
+use kube::{Api, ResourceExt as _};
+use serde_json::{Value, json};
+
+use crate::testenv::{Operator, TestNamespace, install_api, watch_until};
+
+pub const T: Duration = Duration::from_secs(120);
+
+pub struct Env {
+    pub ns: TestNamespace,
+    pub operator: Operator,
+    pub clonesets: Api<CloneSet>,
+    pub pods: Api<Pod>,
+}
+
+pub async fn env(prefix: &str) -> Env {
+    env_with(prefix, &[]).await
+}
+
+pub async fn env_with(prefix: &str, flags: &[&str]) -> Env {
+    install_api().await.unwrap();
+    let ns = TestNamespace::create(prefix).await.unwrap();
+    let operator = Operator::start(&ns.name, flags).await.unwrap();
+    let clonesets = ns.api();
+    let pods = ns.api();
+    Env { ns, operator, clonesets, pods }
+}
+
+pub fn manifest(name: &str, replicas: i32, image: &str, extra_spec: Value) -> CloneSet {
+    let mut v = json!({
+        "apiVersion": "apps.kruise.io/v1alpha1", "kind": "CloneSet", "metadata": {"name": name},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {"metadata": {"labels": {"app": name}},
+                         "spec": {"terminationGracePeriodSeconds": 1, "containers": [{"name": "main", "image": image}]}},
+        },
+    });
+    json_patch::merge(&mut v["spec"], &extra_spec);
+    serde_json::from_value(v).unwrap()
+}
+
+impl Env {
+    pub async fn create(&self, cs: &CloneSet) {
+        self.clonesets.create(&PostParams::default(), cs).await.unwrap();
+    }
+
+    pub async fn patch(&self, name: &str, spec: Value) {
+        self.clonesets.patch(name, &PatchParams::default(), &Patch::Merge(json!({"spec": spec}))).await.unwrap();
+    }
+
+    /// Waits until the CloneSet's status (for the current generation) satisfies `cond`.
+    pub async fn wait_status(&self, name: &str, what: &str, cond: impl Fn(&CloneSet) -> bool) -> CloneSet {
+        let res = watch_until(&self.clonesets, name, T, |cs| {
+            let observed = cs.status.as_ref().is_some_and(|s| s.observed_generation == cs.metadata.generation.unwrap_or(0));
+            observed && cond(cs)
+        })
+        .await;
+        res.unwrap_or_else(|e| panic!("{what}: {e:#}\n--- operator log ---\n{}", self.operator.log_tail(40)))
+    }
+
+    /// Active (not terminating) pods of a CloneSet.
+    pub async fn active_pods(&self, name: &str) -> Vec<Pod> {
+        let list = self.pods.list(&ListParams::default().labels(&format!("app={name}"))).await.unwrap();
+        list.items.into_iter().filter(|p| p.metadata.deletion_timestamp.is_none()).collect()
+    }
+}
+
+pub fn st(cs: &CloneSet) -> CloneSetStatus {
+    cs.status.clone().unwrap_or_default()
+}
+
+pub fn settled(cs: &CloneSet, replicas: i32) -> bool {
+    let s = st(cs);
+    s.replicas == replicas && s.ready_replicas == replicas && s.available_replicas == replicas
+}
+
+pub fn rolled_out(cs: &CloneSet, replicas: i32) -> bool {
+    let s = st(cs);
+    settled(cs, replicas)
+        && s.updated_replicas == replicas
+        && s.updated_ready_replicas == replicas
+        && s.current_revision == s.update_revision
+}
+
+pub fn label<'a>(p: &'a Pod, key: &str) -> Option<&'a str> {
+    p.metadata.labels.as_ref()?.get(key).map(String::as_str)
+}
+
+pub fn condition(p: &Pod, type_: &str) -> Option<String> {
+    p.status.as_ref()?.conditions.as_ref()?.iter().find(|c| c.type_ == type_).map(|c| c.status.clone())
+}
+
+pub fn names(pods: &[Pod]) -> BTreeSet<String> {
+    pods.iter().map(|p| p.name_any()).collect()
+}
+
+/// Watches every pod of a namespace and records the extremes a rollout must respect.
+#[derive(Default, Debug)]
+pub struct Extremes {
+    pub max_active: usize,
+    pub min_available: Option<usize>,
+    pub uids: BTreeSet<String>,
+}
+
+pub fn monitor(pods: Api<Pod>, selector: String) -> (Arc<Mutex<Extremes>>, tokio::task::JoinHandle<()>) {
+    let seen = Arc::new(Mutex::new(Extremes::default()));
+    let out = seen.clone();
+    let handle = tokio::spawn(async move {
+        let mut current: BTreeMap<String, Pod> = BTreeMap::new();
+        let mut listed = false;
+        let stream = watcher::watcher(pods, watcher::Config::default().labels(&selector));
+        futures::pin_mut!(stream);
+        while let Ok(Some(ev)) = stream.try_next().await {
+            match ev {
+                Event::Apply(p) | Event::InitApply(p) => {
+                    current.insert(p.name_any(), p);
+                }
+                Event::Delete(p) => {
+                    current.remove(&p.name_any());
+                }
+                // The initial list arrives pod by pod: judge only complete states.
+                Event::Init => {
+                    current.clear();
+                    listed = false;
+                }
+                Event::InitDone => listed = true,
+            }
+            if !listed {
+                continue;
+            }
+            let active: Vec<&Pod> = current.values().filter(|p| p.metadata.deletion_timestamp.is_none()).collect();
+            let available = active.iter().filter(|p| condition(p, "Ready").as_deref() == Some("True")).count();
+            let mut s = out.lock().unwrap();
+            s.max_active = s.max_active.max(active.len());
+            s.min_available = Some(s.min_available.map_or(available, |m| m.min(available)));
+            s.uids.extend(current.values().filter_map(|p| p.metadata.uid.clone()));
+        }
+    });
+    (seen, handle)
+}

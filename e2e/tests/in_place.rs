@@ -1,0 +1,302 @@
+//! In-place updates, lifecycle hooks and update ordering, end to end: the real operator against
+//! the real control plane, with the simulated kubelet restarting containers in place.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
+
+use cloneset_operator::api::keys;
+use e2e::testenv::{wait_until, watch_until};
+use e2e::workload::{Env, T, condition, env, label, manifest, rolled_out, settled, st};
+use futures::TryStreamExt as _;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::watcher::{self, Event};
+use kube::{Api, ResourceExt as _};
+use serde_json::json;
+
+fn image_patch(image: &str) -> serde_json::Value {
+    json!({"template": {"spec": {"containers": [{"name": "main", "image": image}]}}})
+}
+
+/// A template change that cannot be made in place (an env var).
+fn env_change() -> serde_json::Value {
+    json!({"template": {"spec": {"containers": [{"name": "main", "image": "nginx:1.27", "env": [{"name": "A", "value": "1"}]}]}}})
+}
+
+fn restart_count(p: &Pod) -> i32 {
+    p.status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.name == "main"))
+        .map_or(-1, |c| c.restart_count)
+}
+
+fn ip(p: &Pod) -> Option<String> {
+    p.status.as_ref().and_then(|s| s.pod_ip.clone())
+}
+
+/// Per pod UID: the revision labels it went through (in order) and whether it was ever seen with
+/// InPlaceUpdateReady=False and Ready=False at once.
+#[derive(Default, Debug)]
+struct History {
+    revisions: BTreeMap<String, Vec<String>>,
+    seen_not_ready_during_update: BTreeSet<String>,
+    /// Pod names in the order their revision label first changed.
+    update_order: Vec<String>,
+}
+
+fn watch_pods(pods: Api<Pod>, selector: &str) -> (Arc<Mutex<History>>, tokio::task::JoinHandle<()>) {
+    let hist = Arc::new(Mutex::new(History::default()));
+    let out = hist.clone();
+    let selector = selector.to_string();
+    let handle = tokio::spawn(async move {
+        let stream = watcher::watcher(pods, watcher::Config::default().labels(&selector));
+        futures::pin_mut!(stream);
+        while let Ok(Some(ev)) = stream.try_next().await {
+            let (Event::Apply(p) | Event::InitApply(p)) = ev else { continue };
+            let uid = p.metadata.uid.clone().unwrap_or_default();
+            let rev = label(&p, keys::CONTROLLER_REVISION_HASH).unwrap_or_default().to_string();
+            let mut h = out.lock().unwrap();
+            let revs = h.revisions.entry(uid.clone()).or_default();
+            let changed = revs.last() != Some(&rev);
+            let first_change = changed && revs.len() == 1;
+            if changed {
+                revs.push(rev);
+            }
+            if first_change {
+                h.update_order.push(p.name_any());
+            }
+            if condition(&p, "InPlaceUpdateReady").as_deref() == Some("False") && condition(&p, "Ready").as_deref() == Some("False") {
+                h.seen_not_ready_during_update.insert(uid);
+            }
+        }
+    });
+    (hist, handle)
+}
+
+fn in_place(extra: serde_json::Value) -> serde_json::Value {
+    let mut spec = json!({"updateStrategy": {"type": "InPlaceIfPossible"}});
+    json_patch::merge(&mut spec, &extra);
+    spec
+}
+
+#[tokio::test]
+async fn in_place_rollout_keeps_pods_and_passes_through_not_ready() {
+    let e = env("inplace").await;
+    e.create(&manifest("web", 10, "nginx:1.27", in_place(json!({"updateStrategy": {"partition": 6}})))).await;
+    e.wait_status("web", "10 ready", |cs| rolled_out(cs, 10)).await;
+    let before: BTreeMap<String, (String, Option<String>, i32)> =
+        e.active_pods("web").await.iter().map(|p| (p.metadata.uid.clone().unwrap(), (p.name_any(), ip(p), restart_count(p)))).collect();
+    let (hist, watch) = watch_pods(e.pods.clone(), "app=web");
+    e.patch("web", image_patch("nginx:1.28")).await;
+    let cs = e
+        .wait_status("web", "partition 6", |cs| settled(cs, 10) && st(cs).updated_replicas == 4 && st(cs).updated_ready_replicas == 4)
+        .await;
+    let first_wave = st(&cs).update_revision;
+    e.patch("web", json!({"updateStrategy": {"partition": 0}})).await;
+    e.wait_status("web", "all updated in place", |cs| rolled_out(cs, 10)).await;
+    watch.abort();
+
+    let after = e.active_pods("web").await;
+    assert_eq!(after.len(), 10);
+    for p in &after {
+        let uid = p.metadata.uid.clone().unwrap();
+        let (name, old_ip, old_restarts) = before.get(&uid).unwrap_or_else(|| panic!("pod {} is new: not updated in place", p.name_any()));
+        assert_eq!(&p.name_any(), name, "same name");
+        assert_eq!(&ip(p), old_ip, "same IP");
+        assert_eq!(restart_count(p), old_restarts + 1, "{name}: the container restarted exactly once");
+        assert_eq!(label(p, keys::CONTROLLER_REVISION_HASH), Some(first_wave.as_str()));
+        assert_eq!(label(p, keys::LIFECYCLE_STATE), Some("Normal"));
+        assert_eq!(condition(p, "InPlaceUpdateReady").as_deref(), Some("True"));
+        let state: serde_json::Value = serde_json::from_str(&p.annotations()[keys::INPLACE_UPDATE_STATE]).unwrap();
+        assert_eq!(state["revision"], json!(first_wave));
+        assert!(state["lastContainerStatuses"]["main"]["imageID"].as_str().is_some_and(|s| s.contains("@sha256:")));
+    }
+    let h = hist.lock().unwrap();
+    assert_eq!(
+        h.seen_not_ready_during_update.len(),
+        10,
+        "every pod was seen not Ready (InPlaceUpdateReady False) during its update: {h:?}"
+    );
+}
+
+#[tokio::test]
+async fn grace_period_delays_the_image_change() {
+    let e = env("grace").await;
+    e.create(&manifest("web", 1, "nginx:1.27", in_place(json!({"updateStrategy": {"inPlaceUpdateStrategy": {"gracePeriodSeconds": 5}}}))))
+        .await;
+    e.wait_status("web", "1 ready", |cs| rolled_out(cs, 1)).await;
+    let name = e.active_pods("web").await[0].name_any();
+    e.patch("web", image_patch("nginx:1.28")).await;
+    // Kruise's order: the condition turns False first, then the grace annotation is written.
+    let not_ready = watch_until(&e.pods, &name, T, |p| {
+        condition(p, "InPlaceUpdateReady").as_deref() == Some("False") && p.annotations().contains_key(keys::INPLACE_UPDATE_GRACE)
+    })
+    .await
+    .unwrap();
+    let since = not_ready
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.type_ == "InPlaceUpdateReady"))
+        .and_then(|c| c.last_transition_time.clone())
+        .unwrap()
+        .0;
+    let grace: serde_json::Value = serde_json::from_str(&not_ready.annotations()[keys::INPLACE_UPDATE_GRACE]).unwrap();
+    assert_eq!(grace["containerImages"], json!({"main": "nginx:1.28"}), "the grace annotation holds the new images");
+    assert_eq!(grace["graceSeconds"], json!(5));
+    assert_eq!(not_ready.spec.as_ref().unwrap().containers[0].image.as_deref(), Some("nginx:1.27"), "image unchanged at first");
+    let changed =
+        watch_until(&e.pods, &name, T, |p| p.spec.as_ref().unwrap().containers[0].image.as_deref() == Some("nginx:1.28")).await.unwrap();
+    let seen_at: k8s_openapi::jiff::Timestamp = SystemTime::now().try_into().unwrap();
+    let waited = seen_at.duration_since(since);
+    assert!(waited >= k8s_openapi::jiff::SignedDuration::from_secs(5), "the image changed {waited:?} after the condition turned False");
+    assert!(!changed.annotations().contains_key(keys::INPLACE_UPDATE_GRACE), "grace annotation removed with the patch");
+    e.wait_status("web", "rolled out", |cs| rolled_out(cs, 1)).await;
+}
+
+#[tokio::test]
+async fn a_change_that_is_not_in_place_able_recreates_under_in_place_if_possible() {
+    let e = env("fallback").await;
+    e.create(&manifest("web", 2, "nginx:1.27", in_place(json!({})))).await;
+    e.wait_status("web", "2 ready", |cs| rolled_out(cs, 2)).await;
+    let old: BTreeSet<String> = e.active_pods("web").await.iter().filter_map(|p| p.metadata.uid.clone()).collect();
+    e.patch("web", env_change()).await;
+    e.wait_status("web", "rolled out", |cs| rolled_out(cs, 2)).await;
+    let new: BTreeSet<String> = e.active_pods("web").await.iter().filter_map(|p| p.metadata.uid.clone()).collect();
+    assert!(old.is_disjoint(&new), "every pod was recreated");
+}
+
+#[tokio::test]
+async fn in_place_only_reports_failed_update_for_a_change_it_cannot_make() {
+    let e = env("inplaceonly").await;
+    e.create(&manifest("web", 2, "nginx:1.27", json!({"updateStrategy": {"partition": 2}}))).await;
+    e.wait_status("web", "2 ready", |cs| rolled_out(cs, 2)).await;
+    let old: BTreeSet<String> = e.active_pods("web").await.iter().filter_map(|p| p.metadata.uid.clone()).collect();
+    // An env change under ReCreate with partition 2 updates nothing; switching to InPlaceOnly
+    // (template untouched, so admission allows it) then asks for an impossible in-place update.
+    e.patch("web", env_change()).await;
+    e.patch("web", json!({"updateStrategy": {"type": "InPlaceOnly", "partition": 0}})).await;
+    let cs =
+        e.wait_status("web", "FailedUpdate", |cs| st(cs).conditions.iter().any(|c| c.type_ == "FailedUpdate" && c.status == "True")).await;
+    let cond = st(&cs).conditions.into_iter().find(|c| c.type_ == "FailedUpdate").unwrap();
+    assert!(cond.message.contains("update strategy is InPlaceOnly but can not update in-place"), "{}", cond.message);
+    let now: BTreeSet<String> = e.active_pods("web").await.iter().filter_map(|p| p.metadata.uid.clone()).collect();
+    assert_eq!(old, now, "no pod was recreated");
+    assert_eq!(st(&cs).updated_replicas, 0);
+}
+
+#[tokio::test]
+async fn pre_delete_hook_keeps_a_pod_in_preparing_delete_until_released() {
+    let e = env("predelete").await;
+    let mut cs = manifest("web", 2, "nginx:1.27", json!({"lifecycle": {"preDelete": {"labelsHandler": {"example.io/hold": "true"}}}}));
+    cs.spec.template.metadata.as_mut().unwrap().labels.as_mut().unwrap().insert("example.io/hold".into(), "true".into());
+    e.create(&cs).await;
+    e.wait_status("web", "2 ready", |cs| rolled_out(cs, 2)).await;
+    e.patch("web", json!({"replicas": 1})).await;
+    let held = wait_for_state(&e, "PreparingDelete").await;
+    // Another full reconcile (a new generation observed) must leave it alone.
+    e.patch("web", json!({"minReadySeconds": 1})).await;
+    e.wait_status("web", "generation observed", |_| true).await;
+    let still = e.pods.get(&held).await.expect("still there while hooked");
+    assert_eq!(label(&still, keys::LIFECYCLE_STATE), Some("PreparingDelete"));
+    assert!(still.metadata.deletion_timestamp.is_none());
+    // Releasing the hook lets the deletion proceed.
+    e.pods.patch(&held, &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"example.io/hold": null}}}))).await.unwrap();
+    e2e::testenv::wait_deleted(&e.pods, &held, T).await.unwrap();
+    e.wait_status("web", "1 ready", |cs| settled(cs, 1)).await;
+}
+
+async fn wait_for_state(e: &Env, state: &str) -> String {
+    wait_until(T, &format!("a pod in {state}"), || async {
+        Ok(e.active_pods("web").await.iter().any(|p| label(p, keys::LIFECYCLE_STATE) == Some(state)))
+    })
+    .await
+    .unwrap();
+    e.active_pods("web").await.iter().find(|p| label(p, keys::LIFECYCLE_STATE) == Some(state)).map(|p| p.name_any()).unwrap()
+}
+
+/// Labels each pod (by its creation order) so a priority or scatter strategy can tell them apart.
+async fn label_pods(e: &Env, labels: &[serde_json::Value]) -> Vec<String> {
+    let mut pods = e.active_pods("web").await;
+    pods.sort_by_key(|p| p.name_any());
+    let mut names = Vec::new();
+    for (p, l) in pods.iter().zip(labels) {
+        e.pods.patch(&p.name_any(), &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": l}}))).await.unwrap();
+        names.push(p.name_any());
+    }
+    names
+}
+
+#[tokio::test]
+async fn priority_strategies_choose_the_update_order() {
+    let e = env("priority").await;
+    let spec = in_place(json!({"updateStrategy": {"maxUnavailable": 1, "paused": true,
+        "priorityStrategy": {"orderPriority": [{"orderedKey": "example.io/order"}]}}}));
+    e.create(&manifest("web", 4, "nginx:1.27", spec)).await;
+    e.wait_status("web", "4 ready", |cs| rolled_out(cs, 4)).await;
+    let names = label_pods(
+        &e,
+        &[
+            json!({"example.io/order": "sts-2"}),
+            json!({"example.io/order": "sts-10"}),
+            json!({"example.io/order": "sts-1"}),
+            json!({"example.io/order": "sts-3"}),
+        ],
+    )
+    .await;
+    let (hist, watch) = watch_pods(e.pods.clone(), "app=web");
+    e.patch("web", image_patch("nginx:1.28")).await;
+    e.patch("web", json!({"updateStrategy": {"paused": false}})).await;
+    e.wait_status("web", "rolled out", |cs| rolled_out(cs, 4)).await;
+    watch.abort();
+    let order = hist.lock().unwrap().update_order.clone();
+    // The higher trailing integer goes first: sts-10, sts-3, sts-2, sts-1.
+    assert_eq!(order, [names[1].clone(), names[3].clone(), names[0].clone(), names[2].clone()]);
+}
+
+#[tokio::test]
+async fn weight_priority_updates_matching_pods_first() {
+    let e = env("weight").await;
+    let spec = in_place(json!({"updateStrategy": {"maxUnavailable": 1, "paused": true,
+        "priorityStrategy": {"weightPriority": [{"weight": 50, "matchSelector": {"matchLabels": {"example.io/tier": "canary"}}}]}}}));
+    e.create(&manifest("web", 4, "nginx:1.27", spec)).await;
+    e.wait_status("web", "4 ready", |cs| rolled_out(cs, 4)).await;
+    let canary = json!({"example.io/tier": "canary"});
+    let names = label_pods(&e, &[json!({}), canary.clone(), json!({}), canary]).await;
+    let (hist, watch) = watch_pods(e.pods.clone(), "app=web");
+    e.patch("web", image_patch("nginx:1.28")).await;
+    e.patch("web", json!({"updateStrategy": {"paused": false}})).await;
+    e.wait_status("web", "rolled out", |cs| rolled_out(cs, 4)).await;
+    watch.abort();
+    let order = hist.lock().unwrap().update_order.clone();
+    let first_two: BTreeSet<String> = order[..2].iter().cloned().collect();
+    assert_eq!(first_two, [names[1].clone(), names[3].clone()].into(), "the weighted pods go first: {order:?}");
+}
+
+#[tokio::test]
+async fn scatter_strategy_spreads_matching_pods_across_the_rollout() {
+    let e = env("scatter").await;
+    // All six in one pass (maxUnavailable 100%), so the observed order is one scatter sort; with
+    // a smaller budget the remaining pods are re-sorted every round, as in Kruise.
+    let spec = in_place(
+        json!({"updateStrategy": {"maxUnavailable": "100%", "paused": true, "scatterStrategy": [{"key": "example.io/zone", "value": "a"}]}}),
+    );
+    e.create(&manifest("web", 6, "nginx:1.27", spec)).await;
+    e.wait_status("web", "6 ready", |cs| rolled_out(cs, 6)).await;
+    let a = json!({"example.io/zone": "a"});
+    let b = json!({"example.io/zone": "b"});
+    // Without scatter the default order could take the three zone-a pods back to back.
+    let names = label_pods(&e, &[a.clone(), a.clone(), a, b.clone(), b.clone(), b]).await;
+    let zone_a: BTreeSet<String> = names[..3].iter().cloned().collect();
+    let (hist, watch) = watch_pods(e.pods.clone(), "app=web");
+    e.patch("web", image_patch("nginx:1.28")).await;
+    e.patch("web", json!({"updateStrategy": {"paused": false}})).await;
+    e.wait_status("web", "rolled out", |cs| rolled_out(cs, 6)).await;
+    watch.abort();
+    let order = hist.lock().unwrap().update_order.clone();
+    let is_a: Vec<bool> = order.iter().map(|n| zone_a.contains(n)).collect();
+    assert!(is_a.windows(2).all(|w| !(w[0] && w[1])), "no two zone-a pods in a row: {is_a:?}");
+    assert!(*is_a.last().unwrap(), "one zone-a pod is moved to the very end: {is_a:?}");
+}

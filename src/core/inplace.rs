@@ -1,0 +1,375 @@
+//! In-place updates (§5.5–§5.7): whether a revision change can be applied to a running pod
+//! without recreating it, the patch that does it, Kruise's state and grace annotations, and how
+//! completion is detected.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value, json};
+
+use crate::api::keys;
+use crate::api::shared::{InPlaceUpdateContainerBatch, InPlaceUpdateContainerStatus, InPlaceUpdateState};
+use crate::core::revision;
+
+/// What an in-place update changes, and Kruise's JSON for it (held in the grace annotation).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UpdateSpec {
+    pub revision: String,
+    /// Container name → new image.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub container_images: BTreeMap<String, String>,
+    /// A merge patch of the pod's labels and annotations (Go writes `[]byte` as base64).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub meta_data_patch: Option<ByteString>,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub grace_seconds: i32,
+}
+
+fn is_zero(v: &i32) -> bool {
+    *v == 0
+}
+
+impl UpdateSpec {
+    fn metadata_patch(&self) -> Option<Value> {
+        self.meta_data_patch.as_ref().and_then(|b| serde_json::from_slice(&b.0).ok())
+    }
+}
+
+/// Decides from the pod's revision data and the target revision's data whether the change can
+/// be made in place: only container images (`replace /spec/containers/<i>/image`) and template
+/// labels/annotations may differ. `None`: recreate (or refuse, under InPlaceOnly). A pod whose
+/// revision is gone (truncated history) cannot be updated in place.
+pub fn in_place_spec(old_data: Option<&[u8]>, new_data: &[u8], new_revision: &str, grace_seconds: i32) -> Option<UpdateSpec> {
+    let old = revision::template_from_revision_data(old_data?).ok()?;
+    let new = revision::template_from_revision_data(new_data).ok()?;
+    let (old_meta, new_meta) = (old.get("metadata").cloned().unwrap_or(json!({})), new.get("metadata").cloned().unwrap_or(json!({})));
+    let (mut old_spec, mut new_spec) = (old.get("spec").cloned().unwrap_or(json!({})), new.get("spec").cloned().unwrap_or(json!({})));
+
+    // Images: same containers in the same order, differing only in `image`.
+    let mut images = BTreeMap::new();
+    {
+        let oc = old_spec.get_mut("containers").and_then(Value::as_array_mut)?;
+        let nc = new_spec.get_mut("containers").and_then(Value::as_array_mut)?;
+        if oc.len() != nc.len() {
+            return None;
+        }
+        for (o, n) in oc.iter_mut().zip(nc.iter_mut()) {
+            let (oi, ni) = (o.as_object_mut()?.remove("image"), n.as_object_mut()?.remove("image"));
+            match (oi, ni) {
+                (Some(a), Some(b)) if a != b => {
+                    let name = o.get("name")?.as_str()?.to_string();
+                    images.insert(name, b.as_str()?.to_string());
+                }
+                (a, b) if a == b => {}
+                _ => return None,
+            }
+        }
+    }
+    if old_spec != new_spec {
+        return None;
+    }
+
+    // Metadata: labels and annotations are patched onto the pod; anything else recreates.
+    let strip = |m: &Value| -> Value {
+        let mut m = m.as_object().cloned().unwrap_or_default();
+        for k in ["labels", "annotations", "creationTimestamp"] {
+            m.remove(k);
+        }
+        Value::Object(m)
+    };
+    if strip(&old_meta) != strip(&new_meta) {
+        return None;
+    }
+    let mut meta = Map::new();
+    for field in ["labels", "annotations"] {
+        let empty = Map::new();
+        let o = old_meta.get(field).and_then(Value::as_object).unwrap_or(&empty);
+        let n = new_meta.get(field).and_then(Value::as_object).unwrap_or(&empty);
+        let mut diff = Map::new();
+        for (k, v) in n {
+            if o.get(k) != Some(v) {
+                diff.insert(k.clone(), v.clone());
+            }
+        }
+        for k in o.keys().filter(|k| !n.contains_key(*k)) {
+            diff.insert(k.clone(), Value::Null);
+        }
+        if !diff.is_empty() {
+            meta.insert(field.into(), Value::Object(diff));
+        }
+    }
+    let meta_data_patch = (!meta.is_empty()).then(|| serde_json::to_vec(&json!({"metadata": meta})).ok()).flatten().map(ByteString);
+    Some(UpdateSpec { revision: new_revision.to_string(), container_images: images, meta_data_patch, grace_seconds: grace_seconds.max(0) })
+}
+
+/// The state annotation's value as a pod carries it (current key first, legacy key as fallback).
+pub fn read_state(pod: &Pod) -> Option<InPlaceUpdateState> {
+    let a = pod.metadata.annotations.as_ref()?;
+    let raw = a.get(keys::INPLACE_UPDATE_STATE).or_else(|| a.get(keys::INPLACE_UPDATE_STATE_LEGACY))?;
+    serde_json::from_str(raw).ok()
+}
+
+/// The grace annotation's UpdateSpec, if the pod is in a grace period.
+pub fn read_grace(pod: &Pod) -> Option<UpdateSpec> {
+    let a = pod.metadata.annotations.as_ref()?;
+    let raw = a.get(keys::INPLACE_UPDATE_GRACE).or_else(|| a.get(keys::INPLACE_UPDATE_GRACE_LEGACY))?;
+    serde_json::from_str(raw).ok()
+}
+
+/// The state written when an in-place update starts; with no grace period it already records
+/// the containers' current imageIDs and the batch, because the images change in the same write.
+pub fn start_state(pod: &Pod, spec: &UpdateSpec, now: Timestamp) -> InPlaceUpdateState {
+    let mut state = InPlaceUpdateState {
+        revision: spec.revision.clone(),
+        update_timestamp: Some(Time(now)),
+        last_container_statuses: None,
+        update_images: !spec.container_images.is_empty(),
+        ..Default::default()
+    };
+    if spec.grace_seconds <= 0 {
+        record_batch(&mut state, pod, spec, now);
+    }
+    state
+}
+
+fn record_batch(state: &mut InPlaceUpdateState, pod: &Pod, spec: &UpdateSpec, now: Timestamp) {
+    let statuses = pod.status.as_ref().and_then(|s| s.container_statuses.as_ref());
+    let last: BTreeMap<String, InPlaceUpdateContainerStatus> = spec
+        .container_images
+        .keys()
+        .map(|name| {
+            let image_id = statuses.and_then(|ss| ss.iter().find(|s| &s.name == name)).map(|s| s.image_id.clone()).unwrap_or_default();
+            (name.clone(), InPlaceUpdateContainerStatus { image_id })
+        })
+        .collect();
+    state.last_container_statuses = Some(last);
+    state
+        .container_batches_record
+        .push(InPlaceUpdateContainerBatch { timestamp: Some(Time(now)), containers: spec.container_images.keys().cloned().collect() });
+}
+
+/// The strategic-merge patch that applies an update spec to a pod: images by container name,
+/// labels/annotations, and the new state; `revision_labels` are the hash labels to write.
+pub fn apply_patch(
+    pod: &Pod,
+    spec: &UpdateSpec,
+    state: &InPlaceUpdateState,
+    extra_labels: &BTreeMap<String, String>,
+    now_label: Option<&str>,
+) -> Value {
+    let mut labels = Map::new();
+    let mut annotations = Map::new();
+    if let Some(meta) = spec.metadata_patch() {
+        if let Some(l) = meta["metadata"]["labels"].as_object() {
+            labels.extend(l.clone());
+        }
+        if let Some(a) = meta["metadata"]["annotations"].as_object() {
+            annotations.extend(a.clone());
+        }
+    }
+    for (k, v) in extra_labels {
+        labels.insert(k.clone(), json!(v));
+    }
+    annotations.insert(keys::INPLACE_UPDATE_STATE.into(), json!(serde_json::to_string(state).unwrap_or_default()));
+    if pod.metadata.annotations.as_ref().is_some_and(|a| a.contains_key(keys::INPLACE_UPDATE_STATE_LEGACY)) {
+        annotations.insert(keys::INPLACE_UPDATE_STATE_LEGACY.into(), Value::Null);
+    }
+    if let Some(ts) = now_label {
+        annotations.insert(keys::LIFECYCLE_TIMESTAMP.into(), json!(ts));
+    }
+    let mut patch = json!({"metadata": {"labels": labels, "annotations": annotations}});
+    if !spec.container_images.is_empty() {
+        let containers: Vec<Value> = spec.container_images.iter().map(|(n, i)| json!({"name": n, "image": i})).collect();
+        patch["spec"] = json!({"containers": containers});
+    }
+    patch
+}
+
+/// The pod patch that starts an in-place update: revision labels, lifecycle Updating, the state
+/// annotation, and either the new images (no grace period) or the grace annotation holding them.
+pub fn start_patch(pod: &Pod, spec: &UpdateSpec, revision_label: &str, now: Timestamp) -> Value {
+    let state = start_state(pod, spec, now);
+    let labels: BTreeMap<String, String> = [
+        (keys::CONTROLLER_REVISION_HASH.to_string(), revision_label.to_string()),
+        (keys::POD_TEMPLATE_HASH.to_string(), crate::core::pods::short_hash(&spec.revision).to_string()),
+        (keys::LIFECYCLE_STATE.to_string(), crate::api::shared::LifecycleState::Updating.as_str().to_string()),
+    ]
+    .into();
+    let stamp = crate::core::pods::rfc3339_seconds(now);
+    if spec.grace_seconds <= 0 {
+        return apply_patch(pod, spec, &state, &labels, Some(&stamp));
+    }
+    json!({"metadata": {
+        "labels": labels,
+        "annotations": {
+            keys::INPLACE_UPDATE_STATE: serde_json::to_string(&state).unwrap_or_default(),
+            keys::INPLACE_UPDATE_GRACE: serde_json::to_string(spec).unwrap_or_default(),
+            keys::LIFECYCLE_TIMESTAMP: stamp,
+        },
+    }})
+}
+
+/// When a grace period ends: `None` if it already has.
+pub fn grace_remaining(state: &InPlaceUpdateState, grace_seconds: i32, now: Timestamp) -> Option<Duration> {
+    let started = state.update_timestamp.as_ref()?.0;
+    let end = started + SignedDuration::from_secs(i64::from(grace_seconds));
+    if now >= end {
+        return None;
+    }
+    // Rounded up to whole seconds, as Kruise requeues.
+    let rem = end.duration_since(now);
+    let secs = rem.as_secs() + i64::from(rem.subsec_nanos() > 0);
+    Some(Duration::from_secs(secs.max(1) as u64))
+}
+
+/// After the grace period: the state gains the imageIDs and the batch record.
+pub fn state_after_grace(pod: &Pod, state: &InPlaceUpdateState, spec: &UpdateSpec, now: Timestamp) -> InPlaceUpdateState {
+    let mut s = state.clone();
+    record_batch(&mut s, pod, spec, now);
+    s
+}
+
+/// §5.7: whether the containers report the new images. Not complete while a grace period or a
+/// next batch is pending; otherwise each recorded container must show a new imageID, or report
+/// the spec image (covering re-tags of the same image).
+pub fn update_completed(pod: &Pod, state: &InPlaceUpdateState) -> bool {
+    if read_grace(pod).is_some() || !state.next_container_images.is_empty() {
+        return false;
+    }
+    let statuses = pod.status.as_ref().and_then(|s| s.container_statuses.as_deref()).unwrap_or_default();
+    let spec_containers = pod.spec.as_ref().map(|s| s.containers.as_slice()).unwrap_or_default();
+    for (name, last) in state.last_container_statuses.iter().flatten() {
+        let Some(status) = statuses.iter().find(|s| &s.name == name) else { return false };
+        let spec_image = spec_containers.iter().find(|c| &c.name == name).and_then(|c| c.image.clone()).unwrap_or_default();
+        let spec_image = if spec_image.contains(':') { spec_image } else { format!("{spec_image}:latest") };
+        if status.image_id == last.image_id && status.image != spec_image {
+            return false;
+        }
+    }
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn data(template: Value) -> Vec<u8> {
+        revision::revision_data(&template)
+    }
+
+    fn tpl(image: &str, labels: Value, env: Option<&str>) -> Value {
+        let mut c = json!({"name": "main", "image": image});
+        if let Some(e) = env {
+            c["env"] = json!([{"name": "E", "value": e}]);
+        }
+        json!({"metadata": {"labels": labels}, "spec": {"containers": [c, {"name": "side", "image": "busybox:1"}]}})
+    }
+
+    #[test]
+    fn image_changes_are_in_place() {
+        let spec = in_place_spec(
+            Some(&data(tpl("nginx:1", json!({"a": "1"}), None))),
+            &data(tpl("nginx:2", json!({"a": "1"}), None)),
+            "cs-new",
+            0,
+        )
+        .unwrap();
+        assert_eq!(spec.container_images, BTreeMap::from([("main".to_string(), "nginx:2".to_string())]));
+        assert_eq!(spec.meta_data_patch, None);
+        assert_eq!(spec.revision, "cs-new");
+    }
+
+    #[test]
+    fn label_and_annotation_changes_are_in_place() {
+        let spec = in_place_spec(
+            Some(&data(tpl("nginx:1", json!({"a": "1", "b": "2"}), None))),
+            &data(tpl("nginx:1", json!({"a": "9", "c": "3"}), None)),
+            "r",
+            0,
+        )
+        .unwrap();
+        assert!(spec.container_images.is_empty());
+        let patch: Value = serde_json::from_slice(&spec.meta_data_patch.unwrap().0).unwrap();
+        assert_eq!(patch, json!({"metadata": {"labels": {"a": "9", "b": null, "c": "3"}}}));
+    }
+
+    #[test]
+    fn other_spec_changes_and_missing_revisions_recreate() {
+        assert_eq!(
+            in_place_spec(Some(&data(tpl("nginx:1", json!({}), None))), &data(tpl("nginx:2", json!({}), Some("x"))), "r", 0),
+            None,
+            "env change"
+        );
+        let added = json!({"spec": {"containers": [{"name": "main", "image": "nginx:1"}]}});
+        assert_eq!(in_place_spec(Some(&data(tpl("nginx:1", json!({}), None))), &data(added), "r", 0), None, "container removed");
+        assert_eq!(in_place_spec(None, &data(tpl("nginx:2", json!({}), None)), "r", 0), None, "old revision gone");
+    }
+
+    #[test]
+    fn grace_spec_serializes_like_kruise() {
+        let spec = UpdateSpec {
+            revision: "rev_new".into(),
+            container_images: [("c1".into(), "foo2".into())].into(),
+            meta_data_patch: None,
+            grace_seconds: 3630,
+        };
+        assert_eq!(serde_json::to_string(&spec).unwrap(), r#"{"revision":"rev_new","containerImages":{"c1":"foo2"},"graceSeconds":3630}"#);
+    }
+
+    fn running_pod(image: &str, image_id: &str, status_image: &str) -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {"name": "p", "annotations": {}},
+            "spec": {"containers": [{"name": "main", "image": image}]},
+            "status": {"containerStatuses": [{"name": "main", "image": status_image, "imageID": image_id, "ready": true, "restartCount": 0}]},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn state_records_image_ids_and_the_batch() {
+        let pod = running_pod("nginx:1", "id-1", "nginx:1");
+        let spec = UpdateSpec { revision: "r2".into(), container_images: [("main".into(), "nginx:2".into())].into(), ..Default::default() };
+        let now: Timestamp = "2026-01-01T00:00:00Z".parse().unwrap();
+        let state = start_state(&pod, &spec, now);
+        let json = serde_json::to_string(&state).unwrap();
+        assert_eq!(
+            json,
+            r#"{"revision":"r2","updateTimestamp":"2026-01-01T00:00:00Z","lastContainerStatuses":{"main":{"imageID":"id-1"}},"updateImages":true,"containerBatchesRecord":[{"timestamp":"2026-01-01T00:00:00Z","containers":["main"]}]}"#
+        );
+        let with_grace = start_state(&pod, &UpdateSpec { grace_seconds: 5, ..spec }, now);
+        assert_eq!(
+            serde_json::to_string(&with_grace).unwrap(),
+            r#"{"revision":"r2","updateTimestamp":"2026-01-01T00:00:00Z","lastContainerStatuses":null,"updateImages":true}"#
+        );
+    }
+
+    #[test]
+    fn completion_is_a_new_image_id_or_the_spec_image_reported() {
+        let state = InPlaceUpdateState {
+            revision: "r2".into(),
+            last_container_statuses: Some([("main".to_string(), InPlaceUpdateContainerStatus { image_id: "id-1".into() })].into()),
+            ..Default::default()
+        };
+        assert!(!update_completed(&running_pod("nginx:2", "id-1", "nginx:1"), &state), "still the old container");
+        assert!(update_completed(&running_pod("nginx:2", "id-2", "nginx:2"), &state), "new imageID");
+        assert!(update_completed(&running_pod("nginx:2", "id-1", "nginx:2"), &state), "same imageID, re-tagged image");
+        assert!(update_completed(&running_pod("nginx", "id-1", "nginx:latest"), &state), "untagged spec image means :latest");
+        let mut missing = running_pod("nginx:2", "id-2", "nginx:2");
+        missing.status.as_mut().unwrap().container_statuses = Some(vec![]);
+        assert!(!update_completed(&missing, &state), "a recorded container missing from status");
+    }
+
+    #[test]
+    fn grace_remainder_rounds_up() {
+        let state = InPlaceUpdateState { update_timestamp: Some(Time("2026-01-01T00:00:00Z".parse().unwrap())), ..Default::default() };
+        let now: Timestamp = "2026-01-01T00:00:02.300Z".parse().unwrap();
+        assert_eq!(grace_remaining(&state, 5, now), Some(Duration::from_secs(3)));
+        assert_eq!(grace_remaining(&state, 2, now), None);
+    }
+}
