@@ -100,6 +100,75 @@ pub fn parse_go_duration(s: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs_f64(total))
 }
 
+/// Where `--metrics-addr` / `--health-probe-addr` listen: Go's `host:port` with an optional
+/// empty host (`:8080` listens on every interface); `0` turns the server off, as in
+/// controller-runtime.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ListenAddr {
+    Disabled,
+    /// Every interface.
+    Any {
+        port: u16,
+    },
+    /// An IP address (IPv6 without brackets) or a host name.
+    Host {
+        host: String,
+        port: u16,
+    },
+}
+
+impl ListenAddr {
+    /// Parses `host:port`, `:port`, `[ipv6]:port`, or `0`.
+    pub fn parse(s: &str) -> Result<Self, String> {
+        let s = s.trim();
+        if s == "0" {
+            return Ok(Self::Disabled);
+        }
+        let bad = |why: &str| format!("{s:?} is not host:port ({why}); e.g. :8080 or 127.0.0.1:8080, or 0 to disable");
+        let (host, port) = s.rsplit_once(':').ok_or_else(|| bad("no port"))?;
+        let port: u16 = port.parse().map_err(|_| bad("the port must be a number from 0 to 65535"))?;
+        if host.is_empty() {
+            return Ok(Self::Any { port });
+        }
+        if let Some(v6) = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
+            let ip: std::net::Ipv6Addr = v6.parse().map_err(|_| bad("invalid IPv6 address"))?;
+            return Ok(Self::Host { host: ip.to_string(), port });
+        }
+        if host.contains(':') {
+            return Err(bad("an IPv6 address needs brackets"));
+        }
+        let is_label = |l: &str| !l.is_empty() && l.len() <= 63 && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-');
+        if host.parse::<std::net::Ipv4Addr>().is_err() && !host.split('.').all(is_label) {
+            return Err(bad("invalid host"));
+        }
+        Ok(Self::Host { host: host.to_string(), port })
+    }
+}
+
+impl std::fmt::Display for ListenAddr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Disabled => f.write_str("0"),
+            Self::Any { port } => write!(f, ":{port}"),
+            Self::Host { host, port } if host.contains(':') => write!(f, "[{host}]:{port}"),
+            Self::Host { host, port } => write!(f, "{host}:{port}"),
+        }
+    }
+}
+
+/// The tracing filter for `-v N` (klog's verbosity, 0–5), used when `RUST_LOG` is not set:
+/// 0–1 info; 2 adds this operator's debug lines; 3 debug everywhere (kube's requests too);
+/// 4 adds this operator's trace lines; 5 trace everywhere.
+pub fn verbosity_filter(v: u8) -> &'static str {
+    match v {
+        0 | 1 => "info",
+        2 => "info,cloneset_operator=debug",
+        3 => "debug",
+        4 => "debug,cloneset_operator=trace",
+        _ => "trace",
+    }
+}
+
 /// Everything the controller needs to know about how it was started.
 #[derive(Clone, Debug)]
 pub struct ControllerConfig {
@@ -112,6 +181,8 @@ pub struct ControllerConfig {
     pub exclude_preparing_delete: bool,
     /// Time allowed for the caches' first list.
     pub cache_sync_timeout: Duration,
+    /// `--sync-period`: queue every CloneSet this often (none: only on changes).
+    pub sync_period: Option<Duration>,
 }
 
 impl Default for ControllerConfig {
@@ -123,6 +194,7 @@ impl Default for ControllerConfig {
             namespace: None,
             exclude_preparing_delete: false,
             cache_sync_timeout: Duration::from_secs(120),
+            sync_period: None,
         }
     }
 }
@@ -140,6 +212,27 @@ mod tests {
         assert!(err.contains("--feature-gates") && err.contains("NoSuchGate"), "{err}");
         assert!(FeatureGates::parse("CloneSetShortHash").unwrap_err().contains("NAME=true|false"));
         assert!(FeatureGates::parse("CloneSetShortHash=yes").unwrap_err().contains("true or false"));
+    }
+
+    #[test]
+    fn listen_addresses_are_go_host_port() {
+        assert_eq!(ListenAddr::parse(":8080").unwrap(), ListenAddr::Any { port: 8080 });
+        assert_eq!(ListenAddr::parse("127.0.0.1:0").unwrap(), ListenAddr::Host { host: "127.0.0.1".into(), port: 0 });
+        assert_eq!(ListenAddr::parse("[::1]:8000").unwrap(), ListenAddr::Host { host: "::1".into(), port: 8000 });
+        assert_eq!(ListenAddr::parse("localhost:9").unwrap(), ListenAddr::Host { host: "localhost".into(), port: 9 });
+        assert_eq!(ListenAddr::parse("0").unwrap(), ListenAddr::Disabled);
+        for bad in ["8080", ":http", ":70000", "::1:80", "a b:80", "[nope]:80", ""] {
+            assert!(ListenAddr::parse(bad).is_err(), "{bad:?} accepted");
+        }
+        assert_eq!(ListenAddr::parse("[::1]:8000").unwrap().to_string(), "[::1]:8000");
+        assert_eq!(ListenAddr::parse(":8080").unwrap().to_string(), ":8080");
+    }
+
+    #[test]
+    fn verbosity_maps_onto_tracing_levels() {
+        assert_eq!(verbosity_filter(0), "info");
+        assert_eq!(verbosity_filter(2), "info,cloneset_operator=debug");
+        assert_eq!(verbosity_filter(5), "trace");
     }
 
     #[test]

@@ -4,7 +4,11 @@
 //! the only apiserver I/O in `controller`, process wiring in `main.rs`.
 
 pub mod api;
+pub mod client;
 pub mod config;
 pub mod controller;
 pub mod core;
+pub mod leader;
+pub mod metrics;
+pub mod server;
 pub mod telemetry;

@@ -1,10 +1,15 @@
 use anyhow::Context as _;
+use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use cloneset_operator::api::crd;
-use cloneset_operator::config::{self, ControllerConfig, FeatureGates};
+use cloneset_operator::client::{self, RateLimit};
+use cloneset_operator::config::{self, ControllerConfig, FeatureGates, ListenAddr};
 use cloneset_operator::controller;
+use cloneset_operator::leader::{self, ElectionConfig, LeaderElector};
+use cloneset_operator::metrics::Metrics;
+use cloneset_operator::server::{self, Health};
 use cloneset_operator::telemetry::{self, LogFormat};
 
 /// An OpenKruise-compatible CloneSet operator.
@@ -23,6 +28,11 @@ struct Cli {
     /// Log line format: text or json.
     #[arg(global = true, long = "logging-format", value_enum, default_value = "text")]
     logging_format: LogFormat,
+
+    /// Log verbosity, 0-5 (klog's -v): 0-1 info, 2 this operator's debug lines, 3 debug, 4 this
+    /// operator's trace lines, 5 trace. RUST_LOG, when set, takes precedence.
+    #[arg(global = true, short = 'v', long = "v", default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=5))]
+    verbosity: u8,
 }
 
 #[derive(Subcommand, Debug)]
@@ -36,7 +46,7 @@ enum Command {
 }
 
 /// Flags of the controller, with Kruise's names and defaults.
-#[derive(Args, Debug, Default)]
+#[derive(Args, Debug)]
 struct RunArgs {
     /// Number of CloneSets reconciled concurrently.
     #[arg(global = true, long = "cloneset-workers", default_value_t = 3, value_parser = clap::value_parser!(u16).range(1..))]
@@ -56,6 +66,29 @@ struct RunArgs {
     /// How long the caches may take to list everything at start-up.
     #[arg(global = true, long = "controller-cache-sync-timeout", default_value = "2m", value_parser = parse_duration)]
     cache_sync_timeout: Option<Duration>,
+    /// Queue every CloneSet this often (e.g. 10m); unset or 0: only on changes.
+    #[arg(global = true, long = "sync-period", value_parser = parse_duration)]
+    sync_period: Option<Duration>,
+    /// Client-side limit on apiserver requests per second (a token bucket on every request).
+    #[arg(global = true, long = "rest-config-qps", default_value_t = 30, value_parser = clap::value_parser!(u32).range(1..))]
+    rest_config_qps: u32,
+    /// Requests allowed at once above --rest-config-qps (the token bucket's size).
+    #[arg(global = true, long = "rest-config-burst", default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..))]
+    rest_config_burst: u32,
+    /// Run only while holding a Lease, so several replicas can run with one active.
+    #[arg(global = true, long = "enable-leader-election", default_value_t = true, action = clap::ArgAction::Set,
+          num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    enable_leader_election: bool,
+    /// Namespace of the leader-election Lease `cloneset-operator-leader`; empty: $POD_NAMESPACE,
+    /// else the in-cluster namespace, else kube-system.
+    #[arg(global = true, long = "leader-election-namespace", default_value = "")]
+    leader_election_namespace: String,
+    /// Where /metrics is served (host:port; an empty host means every interface; 0 disables).
+    #[arg(global = true, long = "metrics-addr", default_value = ":8080", value_parser = ListenAddr::parse)]
+    metrics_addr: ListenAddr,
+    /// Where /healthz and /readyz are served (host:port; an empty host means every interface; 0 disables).
+    #[arg(global = true, long = "health-probe-addr", default_value = ":8000", value_parser = ListenAddr::parse)]
+    health_probe_addr: ListenAddr,
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -72,14 +105,19 @@ impl RunArgs {
             namespace: (!self.namespace.is_empty()).then(|| self.namespace.clone()),
             exclude_preparing_delete: self.exclude_preparing_delete,
             cache_sync_timeout: self.cache_sync_timeout.unwrap_or(d.cache_sync_timeout),
+            sync_period: self.sync_period.filter(|p| !p.is_zero()),
         }
+    }
+
+    fn rate_limit(&self) -> RateLimit {
+        RateLimit { qps: f64::from(self.rest_config_qps), burst: self.rest_config_burst }
     }
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    telemetry::init(cli.logging_format, "info");
+    telemetry::init(cli.logging_format, config::verbosity_filter(cli.verbosity));
     match cli.command.unwrap_or(Command::Run) {
         Command::Run => run(cli.run).await,
         Command::Crd => {
@@ -96,14 +134,49 @@ async fn main() -> anyhow::Result<()> {
 async fn run(args: RunArgs) -> anyhow::Result<()> {
     let shutdown = shutdown_signal()?;
     let config = args.controller_config();
-    let client = kube::Client::try_default()
+    let metrics = Arc::new(Metrics::new());
+    let health = Arc::new(Health::default());
+
+    // Probes and metrics first: a port that cannot be bound is a bad flag, reported at once.
+    if let Some(listener) = listen("--metrics-addr", &args.metrics_addr).await? {
+        tokio::spawn(server::serve_metrics(listener, metrics.clone()));
+    }
+    if let Some(listener) = listen("--health-probe-addr", &args.health_probe_addr).await? {
+        tokio::spawn(server::serve_health(listener, health.clone()));
+    }
+
+    let kube_config = kube::Config::infer()
         .await
         .context("no usable Kubernetes configuration (set KUBECONFIG, a current context, or run in a cluster)")?;
+    let client = client::build(kube_config.clone(), args.rate_limit(), metrics.clone()).context("building the Kubernetes client")?;
     let version = client.apiserver_version().await.context("cannot reach the Kubernetes apiserver")?;
     tracing::info!(server_version = %version.git_version, platform = %version.platform, "connected to Kubernetes");
-    controller::run(client, config, shutdown).await?;
+
+    let elector = if args.enable_leader_election {
+        let election = ElectionConfig::new(leader::resolve_namespace(&args.leader_election_namespace), leader::new_identity());
+        // Its own token bucket, so renewals never wait behind the controller's writes.
+        let lease_client = client::build(kube_config, args.rate_limit(), metrics.clone()).context("building the leader-election client")?;
+        Some(LeaderElector::new(lease_client, election))
+    } else {
+        tracing::info!("leader election disabled (--enable-leader-election=false): this instance always leads");
+        None
+    };
+
+    let runtime = controller::Runtime { metrics, health, elector };
+    controller::run(client, config, runtime, shutdown).await?;
     tracing::info!("shut down");
     Ok(())
+}
+
+/// Binds a server's address, or `None` when the flag disables it.
+async fn listen(flag: &str, addr: &ListenAddr) -> anyhow::Result<Option<tokio::net::TcpListener>> {
+    if *addr == ListenAddr::Disabled {
+        return Ok(None);
+    }
+    let listener = server::bind(addr).await.with_context(|| format!("{flag}={addr}: cannot listen"))?;
+    let local = listener.local_addr().map(|a| a.to_string()).unwrap_or_default();
+    tracing::info!(flag, addr = %local, "listening");
+    Ok(Some(listener))
 }
 
 /// Registers SIGINT and SIGTERM handlers now (so a signal during start-up is not fatal) and

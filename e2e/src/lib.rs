@@ -4,6 +4,7 @@
 pub mod cluster;
 pub mod simkubelet;
 pub mod testenv;
+pub mod workload;
 
 use k8s_openapi::api::core::v1::Node;
 

@@ -229,20 +229,110 @@ where
     tokio::time::timeout(timeout, fut).await.with_context(|| format!("timed out after {timeout:?} waiting for {name} to be deleted"))?
 }
 
+/// How to start an operator process ([`Operator::start_with`]).
+#[derive(Clone, Debug, Default)]
+pub struct OperatorOptions {
+    /// Extra flags. A flag given here replaces the default [`Operator::start_with`] would add for
+    /// it: `--enable-leader-election=false`, and `--metrics-addr` / `--health-probe-addr` on free
+    /// local ports.
+    pub args: Vec<String>,
+    /// A kubeconfig to use instead of the test cluster's admin one.
+    pub kubeconfig: Option<PathBuf>,
+}
+
+impl OperatorOptions {
+    pub fn args(args: &[&str]) -> Self {
+        Self { args: args.iter().map(|a| a.to_string()).collect(), ..Self::default() }
+    }
+}
+
 /// The operator binary running against the test cluster, scoped to one namespace. Killed on drop
 /// (and by the kernel if the test process dies first).
 pub struct Operator {
     child: std::process::Child,
     pub log: PathBuf,
+    /// Where its `/metrics` is served (`None` if disabled by a flag).
+    pub metrics_addr: Option<std::net::SocketAddr>,
+    /// Where its `/healthz` and `/readyz` are served (`None` if disabled by a flag).
+    pub health_addr: Option<std::net::SocketAddr>,
+}
+
+/// A local port nobody in this test process was given before (the kernel picks it; the port is
+/// released again for the operator to bind).
+fn free_local_addr() -> anyhow::Result<std::net::SocketAddr> {
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    for _ in 0..50 {
+        let addr = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
+        let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+        if !given.contains(&addr.port()) {
+            given.push(addr.port());
+            return Ok(addr);
+        }
+    }
+    bail!("no free local port")
+}
+
+/// The address a `host:port` flag value points at, as a client reaches it.
+fn flag_addr(value: &str) -> Option<std::net::SocketAddr> {
+    if value == "0" {
+        return None;
+    }
+    let value = if value.starts_with(':') { format!("127.0.0.1{value}") } else { value.to_string() };
+    value.parse().ok()
+}
+
+/// `GET path` over plain HTTP/1.1, returning the status code and the body.
+pub async fn http_get(addr: std::net::SocketAddr, path: &str) -> anyhow::Result<(u16, String)> {
+    let path = path.to_string();
+    tokio::task::spawn_blocking(move || {
+        use std::io::{Read as _, Write as _};
+        let mut stream = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
+        stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+        write!(stream, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n")?;
+        let mut raw = Vec::new();
+        stream.read_to_end(&mut raw)?;
+        let text = String::from_utf8_lossy(&raw);
+        let (head, body) = text.split_once("\r\n\r\n").with_context(|| format!("no HTTP response from {addr}{path}"))?;
+        let code: u16 = head.split_whitespace().nth(1).and_then(|c| c.parse().ok()).with_context(|| format!("bad status line: {head}"))?;
+        Ok((code, body.to_string()))
+    })
+    .await?
 }
 
 impl Operator {
-    /// Starts `cloneset-operator --namespace=<ns>` with extra flags; logs go to
-    /// `target/e2e-logs/<ns>-<n>.log`.
+    /// Starts `cloneset-operator --namespace=<ns>` with extra flags, leader election off and
+    /// metrics/probes on free local ports; logs go to `target/e2e-logs/<ns>-<n>.log`.
     pub async fn start(namespace: &str, extra_args: &[&str]) -> anyhow::Result<Self> {
+        Self::start_with(namespace, OperatorOptions::args(extra_args)).await
+    }
+
+    /// Starts `cloneset-operator --namespace=<ns>` as `opts` say.
+    pub async fn start_with(namespace: &str, opts: OperatorOptions) -> anyhow::Result<Self> {
         use std::os::unix::process::CommandExt as _;
         static STARTS: AtomicU32 = AtomicU32::new(0);
-        let kubeconfig = kubeconfig().await?;
+        let kubeconfig = match opts.kubeconfig {
+            Some(k) => k,
+            None => kubeconfig().await?,
+        };
+        let given = |flag: &str| opts.args.iter().find(|a| *a == flag || a.starts_with(&format!("{flag}="))).cloned();
+        let mut args = vec![format!("--namespace={namespace}")];
+        if given("--enable-leader-election").is_none() {
+            args.push("--enable-leader-election=false".into());
+        }
+        let mut addr_flag = |flag: &str| -> anyhow::Result<Option<std::net::SocketAddr>> {
+            Ok(match given(flag) {
+                Some(arg) => arg.split_once('=').and_then(|(_, v)| flag_addr(v)),
+                None => {
+                    let addr = free_local_addr()?;
+                    args.push(format!("{flag}={addr}"));
+                    Some(addr)
+                }
+            })
+        };
+        let metrics_addr = addr_flag("--metrics-addr")?;
+        let health_addr = addr_flag("--health-probe-addr")?;
+        args.extend(opts.args.iter().cloned());
+
         let bin = crate::cluster::sibling_binary("cloneset-operator")?;
         let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/e2e-logs");
         std::fs::create_dir_all(&dir)?;
@@ -251,8 +341,9 @@ impl Operator {
         let mut cmd = std::process::Command::new(bin);
         cmd.env("KUBECONFIG", &kubeconfig)
             .env("RUST_LOG", std::env::var("E2E_OPERATOR_LOG").unwrap_or_else(|_| "info,cloneset_operator=debug".into()))
-            .arg(format!("--namespace={namespace}"))
-            .args(extra_args)
+            .env_remove("POD_NAMESPACE")
+            .env_remove("POD_NAME")
+            .args(&args)
             .stdin(std::process::Stdio::null())
             .stdout(file.try_clone()?)
             .stderr(file);
@@ -264,7 +355,32 @@ impl Operator {
             });
         }
         let child = cmd.spawn()?;
-        Ok(Self { child, log })
+        Ok(Self { child, log, metrics_addr, health_addr })
+    }
+
+    /// The operator's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The exit status, if the operator has exited.
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
+
+    /// Its `/metrics` text.
+    pub async fn metrics(&self) -> anyhow::Result<String> {
+        let addr = self.metrics_addr.context("the metrics server is disabled")?;
+        match http_get(addr, "/metrics").await? {
+            (200, body) => Ok(body),
+            (code, body) => bail!("/metrics answered {code}: {body}"),
+        }
+    }
+
+    /// The status code of `path` (`/healthz`, `/readyz`) on its health-probe server.
+    pub async fn probe(&self, path: &str) -> anyhow::Result<u16> {
+        let addr = self.health_addr.context("the health-probe server is disabled")?;
+        Ok(http_get(addr, path).await?.0)
     }
 
     /// Stops the operator like Kubernetes would (SIGTERM), waiting for it to exit.

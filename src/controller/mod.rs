@@ -1,14 +1,19 @@
 //! The only layer that talks to the apiserver: caches, the work queue, and the reconcile loop
 //! that observes, gates on expectations, asks `core` what to do, and does it.
+//!
+//! With leader election, every instance keeps its caches synced (and is ready once they are),
+//! but only the leader queues CloneSets and runs workers. A leader that loses its Lease stops at
+//! once (fail-stop: workers are aborted and `run` returns an error, so the process exits non-zero
+//! and restarts as a standby), as controller-runtime does.
 
 pub mod queue;
 mod reconcile;
 mod writes;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::{Stream, StreamExt as _};
 use k8s_openapi::api::apps::v1::ControllerRevision;
@@ -18,10 +23,14 @@ use kube::runtime::reflector::{self, Store};
 use kube::runtime::watcher::{self, Event};
 use kube::runtime::{WatchStreamExt as _, reflector::ObjectRef};
 use kube::{Api, Client, Resource, ResourceExt as _};
+use tracing::Instrument as _;
 
 use crate::api::{CloneSet, keys};
 use crate::config::ControllerConfig;
 use crate::core::expectations::{ResourceVersionExpectations, ScaleExpectations};
+use crate::leader::LeaderElector;
+use crate::metrics::{Metrics, ReconcileResult};
+use crate::server::Health;
 use queue::WorkQueue;
 
 /// The caches a reconcile reads. Every one has finished its first list before any reconcile.
@@ -34,7 +43,7 @@ pub struct Stores {
     pub nodes: Store<Node>,
 }
 
-/// Counters exported as metrics.
+/// Plain counters (the Prometheus metrics live in [`Metrics`]).
 #[derive(Default)]
 pub struct Counters {
     pub reconciles: AtomicU64,
@@ -53,13 +62,40 @@ pub struct Context {
     pub recorder: Recorder,
     pub queue: WorkQueue,
     pub counters: Counters,
+    pub metrics: Arc<Metrics>,
+    /// Whether this instance leads (always, without leader election): only then are keys queued.
+    leading: AtomicBool,
 }
 
 impl Context {
+    /// Counts a scale-expectation timeout of CloneSet `key` (`cloneset_scale_expectation_leakage`).
     pub fn record_leak(&self, key: &str) {
         let mut leaks = self.counters.expectation_leaks.lock().unwrap_or_else(|e| e.into_inner());
         *leaks.entry(key.to_string()).or_default() += 1;
+        self.metrics.expectation_leaked(key);
     }
+
+    /// Queues `key` if this instance leads; a standby only keeps its caches warm.
+    fn enqueue(&self, key: &str) {
+        if self.leading.load(Ordering::Acquire) {
+            self.queue.add(key);
+        }
+    }
+
+    /// Queues every cached CloneSet (on becoming leader, and every `--sync-period`).
+    fn enqueue_all(&self) {
+        for cs in self.stores.clonesets.state() {
+            self.enqueue(&format!("{}/{}", cs.namespace().unwrap_or_default(), cs.name_any()));
+        }
+    }
+}
+
+/// What the process shell hands the controller besides the client and flags.
+pub struct Runtime {
+    pub metrics: Arc<Metrics>,
+    pub health: Arc<Health>,
+    /// `None`: leader election is off and this instance always leads.
+    pub elector: Option<LeaderElector>,
 }
 
 fn api<K>(client: &Client, namespace: Option<&str>) -> Api<K>
@@ -102,8 +138,10 @@ fn owner_key<K: Resource>(obj: &K) -> Option<String> {
         .then(|| format!("{}/{}", obj.meta().namespace.as_deref().unwrap_or_default(), owner.name))
 }
 
-/// Runs the controller until `shutdown` resolves.
-pub async fn run(client: Client, config: ControllerConfig, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
+/// Runs the controller until `shutdown` resolves (`Ok`), or until this instance loses its
+/// leadership (`Err`: the caller must exit).
+pub async fn run(client: Client, config: ControllerConfig, runtime: Runtime, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
+    let Runtime { metrics, health, mut elector } = runtime;
     let ns = config.namespace.clone();
     let ns = ns.as_deref();
     let (cs_reader, cs_writer) = reflector::store::<CloneSet>();
@@ -122,6 +160,8 @@ pub async fn run(client: Client, config: ControllerConfig, shutdown: impl Future
 
     let recorder =
         Recorder::new(client.clone(), Reporter { controller: "cloneset-controller".into(), instance: std::env::var("POD_NAME").ok() });
+    metrics.set_max_concurrent_reconciles(config.workers.max(1));
+    metrics.set_leader(false);
     let ctx = Arc::new(Context {
         client: client.clone(),
         stores: Stores { clonesets: cs_reader, pods: pod_reader, pvcs: pvc_reader, revisions: rev_reader, nodes: node_reader },
@@ -129,14 +169,16 @@ pub async fn run(client: Client, config: ControllerConfig, shutdown: impl Future
         scale_expectations: Mutex::new(ScaleExpectations::default()),
         rv_expectations: Mutex::new(ResourceVersionExpectations::default()),
         recorder,
-        queue: WorkQueue::new(),
+        queue: WorkQueue::with_metrics(metrics.queue()),
         counters: Counters::default(),
+        metrics: metrics.clone(),
+        leading: AtomicBool::new(elector.is_none()),
     });
 
     let mut tasks = tokio::task::JoinSet::new();
     let c = ctx.clone();
     tasks.spawn(cs_events.for_each(move |cs| {
-        c.queue.add(&format!("{}/{}", cs.namespace().unwrap_or_default(), cs.name_any()));
+        c.enqueue(&format!("{}/{}", cs.namespace().unwrap_or_default(), cs.name_any()));
         std::future::ready(())
     }));
     for stream in [
@@ -146,7 +188,7 @@ pub async fn run(client: Client, config: ControllerConfig, shutdown: impl Future
     ] {
         let c = ctx.clone();
         tasks.spawn(stream.for_each(move |key| {
-            c.queue.add(&key);
+            c.enqueue(&key);
             std::future::ready(())
         }));
     }
@@ -165,7 +207,10 @@ pub async fn run(client: Client, config: ControllerConfig, shutdown: impl Future
     let mut shutdown = std::pin::pin!(shutdown);
     tokio::select! {
         res = tokio::time::timeout(ctx.config.cache_sync_timeout, synced) => match res {
-            Ok(Ok(())) => tracing::info!("caches synced"),
+            Ok(Ok(())) => {
+                tracing::info!("caches synced");
+                health.set_caches_synced(true);
+            }
             Ok(Err(e)) => anyhow::bail!("caches failed to sync: {e}"),
             Err(_) => anyhow::bail!("caches did not sync within --controller-cache-sync-timeout ({:?})", ctx.config.cache_sync_timeout),
         },
@@ -176,24 +221,106 @@ pub async fn run(client: Client, config: ControllerConfig, shutdown: impl Future
         }
     }
 
+    // A standby waits here with warm caches (and ready) until it is elected.
+    if let Some(elector) = elector.as_mut() {
+        tracing::info!(lease = %format!("{}/{}", elector.config().namespace, elector.config().lease_name), identity = %elector.config().identity, "waiting to be elected leader");
+        tokio::select! {
+            () = elector.acquire() => {}
+            _ = &mut shutdown => {
+                tracing::info!("shutdown requested while standing by");
+                tasks.abort_all();
+                // A take-over that raced with the signal must not keep the Lease until expiry.
+                elector.release().await;
+                return Ok(());
+            }
+        }
+    }
+    ctx.leading.store(true, Ordering::Release);
+    metrics.set_leader(true);
+    // Everything a standby saw was not queued: start from the full cache.
+    ctx.enqueue_all();
+    if let Some(period) = ctx.config.sync_period.filter(|p| !p.is_zero()) {
+        let c = ctx.clone();
+        tasks.spawn(async move {
+            let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+            loop {
+                tick.tick().await;
+                tracing::debug!("periodic resync (--sync-period): queueing every CloneSet");
+                c.enqueue_all();
+            }
+        });
+    }
+
     let mut workers = tokio::task::JoinSet::new();
     for _ in 0..ctx.config.workers.max(1) {
         let c = ctx.clone();
         workers.spawn(async move { worker(c).await });
     }
-    shutdown.await;
+    let lost = match elector.as_mut() {
+        Some(elector) => tokio::select! {
+            () = &mut shutdown => None,
+            lost = elector.hold() => Some(lost),
+        },
+        None => {
+            shutdown.await;
+            None
+        }
+    };
+    ctx.leading.store(false, Ordering::Release);
+    if let Some(lost) = lost {
+        // Fail-stop: nothing more may be written once another instance can be elected.
+        tracing::error!(error = %lost, "lost leadership: stopping at once");
+        metrics.set_leader(false);
+        ctx.queue.shut_down();
+        workers.abort_all();
+        while workers.join_next().await.is_some() {}
+        tasks.abort_all();
+        anyhow::bail!("leader election lost: {lost}");
+    }
     tracing::info!("stopping workers");
     ctx.queue.shut_down();
     while workers.join_next().await.is_some() {}
     tasks.abort_all();
+    metrics.set_leader(false);
+    if let Some(elector) = elector.as_mut() {
+        elector.release().await;
+    }
     Ok(())
+}
+
+/// Keeps `controller_runtime_active_workers` right even if a reconcile is aborted.
+struct ActiveWorker<'a>(&'a Metrics);
+
+impl<'a> ActiveWorker<'a> {
+    fn start(metrics: &'a Metrics) -> Self {
+        metrics.active_workers(1);
+        Self(metrics)
+    }
+}
+
+impl Drop for ActiveWorker<'_> {
+    fn drop(&mut self) {
+        self.0.active_workers(-1);
+    }
 }
 
 async fn worker(ctx: Arc<Context>) {
     while let Some(item) = ctx.queue.get().await {
         let key = item.key;
         ctx.counters.reconciles.fetch_add(1, Ordering::Relaxed);
-        match reconcile::reconcile(&ctx, &key).await {
+        let active = ActiveWorker::start(&ctx.metrics);
+        let started = Instant::now();
+        // Every log line of this reconcile (ours, kube's, the event recorder's) carries the key.
+        let outcome = reconcile::reconcile(&ctx, &key).instrument(tracing::info_span!("reconcile", cloneset = %key)).await;
+        let result = match &outcome {
+            Ok(None) => ReconcileResult::Success,
+            Ok(Some(after)) if after.is_zero() => ReconcileResult::Requeue,
+            Ok(Some(_)) => ReconcileResult::RequeueAfter,
+            Err(_) => ReconcileResult::Error,
+        };
+        ctx.metrics.reconciled(result, started.elapsed());
+        drop(active);
+        match outcome {
             Ok(requeue) => {
                 ctx.queue.forget(&key);
                 if let Some(after) = requeue {

@@ -1,6 +1,7 @@
 //! A work queue with client-go's guarantees: a key is queued at most once, never processed by two
 //! workers at once, re-queued if it changed while being processed, and can be added after a
-//! delay. Failed keys back off exponentially per key.
+//! delay. Failed keys back off exponentially per key. It updates client-go's workqueue metrics
+//! (depth, adds, retries, queue and work durations) as it goes.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Mutex;
@@ -9,10 +10,13 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use crate::metrics::QueueMetrics;
+
 /// Counters the metrics endpoint reads.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct QueueStats {
     pub depth: usize,
+    /// Keys that became pending (an add of a key already waiting is not counted, as in client-go).
     pub adds: u64,
     pub retries: u64,
     pub processing: usize,
@@ -24,7 +28,8 @@ struct State {
     queued: HashSet<String>,
     /// When each key entered `ready`, for queue-latency metrics.
     queued_at: HashMap<String, Instant>,
-    processing: HashSet<String>,
+    /// Keys being processed, with when their worker got them.
+    processing: HashMap<String, Instant>,
     /// Added while processing: goes back to `ready` when processing ends.
     dirty: HashSet<String>,
     /// Keys to add at a later time (the earliest time wins).
@@ -38,6 +43,7 @@ struct State {
 pub struct WorkQueue {
     state: Mutex<State>,
     wake: Notify,
+    metrics: QueueMetrics,
 }
 
 /// A key handed to a worker, with how long it waited in the queue.
@@ -57,7 +63,32 @@ impl Default for WorkQueue {
 
 impl WorkQueue {
     pub fn new() -> Self {
-        Self { state: Mutex::new(State::default()), wake: Notify::new() }
+        Self::with_metrics(QueueMetrics::default())
+    }
+
+    /// A queue that reports into `metrics`.
+    pub fn with_metrics(metrics: QueueMetrics) -> Self {
+        Self { state: Mutex::new(State::default()), wake: Notify::new(), metrics }
+    }
+
+    /// Puts `key` in `ready` unless it is already pending; a key being processed is marked dirty
+    /// instead. Counts the add when the key was not pending yet.
+    fn enqueue(&self, s: &mut State, key: &str, now: Instant) {
+        if s.processing.contains_key(key) {
+            if s.dirty.insert(key.to_string()) {
+                s.adds += 1;
+                self.metrics.adds.inc();
+            }
+        } else if s.queued.insert(key.to_string()) {
+            s.adds += 1;
+            self.metrics.adds.inc();
+            s.ready.push_back(key.to_string());
+            s.queued_at.insert(key.to_string(), now);
+        }
+    }
+
+    fn publish_depth(&self, s: &State) {
+        self.metrics.depth.set(i64::try_from(s.ready.len()).unwrap_or(i64::MAX));
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -70,14 +101,9 @@ impl WorkQueue {
         if s.shut_down {
             return;
         }
-        s.adds += 1;
         s.delayed.remove(key);
-        if s.processing.contains(key) {
-            s.dirty.insert(key.to_string());
-        } else if s.queued.insert(key.to_string()) {
-            s.ready.push_back(key.to_string());
-            s.queued_at.insert(key.to_string(), Instant::now());
-        }
+        self.enqueue(&mut s, key, Instant::now());
+        self.publish_depth(&s);
         drop(s);
         self.wake.notify_one();
     }
@@ -103,6 +129,7 @@ impl WorkQueue {
         let delay = {
             let mut s = self.lock();
             s.retries += 1;
+            self.metrics.retries.inc();
             let n = s.failures.entry(key.to_string()).or_insert(0);
             *n += 1;
             backoff(*n)
@@ -128,19 +155,17 @@ impl WorkQueue {
                 let due: Vec<String> = s.delayed.iter().filter(|(_, at)| **at <= now).map(|(k, _)| k.clone()).collect();
                 for k in due {
                     s.delayed.remove(&k);
-                    if s.processing.contains(&k) {
-                        s.dirty.insert(k);
-                    } else if s.queued.insert(k.clone()) {
-                        s.ready.push_back(k.clone());
-                        s.queued_at.insert(k, now);
-                    }
+                    self.enqueue(&mut s, &k, now);
                 }
                 if let Some(key) = s.ready.pop_front() {
                     s.queued.remove(&key);
-                    s.processing.insert(key.clone());
+                    s.processing.insert(key.clone(), now);
                     let waited = s.queued_at.remove(&key).map_or(Duration::ZERO, |t| now.saturating_duration_since(t));
+                    self.publish_depth(&s);
+                    self.metrics.queue_duration.observe(waited.as_secs_f64());
                     return Some(Item { key, waited });
                 }
+                self.publish_depth(&s);
                 s.delayed.values().min().copied()
             };
             match next_due {
@@ -158,10 +183,14 @@ impl WorkQueue {
     /// Marks `key` processed; if it was added meanwhile it is queued again.
     pub fn done(&self, key: &str) {
         let mut s = self.lock();
-        s.processing.remove(key);
+        let now = Instant::now();
+        if let Some(started) = s.processing.remove(key) {
+            self.metrics.work_duration.observe(now.saturating_duration_since(started).as_secs_f64());
+        }
         if s.dirty.remove(key) && s.queued.insert(key.to_string()) {
             s.ready.push_back(key.to_string());
-            s.queued_at.insert(key.to_string(), Instant::now());
+            s.queued_at.insert(key.to_string(), now);
+            self.publish_depth(&s);
             drop(s);
             self.wake.notify_one();
         }
@@ -196,6 +225,7 @@ mod tests {
         q.add("a");
         q.add("b");
         assert_eq!(q.stats().depth, 2);
+        assert_eq!(q.stats().adds, 2, "an add of a key already waiting is not counted");
         let a = q.get().await.unwrap();
         assert_eq!(a.key, "a");
         q.add("a"); // changed while processing: dirty, not queued
@@ -229,6 +259,31 @@ mod tests {
         let start = Instant::now();
         q.get().await.unwrap();
         assert_eq!(Instant::now() - start, Duration::from_millis(5), "the earlier pending retry wins");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn metrics_follow_the_queue() {
+        let m = QueueMetrics::default();
+        let q = WorkQueue::with_metrics(m.clone());
+        q.add("a");
+        q.add("a");
+        q.add("b");
+        assert_eq!((m.depth.get(), m.adds.get()), (2, 2));
+        tokio::time::advance(Duration::from_millis(100)).await;
+        let item = q.get().await.unwrap();
+        assert_eq!(item.key, "a");
+        assert_eq!(m.depth.get(), 1);
+        assert_eq!(m.queue_duration.count(), 1);
+        assert!((m.queue_duration.sum() - 0.1).abs() < 1e-6);
+        tokio::time::advance(Duration::from_millis(250)).await;
+        q.done("a");
+        assert_eq!(m.work_duration.count(), 1);
+        assert!((m.work_duration.sum() - 0.25).abs() < 1e-6);
+        q.add_rate_limited("c");
+        assert_eq!(m.retries.get(), 1);
+        q.get().await.unwrap(); // b
+        q.get().await.unwrap(); // c, after its backoff
+        assert_eq!((m.depth.get(), m.adds.get()), (0, 3));
     }
 
     #[tokio::test]

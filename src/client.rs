@@ -1,0 +1,239 @@
+//! The Kubernetes client: kube's default stack plus what client-go has and kube lacks — a
+//! client-side token bucket (Kruise's `--rest-config-qps` / `--rest-config-burst`) and a count of
+//! every request by status code and method (`rest_client_requests_total`).
+//!
+//! The stack, outermost first:
+//!
+//! ```text
+//! Client (kube's own Buffer) → Retry (429/503/504, kube's server_retry policy)
+//!   → Throttle (token bucket + request metric) → Buffer → kube's default stack without its retry
+//! ```
+//!
+//! kube's retry normally sits inside its stack, below anything added with
+//! [`ClientBuilder::with_layer`]; it is moved above the throttle so that every attempt, retries
+//! included, waits for a token and is counted, as in client-go. Every request takes one token
+//! before it is sent: gets, lists, writes, and the initial request of each watch. A watch's
+//! response streams for minutes on that one request, so a long-running watch counts once (per
+//! (re)connection), exactly like client-go's rate limiter.
+
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use http::{Request, Response};
+use kube::Client;
+use kube::client::ClientBuilder;
+use kube::client::retry::RetryPolicy;
+use tokio::time::Instant;
+use tower::buffer::BufferLayer;
+use tower::retry::RetryLayer;
+use tower::{Layer, Service, ServiceExt as _};
+
+use crate::metrics::Metrics;
+
+/// Requests per second and burst of one client's token bucket.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RateLimit {
+    pub qps: f64,
+    pub burst: u32,
+}
+
+impl Default for RateLimit {
+    /// Kruise's defaults.
+    fn default() -> Self {
+        Self { qps: 30.0, burst: 50 }
+    }
+}
+
+/// A token bucket as in client-go (golang.org/x/time/rate): it holds at most `burst` tokens,
+/// starts full, and refills at `qps` tokens per second. A request that finds it empty reserves
+/// the next token and waits for it, so waiting requests are served in arrival order and, over
+/// any interval of length `t`, at most `burst + qps * t` requests start.
+#[derive(Debug)]
+pub struct TokenBucket {
+    limit: RateLimit,
+    state: Mutex<BucketState>,
+}
+
+#[derive(Debug)]
+struct BucketState {
+    /// Tokens available; negative when requests are waiting for tokens not yet refilled.
+    tokens: f64,
+    last: Instant,
+}
+
+impl TokenBucket {
+    pub fn new(limit: RateLimit) -> Self {
+        let limit = RateLimit { qps: limit.qps.max(f64::MIN_POSITIVE), burst: limit.burst.max(1) };
+        Self { limit, state: Mutex::new(BucketState { tokens: f64::from(limit.burst), last: Instant::now() }) }
+    }
+
+    /// Takes one token at `now`, returning how long to wait before it may be used.
+    pub fn reserve(&self, now: Instant) -> Duration {
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        // Callers read the clock before taking the lock, so `now` may be a hair behind `last`:
+        // the bucket's time never goes back, and such a caller waits the difference too.
+        let at = s.last.max(now);
+        let elapsed = at.duration_since(s.last);
+        s.last = at;
+        s.tokens = (s.tokens + elapsed.as_secs_f64() * self.limit.qps).min(f64::from(self.limit.burst)) - 1.0;
+        let deficit = if s.tokens >= 0.0 { Duration::ZERO } else { Duration::from_secs_f64(-s.tokens / self.limit.qps) };
+        at.duration_since(now) + deficit
+    }
+
+    /// Waits for a token.
+    pub async fn acquire(&self) {
+        let wait = self.reserve(Instant::now());
+        if !wait.is_zero() {
+            tokio::time::sleep(wait).await;
+        }
+    }
+}
+
+/// A [`Layer`] that makes every request wait for a token and counts it in `rest_client_requests_total`.
+#[derive(Clone)]
+pub struct ThrottleLayer {
+    bucket: Arc<TokenBucket>,
+    metrics: Arc<Metrics>,
+}
+
+impl ThrottleLayer {
+    pub fn new(limit: RateLimit, metrics: Arc<Metrics>) -> Self {
+        Self { bucket: Arc::new(TokenBucket::new(limit)), metrics }
+    }
+}
+
+impl<S> Layer<S> for ThrottleLayer {
+    type Service = Throttle<S>;
+
+    fn layer(&self, inner: S) -> Throttle<S> {
+        Throttle { inner, bucket: self.bucket.clone(), metrics: self.metrics.clone() }
+    }
+}
+
+/// The service [`ThrottleLayer`] builds. `inner` must be cheap to clone (a `Buffer`).
+#[derive(Clone)]
+pub struct Throttle<S> {
+    inner: S,
+    bucket: Arc<TokenBucket>,
+    metrics: Arc<Metrics>,
+}
+
+type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+
+impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for Throttle<S>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
+    S::Future: Send,
+    S::Error: Send,
+    ReqBody: Send + 'static,
+{
+    type Response = Response<ResBody>;
+    type Error = S::Error;
+    type Future = BoxFuture<Result<Self::Response, Self::Error>>;
+
+    /// Always ready: the inner service's readiness is awaited after the token, inside the future,
+    /// so a waiting request holds no slot of the buffer below.
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
+        let clone = self.inner.clone();
+        let inner = std::mem::replace(&mut self.inner, clone);
+        let bucket = self.bucket.clone();
+        let metrics = self.metrics.clone();
+        Box::pin(async move {
+            bucket.acquire().await;
+            let method = req.method().clone();
+            let res = inner.oneshot(req).await;
+            metrics.request(&method, res.as_ref().ok().map(|r| r.status()));
+            res
+        })
+    }
+}
+
+/// Builds a client for `config` whose requests all pass through its own token bucket.
+///
+/// Each call makes a separate bucket, like each client-go client built from a rest.Config: the
+/// leader-election client gets its own, so lease renewals never queue behind a burst of pod
+/// creations (and both count in the same `rest_client_requests_total`).
+pub fn build(mut config: kube::Config, limit: RateLimit, metrics: Arc<Metrics>) -> kube::Result<Client> {
+    let retry = std::mem::replace(&mut config.default_retry, false);
+    let builder = ClientBuilder::try_from(config)?
+        // Makes kube's boxed stack cloneable, so a request can wait for its token first.
+        .with_layer(&BufferLayer::new(1024))
+        .with_layer(&ThrottleLayer::new(limit, metrics));
+    Ok(if retry { builder.with_layer(&RetryLayer::new(RetryPolicy::server_retry())).build() } else { builder.build() })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_full_bucket_serves_the_burst_then_qps() {
+        let b = TokenBucket::new(RateLimit { qps: 5.0, burst: 3 });
+        let t0 = Instant::now();
+        assert_eq!([b.reserve(t0), b.reserve(t0), b.reserve(t0)], [Duration::ZERO; 3]);
+        // Empty: the next requests wait 200 ms, 400 ms, ... in arrival order.
+        assert_eq!(b.reserve(t0), ms(200));
+        assert_eq!(b.reserve(t0), ms(400));
+        // Half a second later 2.5 tokens have come back and two were promised: 100 ms more for the next.
+        assert_eq!(b.reserve(t0 + ms(500)), ms(100));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_idle_bucket_refills_only_up_to_burst() {
+        let b = TokenBucket::new(RateLimit { qps: 5.0, burst: 2 });
+        let t0 = Instant::now();
+        b.reserve(t0);
+        b.reserve(t0);
+        let later = t0 + Duration::from_secs(60);
+        assert_eq!([b.reserve(later), b.reserve(later)], [Duration::ZERO; 2]);
+        assert_eq!(b.reserve(later), ms(200));
+    }
+
+    /// The property the e2e test relies on: in any window of length t at most burst + qps·t
+    /// requests start, however they arrive.
+    #[tokio::test(start_paused = true)]
+    async fn starts_in_any_window_are_bounded() {
+        let limit = RateLimit { qps: 5.0, burst: 5 };
+        let b = TokenBucket::new(limit);
+        let t0 = Instant::now();
+        let mut starts = Vec::new();
+        // 100 requests arriving in irregular clumps over 4 s (some reading the clock late).
+        let mut arrivals: Vec<Instant> = (0..100u64).map(|i| t0 + ms((i * 37) % 4000)).collect();
+        arrivals.sort();
+        arrivals.swap(10, 11);
+        for arrival in arrivals {
+            starts.push(arrival + b.reserve(arrival));
+        }
+        starts.sort();
+        for (i, a) in starts.iter().enumerate() {
+            for (j, z) in starts.iter().enumerate().skip(i) {
+                let t = z.duration_since(*a).as_secs_f64();
+                let n = (j - i + 1) as f64;
+                assert!(n <= f64::from(limit.burst) + limit.qps * t + 1e-9, "{n} starts in {t}s");
+            }
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_layer_waits_for_tokens_and_counts_requests() {
+        let metrics = Arc::new(Metrics::new());
+        let inner = tower::service_fn(|_req: Request<()>| async { Ok::<_, std::convert::Infallible>(Response::new(())) });
+        let mut svc = ThrottleLayer::new(RateLimit { qps: 2.0, burst: 1 }, metrics.clone()).layer(inner);
+        let start = Instant::now();
+        for _ in 0..3 {
+            svc.ready().await.unwrap().call(Request::new(())).await.unwrap();
+        }
+        assert_eq!(Instant::now() - start, Duration::from_secs(1), "1 from the burst, then 2 at 2/s");
+        assert!(metrics.encode().contains("rest_client_requests_total{code=\"200\",method=\"GET\"} 3"));
+    }
+}

@@ -1,0 +1,346 @@
+//! Prometheus metrics, named as controller-runtime and Kruise name them so existing Kruise
+//! dashboards and alerts keep working. One [`Metrics`] value is created in `main` and passed
+//! down (no global registry); `/metrics` serves [`Metrics::encode`].
+//!
+//! Exposed (all in the OpenMetrics text format, which Prometheus negotiates):
+//!
+//! | name | type | labels |
+//! |---|---|---|
+//! | `controller_runtime_reconcile_total` | counter | `controller`, `result` = success, error, requeue, requeue_after |
+//! | `controller_runtime_reconcile_errors_total` | counter | `controller` |
+//! | `controller_runtime_reconcile_time_seconds` | histogram | `controller` |
+//! | `controller_runtime_max_concurrent_reconciles` | gauge | `controller` |
+//! | `controller_runtime_active_workers` | gauge | `controller` |
+//! | `workqueue_depth` | gauge | `name`, `controller` |
+//! | `workqueue_adds_total` | counter | `name`, `controller` |
+//! | `workqueue_queue_duration_seconds` | histogram | `name`, `controller` |
+//! | `workqueue_work_duration_seconds` | histogram | `name`, `controller` |
+//! | `workqueue_retries_total` | counter | `name`, `controller` |
+//! | `rest_client_requests_total` | counter | `code` (HTTP status, or `<error>`), `method` |
+//! | `cloneset_scale_expectation_leakage` | gauge (see below) | `namespace`, `name` |
+//! | `kruise_manager_is_leader` | gauge | — |
+//!
+//! `cloneset_scale_expectation_leakage` is a counter in Kruise, exposed there without a `_total`
+//! suffix. OpenMetrics requires counter samples to end in `_total`, so to keep Kruise's exact
+//! name it is typed as a gauge here; its value is the same ever-growing count of scale
+//! expectations that timed out, and `increase()`/`rate()` work on it unchanged.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+/// The `controller` label value (controller-runtime uses the controller's name; Kruise's is `cloneset`).
+pub const CONTROLLER: &str = "cloneset";
+
+/// The Content-Type of [`Metrics::encode`]'s output.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ControllerLabels {
+    pub controller: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabels {
+    pub controller: &'static str,
+    pub result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct QueueLabels {
+    pub name: &'static str,
+    pub controller: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RequestLabels {
+    pub code: String,
+    pub method: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ObjectLabels {
+    pub namespace: String,
+    pub name: String,
+}
+
+/// How one reconcile ended, as controller-runtime labels it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReconcileResult {
+    Success,
+    Error,
+    /// Requeued now (controller-runtime's `Requeue: true`).
+    Requeue,
+    /// Requeued after a delay.
+    RequeueAfter,
+}
+
+impl ReconcileResult {
+    fn label(self) -> &'static str {
+        match self {
+            Self::Success => "success",
+            Self::Error => "error",
+            Self::Requeue => "requeue",
+            Self::RequeueAfter => "requeue_after",
+        }
+    }
+}
+
+type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
+
+/// controller-runtime's reconcile-time buckets (seconds).
+const RECONCILE_BUCKETS: &[f64] = &[
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0,
+    3.5, 4.0, 4.5, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0, 15.0, 20.0, 25.0, 30.0, 40.0, 50.0, 60.0,
+];
+
+fn reconcile_histogram() -> Histogram {
+    Histogram::new(RECONCILE_BUCKETS.iter().copied())
+}
+
+/// client-go's work-queue buckets: 10ns to 1000s, ×10 each.
+fn queue_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(1e-8, 10.0, 12))
+}
+
+/// The metrics one work queue updates (client-go's workqueue metrics provider). Clones share
+/// their values; [`QueueMetrics::default`] makes unregistered ones (for tests).
+#[derive(Clone, Debug)]
+pub struct QueueMetrics {
+    pub depth: Gauge,
+    pub adds: Counter,
+    pub retries: Counter,
+    pub queue_duration: Histogram,
+    pub work_duration: Histogram,
+}
+
+impl Default for QueueMetrics {
+    fn default() -> Self {
+        Self {
+            depth: Gauge::default(),
+            adds: Counter::default(),
+            retries: Counter::default(),
+            queue_duration: queue_histogram(),
+            work_duration: queue_histogram(),
+        }
+    }
+}
+
+/// Every metric the operator exports, and the registry that encodes them.
+pub struct Metrics {
+    registry: Registry,
+    reconcile_total: Family<ResultLabels, Counter>,
+    reconcile_errors: Family<ControllerLabels, Counter>,
+    reconcile_time: HistogramFamily<ControllerLabels>,
+    max_concurrent_reconciles: Family<ControllerLabels, Gauge>,
+    active_workers: Family<ControllerLabels, Gauge>,
+    queue_depth: Family<QueueLabels, Gauge>,
+    queue_adds: Family<QueueLabels, Counter>,
+    queue_retries: Family<QueueLabels, Counter>,
+    queue_duration: HistogramFamily<QueueLabels>,
+    work_duration: HistogramFamily<QueueLabels>,
+    rest_requests: Family<RequestLabels, Counter>,
+    expectation_leakage: Family<ObjectLabels, Gauge>,
+    is_leader: Gauge,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let mut registry = Registry::default();
+        let reconcile_total = Family::<ResultLabels, Counter>::default();
+        let reconcile_errors = Family::<ControllerLabels, Counter>::default();
+        let reconcile_time: HistogramFamily<ControllerLabels> = Family::new_with_constructor(reconcile_histogram);
+        let max_concurrent_reconciles = Family::<ControllerLabels, Gauge>::default();
+        let active_workers = Family::<ControllerLabels, Gauge>::default();
+        let queue_depth = Family::<QueueLabels, Gauge>::default();
+        let queue_adds = Family::<QueueLabels, Counter>::default();
+        let queue_retries = Family::<QueueLabels, Counter>::default();
+        let queue_duration: HistogramFamily<QueueLabels> = Family::new_with_constructor(queue_histogram);
+        let work_duration: HistogramFamily<QueueLabels> = Family::new_with_constructor(queue_histogram);
+        let rest_requests = Family::<RequestLabels, Counter>::default();
+        let expectation_leakage = Family::<ObjectLabels, Gauge>::default();
+        let is_leader = Gauge::default();
+
+        // Counters are registered without `_total`: the encoder appends it.
+        registry.register("controller_runtime_reconcile", "Total number of reconciliations per controller", reconcile_total.clone());
+        registry.register(
+            "controller_runtime_reconcile_errors",
+            "Total number of reconciliation errors per controller",
+            reconcile_errors.clone(),
+        );
+        registry.register(
+            "controller_runtime_reconcile_time_seconds",
+            "Length of time per reconciliation per controller",
+            reconcile_time.clone(),
+        );
+        registry.register(
+            "controller_runtime_max_concurrent_reconciles",
+            "Maximum number of concurrent reconciles per controller",
+            max_concurrent_reconciles.clone(),
+        );
+        registry.register("controller_runtime_active_workers", "Number of currently used workers per controller", active_workers.clone());
+        registry.register("workqueue_depth", "Current depth of workqueue", queue_depth.clone());
+        registry.register("workqueue_adds", "Total number of adds handled by workqueue", queue_adds.clone());
+        registry.register(
+            "workqueue_queue_duration_seconds",
+            "How long in seconds an item stays in workqueue before being requested",
+            queue_duration.clone(),
+        );
+        registry.register(
+            "workqueue_work_duration_seconds",
+            "How long in seconds processing an item from workqueue takes",
+            work_duration.clone(),
+        );
+        registry.register("workqueue_retries", "Total number of retries handled by workqueue", queue_retries.clone());
+        registry.register(
+            "rest_client_requests",
+            "Number of HTTP requests to the apiserver, partitioned by status code and method",
+            rest_requests.clone(),
+        );
+        registry.register(
+            "cloneset_scale_expectation_leakage",
+            "CloneSet scale expectations that timed out (a counter in Kruise; see the operator's metrics docs)",
+            expectation_leakage.clone(),
+        );
+        registry.register("kruise_manager_is_leader", "Whether this manager is the leader (1) or not (0)", is_leader.clone());
+
+        Self {
+            registry,
+            reconcile_total,
+            reconcile_errors,
+            reconcile_time,
+            max_concurrent_reconciles,
+            active_workers,
+            queue_depth,
+            queue_adds,
+            queue_retries,
+            queue_duration,
+            work_duration,
+            rest_requests,
+            expectation_leakage,
+            is_leader,
+        }
+    }
+
+    /// The registry in the OpenMetrics text format ([`CONTENT_TYPE`]).
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+
+    /// The CloneSet work queue's metrics (labels `name` and `controller` = `cloneset`).
+    pub fn queue(&self) -> QueueMetrics {
+        let l = QueueLabels { name: CONTROLLER, controller: CONTROLLER };
+        QueueMetrics {
+            depth: self.queue_depth.get_or_create_owned(&l),
+            adds: self.queue_adds.get_or_create_owned(&l),
+            retries: self.queue_retries.get_or_create_owned(&l),
+            queue_duration: self.queue_duration.get_or_create_owned(&l),
+            work_duration: self.work_duration.get_or_create_owned(&l),
+        }
+    }
+
+    fn controller() -> ControllerLabels {
+        ControllerLabels { controller: CONTROLLER }
+    }
+
+    /// Publishes the worker count, and zeroes the series dashboards expect to exist.
+    pub fn set_max_concurrent_reconciles(&self, workers: usize) {
+        self.max_concurrent_reconciles.get_or_create(&Self::controller()).set(i64::try_from(workers).unwrap_or(i64::MAX));
+        self.active_workers.get_or_create_owned(&Self::controller());
+        self.reconcile_errors.get_or_create_owned(&Self::controller());
+        for r in [ReconcileResult::Success, ReconcileResult::Error, ReconcileResult::Requeue, ReconcileResult::RequeueAfter] {
+            self.reconcile_total.get_or_create_owned(&ResultLabels { controller: CONTROLLER, result: r.label() });
+        }
+    }
+
+    /// A worker started (`+1`) or finished (`-1`) a reconcile.
+    pub fn active_workers(&self, delta: i64) {
+        self.active_workers.get_or_create(&Self::controller()).inc_by(delta);
+    }
+
+    /// Records one finished reconcile.
+    pub fn reconciled(&self, result: ReconcileResult, took: std::time::Duration) {
+        self.reconcile_total.get_or_create(&ResultLabels { controller: CONTROLLER, result: result.label() }).inc();
+        if result == ReconcileResult::Error {
+            self.reconcile_errors.get_or_create(&Self::controller()).inc();
+        }
+        self.reconcile_time.get_or_create(&Self::controller()).observe(took.as_secs_f64());
+    }
+
+    /// Counts one apiserver request (every attempt, retries included) by status code and method.
+    pub fn request(&self, method: &http::Method, status: Option<http::StatusCode>) {
+        let code = status.map_or_else(|| "<error>".to_string(), |s| s.as_u16().to_string());
+        self.rest_requests.get_or_create(&RequestLabels { code, method: method.as_str().to_string() }).inc();
+    }
+
+    /// A scale expectation of CloneSet `namespace/name` timed out.
+    pub fn expectation_leaked(&self, key: &str) {
+        let (namespace, name) = key.split_once('/').unwrap_or(("", key));
+        self.expectation_leakage.get_or_create(&ObjectLabels { namespace: namespace.to_string(), name: name.to_string() }).inc();
+    }
+
+    pub fn set_leader(&self, leader: bool) {
+        self.is_leader.set(i64::from(leader));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn names_match_controller_runtime_and_kruise() {
+        let m = Metrics::new();
+        m.set_max_concurrent_reconciles(3);
+        m.reconciled(ReconcileResult::Success, Duration::from_millis(20));
+        m.reconciled(ReconcileResult::Error, Duration::from_millis(20));
+        let q = m.queue();
+        q.adds.inc();
+        q.depth.set(2);
+        q.queue_duration.observe(0.5);
+        m.request(&http::Method::POST, Some(http::StatusCode::CREATED));
+        m.request(&http::Method::GET, None);
+        m.expectation_leaked("ns/web");
+        m.set_leader(true);
+        let text = m.encode();
+        for line in [
+            "controller_runtime_reconcile_total{controller=\"cloneset\",result=\"success\"} 1",
+            "controller_runtime_reconcile_total{controller=\"cloneset\",result=\"requeue_after\"} 0",
+            "controller_runtime_reconcile_errors_total{controller=\"cloneset\"} 1",
+            "controller_runtime_reconcile_time_seconds_count{controller=\"cloneset\"} 2",
+            "controller_runtime_max_concurrent_reconciles{controller=\"cloneset\"} 3",
+            "controller_runtime_active_workers{controller=\"cloneset\"} 0",
+            "workqueue_depth{name=\"cloneset\",controller=\"cloneset\"} 2",
+            "workqueue_adds_total{name=\"cloneset\",controller=\"cloneset\"} 1",
+            "workqueue_retries_total{name=\"cloneset\",controller=\"cloneset\"} 0",
+            "workqueue_queue_duration_seconds_count{name=\"cloneset\",controller=\"cloneset\"} 1",
+            "workqueue_work_duration_seconds_count{name=\"cloneset\",controller=\"cloneset\"} 0",
+            "rest_client_requests_total{code=\"201\",method=\"POST\"} 1",
+            "rest_client_requests_total{code=\"<error>\",method=\"GET\"} 1",
+            "cloneset_scale_expectation_leakage{namespace=\"ns\",name=\"web\"} 1",
+            "kruise_manager_is_leader 1",
+        ] {
+            assert!(text.lines().any(|l| l == line), "missing {line:?} in\n{text}");
+        }
+        assert!(text.ends_with("# EOF\n"));
+    }
+}

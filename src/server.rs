@@ -1,0 +1,112 @@
+//! The two small HTTP servers Kruise users expect: `/metrics` on `--metrics-addr`, and `/healthz`
+//! and `/readyz` on `--health-probe-addr` (controller-runtime's paths).
+//!
+//! - `/healthz` answers 200 while the process serves at all (liveness).
+//! - `/readyz` answers 200 once every cache the reconciler reads has finished its first list,
+//!   and 503 before. A standby of leader election syncs its caches too (so it can take over at
+//!   once), and is ready when they are: a healthy standby is ready, which lets a rolling update of
+//!   the Deployment proceed while the old leader still leads.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Method, Request, Response, StatusCode, header};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::net::TcpListener;
+
+use crate::config::ListenAddr;
+use crate::metrics::{self, Metrics};
+
+/// What `/readyz` reports; set by the controller.
+#[derive(Debug, Default)]
+pub struct Health {
+    caches_synced: AtomicBool,
+}
+
+impl Health {
+    pub fn set_caches_synced(&self, synced: bool) {
+        self.caches_synced.store(synced, Ordering::Release);
+    }
+
+    pub fn ready(&self) -> bool {
+        self.caches_synced.load(Ordering::Acquire)
+    }
+}
+
+/// Binds `addr` (an empty host listens on every interface: IPv6 and IPv4 where the host has
+/// IPv6, IPv4 only otherwise).
+pub async fn bind(addr: &ListenAddr) -> std::io::Result<TcpListener> {
+    match addr {
+        ListenAddr::Disabled => Err(std::io::Error::other("listener disabled")),
+        ListenAddr::Any { port } => match TcpListener::bind((std::net::Ipv6Addr::UNSPECIFIED, *port)).await {
+            Ok(l) => Ok(l),
+            Err(_) => TcpListener::bind((std::net::Ipv4Addr::UNSPECIFIED, *port)).await,
+        },
+        ListenAddr::Host { host, port } => TcpListener::bind((host.as_str(), *port)).await,
+    }
+}
+
+type Routes = Arc<dyn Fn(&Method, &str) -> Response<Full<Bytes>> + Send + Sync>;
+
+fn text(status: StatusCode, content_type: &'static str, body: impl Into<Bytes>) -> Response<Full<Bytes>> {
+    let mut res = Response::new(Full::new(body.into()));
+    *res.status_mut() = status;
+    res.headers_mut().insert(header::CONTENT_TYPE, header::HeaderValue::from_static(content_type));
+    res
+}
+
+const PLAIN: &str = "text/plain; charset=utf-8";
+
+/// Serves `GET /metrics` until the task is dropped.
+pub async fn serve_metrics(listener: TcpListener, metrics: Arc<Metrics>) {
+    let routes: Routes = Arc::new(move |method, path| match (method, path) {
+        (&Method::GET | &Method::HEAD, "/metrics") => text(StatusCode::OK, metrics::CONTENT_TYPE, metrics.encode()),
+        _ => text(StatusCode::NOT_FOUND, PLAIN, "not found\n"),
+    });
+    serve(listener, routes).await
+}
+
+/// Serves `GET /healthz` and `GET /readyz` until the task is dropped.
+pub async fn serve_health(listener: TcpListener, health: Arc<Health>) {
+    let routes: Routes = Arc::new(move |method, path| match (method, path) {
+        (&Method::GET | &Method::HEAD, "/healthz" | "/livez") => text(StatusCode::OK, PLAIN, "ok\n"),
+        (&Method::GET | &Method::HEAD, "/readyz") if health.ready() => text(StatusCode::OK, PLAIN, "ok\n"),
+        (&Method::GET | &Method::HEAD, "/readyz") => text(StatusCode::SERVICE_UNAVAILABLE, PLAIN, "caches not synced\n"),
+        _ => text(StatusCode::NOT_FOUND, PLAIN, "not found\n"),
+    });
+    serve(listener, routes).await
+}
+
+async fn serve(listener: TcpListener, routes: Routes) {
+    loop {
+        let (stream, peer): (_, SocketAddr) = match listener.accept().await {
+            Ok(conn) => conn,
+            Err(e) => {
+                // Out of file descriptors and the like: back off instead of spinning.
+                tracing::warn!(error = %e, "accepting a connection failed");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let routes = routes.clone();
+        tokio::spawn(async move {
+            let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
+                let res = routes(req.method(), req.uri().path());
+                async move { Ok::<_, Infallible>(res) }
+            });
+            let conn = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(Duration::from_secs(10))
+                .serve_connection(TokioIo::new(stream), svc);
+            if let Err(e) = conn.await {
+                tracing::debug!(%peer, error = %e, "metrics/health connection ended with an error");
+            }
+        });
+    }
+}
