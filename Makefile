@@ -35,6 +35,7 @@ run: build ## Run the operator against the current kubeconfig context, or agains
 test: build ## Unit tests, then e2e tests against a local control plane started and stopped here
 	$(CARGO) test --workspace --exclude e2e
 	$(CARGO) test -p e2e --lib --bins
+	@bash e2e/scripts/build-helm.sh >/dev/null
 	@set -o pipefail; start=$$(date +%s); \
 	kc=$$($(LOCAL_CLUSTER) --dir $(TEST_CLUSTER_DIR) up --test-profile | sed -n 's/^export KUBECONFIG=//p') || { \
 	  echo "make test: the local control plane did not start; logs in $(TEST_CLUSTER_DIR)/logs"; exit 1; }; \
@@ -50,9 +51,18 @@ crds: ## Regenerate the CRD and admission policy YAML (crds/ and the chart's cop
 	$(OPERATOR) crd > crds/apps.kruise.io_clonesets.yaml
 	cp crds/apps.kruise.io_clonesets.yaml charts/cloneset-operator/crds/apps.kruise.io_clonesets.yaml
 	$(OPERATOR) admission-policy > crds/apps.kruise.io_clonesets-admission-policy.yaml
+	cp crds/apps.kruise.io_clonesets-admission-policy.yaml charts/cloneset-operator/files/apps.kruise.io_clonesets-admission-policy.yaml
+
+.PHONY: helm
+helm: ## Build (once) the pinned helm into the cache
+	@bash e2e/scripts/build-helm.sh
+
+.PHONY: helm-lint
+helm-lint: ## helm lint the chart
+	@h=$$(bash e2e/scripts/build-helm.sh) && $$h lint --strict charts/cloneset-operator
 
 .PHONY: lint
-lint: toolchain ## rustfmt check and clippy with warnings as errors
+lint: toolchain helm-lint ## rustfmt check, clippy with warnings as errors, helm lint
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 

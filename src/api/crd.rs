@@ -272,7 +272,10 @@ pub const GENERATED_HEADER: &str = "# Generated from src/api by `make crds`; do 
 
 /// Where the generated files live, relative to the repository root; a test checks each one.
 pub const CRD_FILES: [&str; 2] = ["crds/apps.kruise.io_clonesets.yaml", "charts/cloneset-operator/crds/apps.kruise.io_clonesets.yaml"];
-pub const POLICY_FILES: [&str; 1] = ["crds/apps.kruise.io_clonesets-admission-policy.yaml"];
+pub const POLICY_FILES: [&str; 2] = [
+    "crds/apps.kruise.io_clonesets-admission-policy.yaml",
+    "charts/cloneset-operator/files/apps.kruise.io_clonesets-admission-policy.yaml",
+];
 
 /// The exact contents of the generated CRD file.
 pub fn generated_crd_file() -> Result<String, serde_saphyr::ser::Error> {

@@ -1,0 +1,837 @@
+//! The Helm chart in `charts/cloneset-operator`: `helm lint` and `helm template` checks (RBAC is
+//! exactly what the controller uses, the manager pod meets the Pod Security Standard
+//! *restricted*, values change the output), `helm install`/`helm uninstall` on the local control
+//! plane, and the operator binary running with a token of the chart's ServiceAccount.
+//!
+//! Helm is built once from the Go module proxy by `e2e/scripts/build-helm.sh` (cached outside
+//! the repository); its own state lives in `target/helm-home`, never in the user's Helm config.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use cloneset_operator::api::CloneSet;
+use cloneset_operator::api::crd::POLICY_NAME;
+use e2e::testenv::{self, Operator, OperatorOptions, TestNamespace, install_api, wait_deleted, wait_until, watch_until};
+use k8s_openapi::api::admissionregistration::v1::{ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{ConfigMap, Event, Namespace, PersistentVolumeClaim, Pod, Secret, Service, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client, ResourceExt as _};
+use serde_json::{Value, json};
+
+const T: Duration = Duration::from_secs(120);
+/// The release name used for rendering: the objects are then simply `cloneset-operator`.
+const RELEASE: &str = "cloneset-operator";
+
+fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn chart_dir() -> PathBuf {
+    repo_root().join("charts/cloneset-operator")
+}
+
+/// The helm binary, built (or found in the cache) once per test binary.
+fn helm_bin() -> &'static Path {
+    static HELM: OnceLock<PathBuf> = OnceLock::new();
+    HELM.get_or_init(|| {
+        let script = repo_root().join("e2e/scripts/build-helm.sh");
+        let out = Command::new("bash").arg(&script).stderr(Stdio::inherit()).output().expect("running build-helm.sh");
+        assert!(out.status.success(), "{} failed", script.display());
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        PathBuf::from(stdout.lines().last().expect("build-helm.sh printed no path").trim())
+    })
+}
+
+/// Runs helm with its state under `target/helm-home` and without the ambient KUBECONFIG.
+fn helm(args: &[&str]) -> Output {
+    let home = repo_root().join("target/helm-home");
+    Command::new(helm_bin())
+        .args(args)
+        .env("HELM_CACHE_HOME", home.join("cache"))
+        .env("HELM_CONFIG_HOME", home.join("config"))
+        .env("HELM_DATA_HOME", home.join("data"))
+        .env_remove("KUBECONFIG")
+        .stdin(Stdio::null())
+        .output()
+        .expect("running helm")
+}
+
+/// Runs helm and returns its stdout, failing the test with its output when it fails.
+fn helm_ok(args: &[&str]) -> String {
+    let out = helm(args);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "helm {} failed:\n{stdout}\n{}", args.join(" "), String::from_utf8_lossy(&out.stderr));
+    stdout
+}
+
+/// [`helm`] off the async runtime (install and uninstall wait for minutes).
+async fn helm_async(args: Vec<String>) -> Output {
+    tokio::task::spawn_blocking(move || helm(&args.iter().map(String::as_str).collect::<Vec<_>>())).await.unwrap()
+}
+
+/// Parses multi-document YAML, skipping documents that hold only comments.
+fn parse_docs(yaml: &str) -> Vec<Value> {
+    yaml.split("\n---")
+        .map(|doc| doc.strip_prefix("---").unwrap_or(doc))
+        .filter(|doc| doc.lines().any(|l| !l.trim().is_empty() && !l.trim_start().starts_with('#')))
+        .map(|doc| serde_saphyr::from_str::<Value>(doc).unwrap_or_else(|e| panic!("rendered YAML does not parse: {e}\n{doc}")))
+        .collect()
+}
+
+/// `helm template` of the chart with extra arguments (`--set ...`), parsed.
+fn render(extra: &[&str]) -> Vec<Value> {
+    let chart = chart_dir();
+    let mut args = vec!["template", RELEASE, chart.to_str().unwrap(), "--namespace", "default"];
+    args.extend_from_slice(extra);
+    parse_docs(&helm_ok(&args))
+}
+
+fn of_kind<'a>(docs: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    docs.iter().filter(|d| d["kind"] == kind).collect()
+}
+
+fn one<'a>(docs: &'a [Value], kind: &str) -> &'a Value {
+    let found = of_kind(docs, kind);
+    assert_eq!(found.len(), 1, "expected exactly one {kind}, found {}", found.len());
+    found[0]
+}
+
+fn kinds(docs: &[Value]) -> BTreeSet<String> {
+    docs.iter().map(|d| d["kind"].as_str().unwrap_or_default().to_string()).collect()
+}
+
+fn strings(v: &Value) -> Vec<String> {
+    v.as_array().map(|a| a.iter().filter_map(|s| s.as_str().map(String::from)).collect()).unwrap_or_default()
+}
+
+/// Every (role kind, API group, resource, verb) the rendered roles grant.
+fn grants(docs: &[Value]) -> BTreeSet<(String, String, String, String)> {
+    let mut out = BTreeSet::new();
+    for role in docs.iter().filter(|d| d["kind"] == "ClusterRole" || d["kind"] == "Role") {
+        let kind = role["kind"].as_str().unwrap().to_string();
+        for rule in role["rules"].as_array().expect("a role without rules") {
+            assert!(rule.get("resourceNames").is_none() && rule.get("nonResourceURLs").is_none(), "unexpected rule shape: {rule}");
+            for group in strings(&rule["apiGroups"]) {
+                for resource in strings(&rule["resources"]) {
+                    for verb in strings(&rule["verbs"]) {
+                        out.insert((kind.clone(), group.clone(), resource.clone(), verb));
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// What the controller in `src/controller` uses, and nothing else.
+fn expected_grants() -> BTreeSet<(String, String, String, String)> {
+    const RW: &[&str] = &["get", "list", "watch", "create", "delete", "patch", "update"];
+    let table: &[(&str, &str, &str, &[&str])] = &[
+        ("ClusterRole", "apps.kruise.io", "clonesets", &["get", "list", "watch", "update", "patch"]),
+        ("ClusterRole", "apps.kruise.io", "clonesets/status", &["get", "update", "patch"]),
+        ("ClusterRole", "apps.kruise.io", "clonesets/finalizers", &["update"]),
+        ("ClusterRole", "", "pods", RW),
+        ("ClusterRole", "", "pods/status", &["get", "update", "patch"]),
+        ("ClusterRole", "", "persistentvolumeclaims", RW),
+        ("ClusterRole", "apps", "controllerrevisions", RW),
+        ("ClusterRole", "", "events", &["create", "patch"]),
+        ("ClusterRole", "events.k8s.io", "events", &["create", "patch"]),
+        ("ClusterRole", "", "nodes", &["get", "list", "watch"]),
+        ("Role", "coordination.k8s.io", "leases", &["get", "list", "watch", "create", "update", "patch"]),
+    ];
+    table
+        .iter()
+        .flat_map(|(kind, group, resource, verbs)| {
+            verbs.iter().map(move |v| (kind.to_string(), group.to_string(), resource.to_string(), v.to_string()))
+        })
+        .collect()
+}
+
+/// The ways a pod spec breaks the Pod Security Standard *restricted* (plus our own
+/// readOnlyRootFilesystem rule). Empty means compliant.
+fn restricted_violations(spec: &Value) -> Vec<String> {
+    let mut v = Vec::new();
+    for host in ["hostNetwork", "hostPID", "hostIPC"] {
+        if spec[host] == true {
+            v.push(format!("{host} is true"));
+        }
+    }
+    const ALLOWED_VOLUMES: &[&str] =
+        &["name", "configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim", "projected", "secret"];
+    for vol in spec["volumes"].as_array().into_iter().flatten() {
+        for key in vol.as_object().into_iter().flatten().map(|(k, _)| k) {
+            if !ALLOWED_VOLUMES.contains(&key.as_str()) {
+                v.push(format!("volume {} is of type {key}", vol["name"]));
+            }
+        }
+    }
+    let pod_sc = &spec["securityContext"];
+    if pod_sc["runAsUser"] == 0 {
+        v.push("pod runs as UID 0".into());
+    }
+    let containers =
+        ["initContainers", "containers", "ephemeralContainers"].into_iter().flat_map(|k| spec[k].as_array().into_iter().flatten());
+    let mut any = false;
+    for c in containers {
+        any = true;
+        let name = c["name"].as_str().unwrap_or("?");
+        let sc = &c["securityContext"];
+        // A container's setting overrides the pod's.
+        let effective = |key: &str| if sc.get(key).is_some_and(|x| !x.is_null()) { &sc[key] } else { &pod_sc[key] };
+        if effective("runAsNonRoot") != true {
+            v.push(format!("{name}: runAsNonRoot is not true"));
+        }
+        if effective("runAsUser") == 0 {
+            v.push(format!("{name}: runAsUser is 0"));
+        }
+        if sc["allowPrivilegeEscalation"] != false {
+            v.push(format!("{name}: allowPrivilegeEscalation is not false"));
+        }
+        if sc["privileged"] == true {
+            v.push(format!("{name}: privileged"));
+        }
+        if !strings(&sc["capabilities"]["drop"]).iter().any(|c| c == "ALL") {
+            v.push(format!("{name}: capabilities.drop lacks ALL"));
+        }
+        if !strings(&sc["capabilities"]["add"]).is_empty() {
+            v.push(format!("{name}: capabilities.add is not empty"));
+        }
+        let seccomp = effective("seccompProfile")["type"].as_str().unwrap_or_default();
+        if seccomp != "RuntimeDefault" && seccomp != "Localhost" {
+            v.push(format!("{name}: seccompProfile is {seccomp:?}, not RuntimeDefault or Localhost"));
+        }
+        if sc["readOnlyRootFilesystem"] != true {
+            v.push(format!("{name}: readOnlyRootFilesystem is not true"));
+        }
+        for port in c["ports"].as_array().into_iter().flatten() {
+            if port["hostPort"].as_i64().unwrap_or(0) != 0 {
+                v.push(format!("{name}: hostPort {}", port["hostPort"]));
+            }
+        }
+    }
+    if !any {
+        v.push("no containers".into());
+    }
+    v
+}
+
+/// The container port a probe targets (by number or by port name).
+fn probe_port(container: &Value, probe: &Value) -> i64 {
+    let port = &probe["httpGet"]["port"];
+    if let Some(n) = port.as_i64() {
+        return n;
+    }
+    let name = port.as_str().expect("probe port");
+    container["ports"].as_array().unwrap().iter().find(|p| p["name"] == name).map(|p| p["containerPort"].as_i64().unwrap()).unwrap()
+}
+
+fn env_of(container: &Value, name: &str) -> Value {
+    container["env"].as_array().unwrap().iter().find(|e| e["name"] == name).cloned().unwrap_or(Value::Null)
+}
+
+fn manager(docs: &[Value]) -> (&Value, &Value) {
+    let deploy = one(docs, "Deployment");
+    let containers = deploy["spec"]["template"]["spec"]["containers"].as_array().unwrap();
+    assert_eq!(containers.len(), 1);
+    (deploy, &containers[0])
+}
+
+#[test]
+fn helm_lint_passes_and_the_defaults_render_the_expected_objects() {
+    let chart = chart_dir();
+    let lint = helm_ok(&["lint", "--strict", chart.to_str().unwrap()]);
+    assert!(lint.contains("0 chart(s) failed"), "{lint}");
+
+    let docs = render(&[]);
+    let expected: BTreeSet<String> = [
+        "Namespace",
+        "ServiceAccount",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Role",
+        "RoleBinding",
+        "Service",
+        "Deployment",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+    ]
+    .into_iter()
+    .map(String::from)
+    .collect();
+    assert_eq!(kinds(&docs), expected);
+    assert_eq!(docs.len(), expected.len(), "one object of each kind");
+
+    let ns = one(&docs, "Namespace");
+    assert_eq!(ns["metadata"]["name"], "cloneset-system");
+    assert_eq!(ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"], "restricted");
+    for d in &docs {
+        let kind = d["kind"].as_str().unwrap();
+        let cluster_scoped =
+            ["Namespace", "ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]
+                .contains(&kind);
+        let expected_ns = if cluster_scoped { Value::Null } else { json!("cloneset-system") };
+        assert_eq!(d["metadata"]["namespace"], expected_ns, "namespace of {kind}");
+    }
+
+    // The bindings point at the chart's ServiceAccount.
+    let sa = one(&docs, "ServiceAccount");
+    assert_eq!(sa["metadata"]["name"], "cloneset-operator");
+    for binding in [one(&docs, "ClusterRoleBinding"), one(&docs, "RoleBinding")] {
+        let subjects = binding["subjects"].as_array().unwrap();
+        assert_eq!(subjects.len(), 1);
+        assert_eq!(subjects[0], json!({"kind": "ServiceAccount", "name": "cloneset-operator", "namespace": "cloneset-system"}));
+    }
+    assert_eq!(one(&docs, "ClusterRoleBinding")["roleRef"]["name"], one(&docs, "ClusterRole")["metadata"]["name"]);
+    assert_eq!(one(&docs, "RoleBinding")["roleRef"]["name"], one(&docs, "Role")["metadata"]["name"]);
+
+    // The Service exposes the metrics port of the manager pods.
+    let (deploy, _) = manager(&docs);
+    let svc = one(&docs, "Service");
+    assert_eq!(svc["spec"]["ports"][0]["port"], 8080);
+    for (k, v) in svc["spec"]["selector"].as_object().unwrap() {
+        assert_eq!(&deploy["spec"]["template"]["metadata"]["labels"][k], v, "selector {k}");
+    }
+
+    // The admission policy is the very file `make crds` writes to crds/.
+    let from_crds = parse_docs(&std::fs::read_to_string(repo_root().join("crds/apps.kruise.io_clonesets-admission-policy.yaml")).unwrap());
+    let rendered: Vec<Value> =
+        docs.iter().filter(|d| d["kind"].as_str().unwrap().starts_with("ValidatingAdmissionPolicy")).cloned().collect();
+    assert_eq!(rendered, from_crds);
+}
+
+#[test]
+fn rbac_grants_exactly_what_the_controller_uses() {
+    let docs = render(&[]);
+    let got = grants(&docs);
+    let want = expected_grants();
+    let extra: Vec<_> = got.difference(&want).collect();
+    let missing: Vec<_> = want.difference(&got).collect();
+    assert!(
+        extra.is_empty() && missing.is_empty(),
+        "RBAC differs from what the controller uses:\n extra: {extra:?}\n missing: {missing:?}"
+    );
+    assert_eq!(one(&docs, "Role")["metadata"]["namespace"], "cloneset-system", "leases only in the installation namespace");
+    assert!(!got.iter().any(|(_, g, r, v)| g == "*" || r == "*" || v == "*" || r == "secrets"));
+}
+
+#[test]
+fn the_manager_pod_meets_pod_security_restricted_and_has_probes() {
+    let docs = render(&[]);
+    let (deploy, c) = manager(&docs);
+    let spec = &deploy["spec"]["template"]["spec"];
+    let violations = restricted_violations(spec);
+    assert!(violations.is_empty(), "Pod Security Standard restricted: {violations:?}");
+    assert_eq!(spec["securityContext"]["runAsUser"], 65532);
+    assert_eq!(spec["securityContext"]["runAsNonRoot"], true);
+    assert_eq!(c["securityContext"]["seccompProfile"]["type"], "RuntimeDefault");
+
+    assert_eq!(c["livenessProbe"]["httpGet"]["path"], "/healthz");
+    assert_eq!(c["readinessProbe"]["httpGet"]["path"], "/readyz");
+    assert_eq!(probe_port(c, &c["livenessProbe"]), 8000);
+    assert_eq!(probe_port(c, &c["readinessProbe"]), 8000);
+    assert!(c["resources"]["requests"].is_object() && c["resources"]["limits"].is_object());
+
+    assert_eq!(
+        strings(&c["args"]),
+        [
+            "--enable-leader-election=true",
+            "--leader-election-namespace=cloneset-system",
+            "--metrics-addr=:8080",
+            "--health-probe-addr=:8000",
+            "--logging-format=text",
+            "--feature-gates=",
+        ]
+    );
+    assert_eq!(env_of(c, "RUST_LOG")["value"], "info");
+    assert_eq!(env_of(c, "POD_NAME")["valueFrom"]["fieldRef"]["fieldPath"], "metadata.name");
+    assert_eq!(env_of(c, "POD_NAMESPACE")["valueFrom"]["fieldRef"]["fieldPath"], "metadata.namespace");
+    assert_eq!(deploy["spec"]["replicas"], 2);
+    assert_eq!(c["image"], format!("cloneset-operator:{}", chart_app_version()));
+    assert_eq!(spec["serviceAccountName"], "cloneset-operator");
+}
+
+fn chart_app_version() -> String {
+    let chart: Value = serde_saphyr::from_str(&std::fs::read_to_string(chart_dir().join("Chart.yaml")).unwrap()).unwrap();
+    chart["appVersion"].as_str().unwrap().to_string()
+}
+
+/// The checks above are only worth something if they catch violations.
+#[test]
+fn the_restricted_check_catches_each_violation() {
+    let good = json!({
+        "securityContext": {"runAsNonRoot": true, "seccompProfile": {"type": "RuntimeDefault"}},
+        "containers": [{"name": "c", "securityContext": {"allowPrivilegeEscalation": false, "readOnlyRootFilesystem": true,
+                                                         "capabilities": {"drop": ["ALL"]}}}],
+    });
+    assert_eq!(restricted_violations(&good), Vec::<String>::new());
+    let bad: &[(&str, Value)] = &[
+        ("hostNetwork", json!({"hostNetwork": true})),
+        ("hostPID", json!({"hostPID": true})),
+        ("hostIPC", json!({"hostIPC": true})),
+        ("hostPath", json!({"volumes": [{"name": "v", "hostPath": {"path": "/"}}]})),
+        ("runAsNonRoot", json!({"containers": [{"name": "c", "securityContext": {"runAsNonRoot": false}}]})),
+        ("runAsUser", json!({"securityContext": {"runAsUser": 0}})),
+        ("allowPrivilegeEscalation", json!({"containers": [{"name": "c", "securityContext": {"allowPrivilegeEscalation": null}}]})),
+        ("privileged", json!({"containers": [{"name": "c", "securityContext": {"privileged": true}}]})),
+        ("drop", json!({"containers": [{"name": "c", "securityContext": {"capabilities": {"drop": ["NET_RAW"]}}}]})),
+        ("add", json!({"containers": [{"name": "c", "securityContext": {"capabilities": {"add": ["NET_ADMIN"]}}}]})),
+        ("seccomp", json!({"securityContext": {"seccompProfile": {"type": "Unconfined"}}})),
+        ("readOnlyRootFilesystem", json!({"containers": [{"name": "c", "securityContext": {"readOnlyRootFilesystem": false}}]})),
+        ("hostPort", json!({"containers": [{"name": "c", "ports": [{"containerPort": 80, "hostPort": 80}]}]})),
+    ];
+    for (what, patch) in bad {
+        let mut spec = good.clone();
+        json_patch::merge(&mut spec, patch);
+        assert!(!restricted_violations(&spec).is_empty(), "{what} not caught: {spec}");
+    }
+}
+
+#[test]
+fn values_change_the_output() {
+    let term =
+        json!({"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app.kubernetes.io/name": "cloneset-operator"}}});
+    let affinity = format!(
+        "manager.affinity={}",
+        json!({"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 100, "podAffinityTerm": term}]}})
+    );
+    let docs = render(&[
+        "--set",
+        "manager.replicas=3",
+        "--set-string",
+        r"featureGates=CloneSetShortHash=true\,PreparingUpdateAsUpdate=true",
+        "--set",
+        "installation.namespace=ops",
+        "--set",
+        "installation.createNamespace=false",
+        "--set",
+        "manager.log.level=debug",
+        "--set",
+        "manager.loggingFormat=json",
+        "--set",
+        "manager.metrics.port=9090",
+        "--set",
+        "manager.healthProbe.port=9000",
+        "--set",
+        "manager.image.repository=registry.example/cso",
+        "--set",
+        "manager.image.tag=v9",
+        "--set",
+        "imagePullSecrets[0].name=regcred",
+        "--set",
+        "manager.nodeSelector.role=infra",
+        "--set",
+        "manager.tolerations[0].key=dedicated",
+        "--set",
+        "manager.tolerations[0].operator=Exists",
+        "--set-json",
+        &affinity,
+        "--set",
+        "manager.resources.limits.memory=1Gi",
+        "--set-string",
+        "manager.resyncPeriod=10m",
+        "--set",
+        "serviceAccount.annotations.team=platform",
+        "--set",
+        "serviceMonitor.enabled=true",
+        "--set",
+        "crds.managed=false",
+    ]);
+    let (deploy, c) = manager(&docs);
+    let spec = &deploy["spec"]["template"]["spec"];
+    assert_eq!(deploy["spec"]["replicas"], 3);
+    assert_eq!(
+        strings(&c["args"]),
+        [
+            "--enable-leader-election=true",
+            "--leader-election-namespace=ops",
+            "--metrics-addr=:9090",
+            "--health-probe-addr=:9000",
+            "--logging-format=json",
+            "--feature-gates=CloneSetShortHash=true,PreparingUpdateAsUpdate=true",
+            "--sync-period=10m",
+        ]
+    );
+    assert_eq!(env_of(c, "RUST_LOG")["value"], "debug");
+    assert_eq!(c["image"], "registry.example/cso:v9");
+    assert_eq!(probe_port(c, &c["livenessProbe"]), 9000);
+    assert_eq!(probe_port(c, &c["readinessProbe"]), 9000);
+    assert_eq!(c["resources"]["limits"]["memory"], "1Gi");
+    assert_eq!(spec["imagePullSecrets"], json!([{"name": "regcred"}]));
+    assert_eq!(spec["nodeSelector"], json!({"role": "infra"}));
+    assert_eq!(spec["tolerations"], json!([{"key": "dedicated", "operator": "Exists"}]));
+    assert_eq!(spec["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0]["weight"], 100);
+    assert!(restricted_violations(spec).is_empty());
+
+    // No Namespace object, everything namespaced lives in `ops`, leases included.
+    assert!(of_kind(&docs, "Namespace").is_empty());
+    for d in docs.iter().filter(|d| !d["metadata"]["namespace"].is_null()) {
+        assert_eq!(d["metadata"]["namespace"], "ops", "{}", d["kind"]);
+    }
+    assert_eq!(one(&docs, "Role")["metadata"]["namespace"], "ops");
+    assert_eq!(one(&docs, "ClusterRoleBinding")["subjects"][0]["namespace"], "ops");
+    assert_eq!(one(&docs, "ServiceAccount")["metadata"]["annotations"], json!({"team": "platform"}));
+    assert_eq!(one(&docs, "Service")["spec"]["ports"][0]["port"], 9090);
+
+    let sm = one(&docs, "ServiceMonitor");
+    assert_eq!(sm["apiVersion"], "monitoring.coreos.com/v1");
+    assert_eq!(sm["spec"]["endpoints"][0]["port"], "metrics");
+    assert_eq!(sm["spec"]["namespaceSelector"]["matchNames"], json!(["ops"]));
+
+    // crds.managed=false: no admission policy.
+    assert!(!kinds(&docs).iter().any(|k| k.starts_with("ValidatingAdmissionPolicy")));
+}
+
+// ---------------------------------------------------------------------------------------------
+// On the local control plane.
+
+/// The cluster tests install cluster-scoped objects (the admission policy, roles): one at a time.
+static CLUSTER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+fn unique() -> String {
+    static N: AtomicU32 = AtomicU32::new(0);
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
+    format!("{:x}{:x}", nanos % 0xfffff, N.fetch_add(1, Ordering::Relaxed))
+}
+
+/// A Helm release on the test cluster, uninstalled on drop if the test did not.
+struct Release {
+    name: String,
+    namespace: String,
+    kubeconfig: PathBuf,
+    installed: bool,
+}
+
+impl Release {
+    async fn install(name: &str, namespace: &str, extra: &[&str]) -> (Self, Output) {
+        let kubeconfig = testenv::kubeconfig().await.unwrap();
+        let mut args: Vec<String> = ["install", name, chart_dir().to_str().unwrap(), "--namespace", namespace, "--kubeconfig"]
+            .into_iter()
+            .map(String::from)
+            .collect();
+        args.push(kubeconfig.display().to_string());
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let release = Self { name: name.into(), namespace: namespace.into(), kubeconfig, installed: true };
+        let out = helm_async(args.clone()).await;
+        assert!(
+            out.status.success(),
+            "helm {} failed:\n{}\n{}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (release, out)
+    }
+
+    fn uninstall_args(&self) -> Vec<String> {
+        let kc = self.kubeconfig.display().to_string();
+        ["uninstall", &self.name, "--namespace", &self.namespace, "--kubeconfig", &kc, "--wait", "--timeout", "3m"]
+            .into_iter()
+            .map(String::from)
+            .collect()
+    }
+
+    async fn uninstall(&mut self) {
+        let out = helm_async(self.uninstall_args()).await;
+        self.installed = false;
+        assert!(out.status.success(), "helm uninstall failed:\n{}", String::from_utf8_lossy(&out.stderr));
+    }
+}
+
+impl Drop for Release {
+    fn drop(&mut self) {
+        if self.installed {
+            let args = self.uninstall_args();
+            let _ = helm(&args.iter().map(String::as_str).collect::<Vec<_>>());
+        }
+    }
+}
+
+/// `testenv::install_api` (other tests, other test binaries) creates the admission policy
+/// without Helm's ownership metadata, so `helm install` would refuse it. Mark it as the
+/// release's, as an operator adopting existing objects into a release would. Returns whether
+/// there was one to adopt.
+async fn adopt_policy(client: &Client, release: &str, release_namespace: &str) -> bool {
+    let patch = json!({"metadata": {
+        "labels": {"app.kubernetes.io/managed-by": "Helm"},
+        "annotations": {"meta.helm.sh/release-name": release, "meta.helm.sh/release-namespace": release_namespace},
+    }});
+    let pp = PatchParams::default();
+    let policies: Api<ValidatingAdmissionPolicy> = Api::all(client.clone());
+    if policies.get_opt(POLICY_NAME).await.unwrap().is_some() {
+        policies.patch(POLICY_NAME, &pp, &Patch::Merge(&patch)).await.unwrap();
+    }
+    let bindings: Api<ValidatingAdmissionPolicyBinding> = Api::all(client.clone());
+    if bindings.get_opt(POLICY_NAME).await.unwrap().is_some() {
+        bindings.patch(POLICY_NAME, &pp, &Patch::Merge(&patch)).await.unwrap();
+    }
+    policies.get_opt(POLICY_NAME).await.unwrap().is_some()
+}
+
+/// Puts the admission policy back the way `testenv::install_api` applies it.
+async fn restore_policy(client: &Client) {
+    let (policy, binding) = cloneset_operator::api::crd::admission_policy();
+    let ssa = PatchParams::apply("cloneset-e2e").force();
+    Api::<ValidatingAdmissionPolicy>::all(client.clone()).patch(POLICY_NAME, &ssa, &Patch::Apply(&policy)).await.unwrap();
+    Api::<ValidatingAdmissionPolicyBinding>::all(client.clone()).patch(POLICY_NAME, &ssa, &Patch::Apply(&binding)).await.unwrap();
+}
+
+#[tokio::test]
+async fn helm_install_and_uninstall_on_the_local_control_plane() {
+    let _one_at_a_time = CLUSTER.lock().await;
+    let client = testenv::client().await.unwrap();
+    let id = unique();
+    let release = format!("cso-{id}");
+    let ns = format!("e2e-helm-{id}");
+    let fullname = format!("{release}-cloneset-operator");
+    let had_policy = adopt_policy(&client, &release, "default").await;
+
+    // The chart creates the namespace, labelled to enforce Pod Security "restricted": the
+    // Deployment only becomes ready if the apiserver admits its pods under that profile.
+    let ns_value = format!("installation.namespace={ns}");
+    let (mut rel, out) = Release::install(&release, "default", &["--set", &ns_value, "--wait", "--timeout", "3m"]).await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("PodSecurity"), "helm install warned about Pod Security:\n{stderr}");
+
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let crd = crds.get("clonesets.apps.kruise.io").await.unwrap();
+    assert!(crd.status.unwrap().conditions.unwrap_or_default().iter().any(|c| c.type_ == "Established" && c.status == "True"));
+    let policies: Api<ValidatingAdmissionPolicy> = Api::all(client.clone());
+    let bindings: Api<ValidatingAdmissionPolicyBinding> = Api::all(client.clone());
+    let policy = policies.get(POLICY_NAME).await.unwrap();
+    assert_eq!(policy.annotations().get("meta.helm.sh/release-name"), Some(&release));
+    assert_eq!(bindings.get(POLICY_NAME).await.unwrap().spec.unwrap().policy_name.as_deref(), Some(POLICY_NAME));
+
+    let namespace = Api::<Namespace>::all(client.clone()).get(&ns).await.unwrap();
+    assert_eq!(namespace.labels().get("pod-security.kubernetes.io/enforce").map(String::as_str), Some("restricted"));
+    let deploys: Api<Deployment> = Api::namespaced(client.clone(), &ns);
+    let deploy = deploys.get(&fullname).await.unwrap();
+    let status = deploy.status.unwrap_or_default();
+    assert_eq!((status.replicas, status.ready_replicas), (Some(2), Some(2)), "the simulated manager pods are admitted and ready");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let manager_pods = pods.list(&ListParams::default().labels(&format!("app.kubernetes.io/instance={release}"))).await.unwrap();
+    assert_eq!(manager_pods.items.len(), 2);
+    for p in &manager_pods.items {
+        assert_eq!(p.spec.as_ref().unwrap().service_account_name.as_deref(), Some(fullname.as_str()));
+    }
+
+    rel.uninstall().await;
+
+    // Everything the release installed is gone, except the CRD (Helm never deletes crds/).
+    assert!(deploys.get_opt(&fullname).await.unwrap().is_none(), "Deployment");
+    assert!(Api::<ServiceAccount>::namespaced(client.clone(), &ns).get_opt(&fullname).await.unwrap().is_none(), "ServiceAccount");
+    assert!(Api::<Service>::namespaced(client.clone(), &ns).get_opt(&format!("{fullname}-metrics")).await.unwrap().is_none(), "Service");
+    let role_name = format!("{fullname}-leader-election");
+    assert!(Api::<Role>::namespaced(client.clone(), &ns).get_opt(&role_name).await.unwrap().is_none(), "Role");
+    assert!(Api::<RoleBinding>::namespaced(client.clone(), &ns).get_opt(&role_name).await.unwrap().is_none(), "RoleBinding");
+    assert!(Api::<ClusterRole>::all(client.clone()).get_opt(&fullname).await.unwrap().is_none(), "ClusterRole");
+    assert!(Api::<ClusterRoleBinding>::all(client.clone()).get_opt(&fullname).await.unwrap().is_none(), "ClusterRoleBinding");
+    assert!(policies.get_opt(POLICY_NAME).await.unwrap().is_none(), "ValidatingAdmissionPolicy");
+    assert!(bindings.get_opt(POLICY_NAME).await.unwrap().is_none(), "ValidatingAdmissionPolicyBinding");
+    wait_deleted(&Api::<Namespace>::all(client.clone()), &ns, T).await.unwrap();
+    assert!(crds.get_opt("clonesets.apps.kruise.io").await.unwrap().is_some(), "the CRD stays");
+    let list = helm_ok(&["list", "--all", "--namespace", "default", "--short", "--kubeconfig", rel.kubeconfig.to_str().unwrap()]);
+    assert!(!list.lines().any(|l| l == release), "release still listed: {list}");
+    // Leave the cluster as we found it.
+    if had_policy {
+        restore_policy(&client).await;
+    }
+}
+
+/// A kubeconfig for the test cluster that authenticates with `token` only.
+fn token_kubeconfig(admin: &Path, token: &str, namespace: &str, out: &Path) {
+    let kc = kube::config::Kubeconfig::read_from(admin).unwrap();
+    let current = kc.current_context.clone().unwrap();
+    let context = kc.contexts.iter().find(|c| c.name == current).and_then(|c| c.context.clone()).unwrap();
+    let named = kc.clusters.iter().find(|c| c.name == context.cluster).unwrap();
+    let mut cluster = serde_json::to_value(named.cluster.clone().unwrap()).unwrap();
+    // A relative CA path is relative to the kubeconfig it came from.
+    if let Some(ca) = cluster["certificate-authority"].as_str().map(PathBuf::from).filter(|p| p.is_relative()) {
+        cluster["certificate-authority"] = json!(admin.parent().unwrap().join(ca));
+    }
+    let config = json!({
+        "apiVersion": "v1", "kind": "Config",
+        "clusters": [{"name": "test", "cluster": cluster}],
+        "users": [{"name": "chart-sa", "user": {"token": token}}],
+        "contexts": [{"name": "chart-sa", "context": {"cluster": "test", "user": "chart-sa", "namespace": namespace}}],
+        "current-context": "chart-sa",
+    });
+    // JSON is YAML: kubectl and kube read it as a kubeconfig.
+    std::fs::write(out, serde_json::to_vec_pretty(&config).unwrap()).unwrap();
+}
+
+fn assert_forbidden<T: std::fmt::Debug>(what: &str, res: Result<T, kube::Error>) {
+    match res {
+        Err(kube::Error::Api(e)) if e.code == 403 => {}
+        other => panic!("{what}: expected 403 Forbidden, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn the_charts_service_account_can_run_the_operator_and_nothing_more() {
+    let _one_at_a_time = CLUSTER.lock().await;
+    install_api().await.unwrap();
+    let ns = TestNamespace::create("helm-rbac").await.unwrap();
+    let admin_kc = testenv::kubeconfig().await.unwrap();
+    let release = format!("cso-{}", unique());
+    let sa = format!("{release}-cloneset-operator");
+    let ns_value = format!("installation.namespace={}", ns.name);
+    // Only the ServiceAccount and RBAC matter here: no manager pods, no policy (install_api has it).
+    let (mut rel, _) = Release::install(
+        &release,
+        &ns.name,
+        &[
+            "--set",
+            &ns_value,
+            "--set",
+            "installation.createNamespace=false",
+            "--set",
+            "crds.managed=false",
+            "--set",
+            "manager.replicas=0",
+            "--skip-crds",
+        ],
+    )
+    .await;
+
+    let token = Command::new("kubectl")
+        .args(["create", "token", &sa, "-n", &ns.name, "--duration=1h", "--kubeconfig"])
+        .arg(&admin_kc)
+        .env_remove("KUBECONFIG")
+        .output()
+        .unwrap();
+    assert!(token.status.success(), "kubectl create token: {}", String::from_utf8_lossy(&token.stderr));
+    let token = String::from_utf8(token.stdout).unwrap().trim().to_string();
+    let dir = repo_root().join("target/e2e-logs");
+    std::fs::create_dir_all(&dir).unwrap();
+    let sa_kc = dir.join(format!("{}-chart-sa.kubeconfig", ns.name));
+    token_kubeconfig(&admin_kc, &token, &ns.name, &sa_kc);
+    let sa_client = e2e::cluster::client_for(&sa_kc).await.unwrap();
+
+    // Outside the chart's rules: refused.
+    assert_forbidden(
+        "list secrets in its namespace",
+        Api::<Secret>::namespaced(sa_client.clone(), &ns.name).list(&ListParams::default()).await,
+    );
+    assert_forbidden("list secrets cluster-wide", Api::<Secret>::all(sa_client.clone()).list(&ListParams::default()).await);
+    assert_forbidden("list configmaps", Api::<ConfigMap>::namespaced(sa_client.clone(), &ns.name).list(&ListParams::default()).await);
+    let deployment: Deployment = serde_json::from_value(json!({
+        "metadata": {"name": "nope"},
+        "spec": {"selector": {"matchLabels": {"app": "nope"}},
+                 "template": {"metadata": {"labels": {"app": "nope"}}, "spec": {"containers": [{"name": "c", "image": "i"}]}}},
+    }))
+    .unwrap();
+    assert_forbidden(
+        "create a deployment",
+        Api::<Deployment>::namespaced(sa_client.clone(), &ns.name).create(&PostParams::default(), &deployment).await,
+    );
+    let clone: CloneSet = serde_json::from_value(json!({
+        "apiVersion": "apps.kruise.io/v1alpha1", "kind": "CloneSet", "metadata": {"name": "nope"},
+        "spec": {"selector": {"matchLabels": {"app": "nope"}},
+                 "template": {"metadata": {"labels": {"app": "nope"}}, "spec": {"containers": [{"name": "c", "image": "i"}]}}},
+    }))
+    .unwrap();
+    assert_forbidden(
+        "create a CloneSet",
+        Api::<CloneSet>::namespaced(sa_client.clone(), &ns.name).create(&PostParams::default(), &clone).await,
+    );
+    assert_forbidden(
+        "list leases outside its namespace",
+        Api::<Lease>::namespaced(sa_client.clone(), "default").list(&ListParams::default()).await,
+    );
+    // Inside them: allowed.
+    Api::<Lease>::namespaced(sa_client.clone(), &ns.name).list(&ListParams::default()).await.unwrap();
+    Api::<Pod>::all(sa_client.clone()).list(&ListParams::default().limit(1)).await.unwrap();
+
+    // The operator with nothing but the chart's ServiceAccount reconciles a CloneSet end to end:
+    // pods and PVCs created, status written, events recorded; then scaled down and rolled out.
+    // The chart's flags: leader election on a Lease in the installation namespace; the metrics
+    // and health servers on free local ports (the harness's defaults).
+    let opts = OperatorOptions {
+        args: vec!["--enable-leader-election=true".into(), format!("--leader-election-namespace={}", ns.name)],
+        kubeconfig: Some(sa_kc.clone()),
+    };
+    let operator = Operator::start_with(&ns.name, opts).await.unwrap();
+    let clonesets: Api<CloneSet> = ns.api();
+    let cs: CloneSet = serde_json::from_value(json!({
+        "apiVersion": "apps.kruise.io/v1alpha1", "kind": "CloneSet", "metadata": {"name": "web"},
+        "spec": {
+            "replicas": 3,
+            "selector": {"matchLabels": {"app": "web"}},
+            "template": {"metadata": {"labels": {"app": "web"}},
+                         "spec": {"terminationGracePeriodSeconds": 1, "containers": [{"name": "main", "image": "nginx:1.27"}]}},
+            "volumeClaimTemplates": [{"metadata": {"name": "data"},
+                                      "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}],
+        },
+    }))
+    .unwrap();
+    clonesets.create(&PostParams::default(), &cs).await.unwrap();
+    let done = |replicas: i32| {
+        move |cs: &CloneSet| {
+            let s = cs.status.clone().unwrap_or_default();
+            s.observed_generation == cs.metadata.generation.unwrap_or(0)
+                && s.replicas == replicas
+                && s.ready_replicas == replicas
+                && s.updated_ready_replicas == replicas
+                && s.current_revision == s.update_revision
+        }
+    };
+    let wait = |what: &'static str, replicas: i32| {
+        let clonesets = clonesets.clone();
+        let operator = &operator;
+        async move {
+            watch_until(&clonesets, "web", T, done(replicas))
+                .await
+                .unwrap_or_else(|e| panic!("{what}: {e:#}\n--- operator log ---\n{}", operator.log_tail(40)))
+        }
+    };
+    wait("3 ready replicas", 3).await;
+    let pvcs: Api<PersistentVolumeClaim> = ns.api();
+    assert_eq!(pvcs.list(&ListParams::default()).await.unwrap().items.len(), 3, "one PVC per pod");
+    let events: Api<Event> = ns.api();
+    wait_until(T, "a SuccessfulCreate event", || async {
+        Ok(events.list(&ListParams::default()).await?.items.iter().any(|e| e.reason.as_deref() == Some("SuccessfulCreate")))
+    })
+    .await
+    .unwrap();
+
+    clonesets.patch("web", &PatchParams::default(), &Patch::Merge(json!({"spec": {"replicas": 1}}))).await.unwrap();
+    wait("scaled down to 1", 1).await;
+    clonesets
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"template": {"spec": {"containers": [{"name": "main", "image": "nginx:1.28"}]}}}})),
+        )
+        .await
+        .unwrap();
+    wait("rolled out to the new image", 1).await;
+    let pods: Api<Pod> = ns.api();
+    wait_until(T, "one pod on the new image", || async {
+        let list = pods.list(&ListParams::default().labels("app=web")).await?;
+        let active: Vec<_> = list.items.iter().filter(|p| p.metadata.deletion_timestamp.is_none()).collect();
+        Ok(active.len() == 1 && active[0].spec.as_ref().is_some_and(|s| s.containers[0].image.as_deref() == Some("nginx:1.28")))
+    })
+    .await
+    .unwrap();
+    // What the chart's liveness and readiness probes ask.
+    for path in ["/healthz", "/readyz"] {
+        let operator = &operator;
+        wait_until(T, path, || async move { Ok(operator.probe(path).await? == 200) }).await.unwrap();
+    }
+    let leases = Api::<Lease>::namespaced(ns.client.clone(), &ns.name).list(&ListParams::default()).await.unwrap();
+    assert!(!leases.items.is_empty(), "the leader-election Lease in the installation namespace");
+
+    let log = std::fs::read_to_string(&operator.log).unwrap_or_default().to_lowercase();
+    assert!(!log.contains("forbidden") && !log.contains(" 403"), "the operator was refused something:\n{}", operator.log_tail(60));
+    drop(operator);
+    let _ = std::fs::remove_file(&sa_kc);
+    rel.uninstall().await;
+}
