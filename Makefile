@@ -45,6 +45,11 @@ test: build ## Unit tests, then e2e tests against a local control plane started 
 	echo "make test: e2e stage took $$(( $$(date +%s) - start ))s"; \
 	exit $$rc
 
+.PHONY: bench
+bench: toolchain ## Benchmarks at scale on a local control plane of its own (target/bench-cluster); table + target/bench/results.json
+	$(CARGO) build --release --workspace --bins
+	@start=$$(date +%s); ./target/release/bench; rc=$$?; echo "make bench: took $$(( $$(date +%s) - start ))s"; exit $$rc
+
 .PHONY: crds
 crds: ## Regenerate the CRD and admission policy YAML (crds/ and the chart's copy) from src/api
 	$(CARGO) build --bin cloneset-operator

@@ -147,8 +147,9 @@ where
         Box::pin(async move {
             bucket.acquire().await;
             let method = req.method().clone();
+            let path = req.uri().path().to_string();
             let res = inner.oneshot(req).await;
-            metrics.request(&method, res.as_ref().ok().map(|r| r.status()));
+            metrics.request(&method, &path, res.as_ref().ok().map(|r| r.status()));
             res
         })
     }
@@ -234,6 +235,6 @@ mod tests {
             svc.ready().await.unwrap().call(Request::new(())).await.unwrap();
         }
         assert_eq!(Instant::now() - start, Duration::from_secs(1), "1 from the burst, then 2 at 2/s");
-        assert!(metrics.encode().contains("rest_client_requests_total{code=\"200\",method=\"GET\"} 3"));
+        assert!(metrics.encode().contains("rest_client_requests_total{code=\"200\",method=\"GET\",resource=\"\",subresource=\"\"} 3"));
     }
 }

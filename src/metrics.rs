@@ -16,9 +16,14 @@
 //! | `workqueue_queue_duration_seconds` | histogram | `name`, `controller` |
 //! | `workqueue_work_duration_seconds` | histogram | `name`, `controller` |
 //! | `workqueue_retries_total` | counter | `name`, `controller` |
-//! | `rest_client_requests_total` | counter | `code` (HTTP status, or `<error>`), `method` |
+//! | `rest_client_requests_total` | counter | `code` (HTTP status, or `<error>`), `method`, `resource`, `subresource` |
 //! | `cloneset_scale_expectation_leakage` | gauge (see below) | `namespace`, `name` |
 //! | `kruise_manager_is_leader` | gauge | — |
+//!
+//! `rest_client_requests_total` keeps controller-runtime's name and its `code` and `method`
+//! labels; `resource` and `subresource` (from the request path, e.g. `pods` + `status` for a pod
+//! status write) are added so pod writes and status writes can be told apart. Queries that
+//! select only on `code`/`method` (summing over the rest) work unchanged.
 //!
 //! `cloneset_scale_expectation_leakage` is a counter in Kruise, exposed there without a `_total`
 //! suffix. OpenMetrics requires counter samples to end in `_total`, so to keep Kruise's exact
@@ -59,6 +64,10 @@ pub struct QueueLabels {
 pub struct RequestLabels {
     pub code: String,
     pub method: String,
+    /// The API resource (`pods`, `clonesets`, `events`, …; `""` for non-resource paths).
+    pub resource: String,
+    /// The subresource (`status`, `scale`, …; `""` for the object itself).
+    pub subresource: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -285,10 +294,14 @@ impl Metrics {
         self.reconcile_time.get_or_create(&Self::controller()).observe(took.as_secs_f64());
     }
 
-    /// Counts one apiserver request (every attempt, retries included) by status code and method.
-    pub fn request(&self, method: &http::Method, status: Option<http::StatusCode>) {
+    /// Counts one apiserver request (every attempt, retries included) by status code, method
+    /// and the resource and subresource of `path` (see [`resource_of`]).
+    pub fn request(&self, method: &http::Method, path: &str, status: Option<http::StatusCode>) {
         let code = status.map_or_else(|| "<error>".to_string(), |s| s.as_u16().to_string());
-        self.rest_requests.get_or_create(&RequestLabels { code, method: method.as_str().to_string() }).inc();
+        let (resource, subresource) = resource_of(path);
+        let labels =
+            RequestLabels { code, method: method.as_str().to_string(), resource: resource.into(), subresource: subresource.into() };
+        self.rest_requests.get_or_create(&labels).inc();
     }
 
     /// A scale expectation of CloneSet `namespace/name` timed out.
@@ -299,6 +312,28 @@ impl Metrics {
 
     pub fn set_leader(&self, leader: bool) {
         self.is_leader.set(i64::from(leader));
+    }
+}
+
+/// The resource and subresource a Kubernetes API path addresses:
+/// `/api/v1/namespaces/ns/pods/p/status` → (`pods`, `status`), `/apis/g/v/clonesets` →
+/// (`clonesets`, `""`), `/api/v1/namespaces/ns` → (`namespaces`, `""`). Other paths → (`""`, `""`).
+pub fn resource_of(path: &str) -> (&str, &str) {
+    let path = path.split('?').next().unwrap_or_default();
+    let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let rest = match parts.as_slice() {
+        ["api", _version, rest @ ..] => rest,
+        ["apis", _group, _version, rest @ ..] => rest,
+        _ => return ("", ""),
+    };
+    let rest = match rest {
+        ["namespaces", _ns, tail @ ..] if !tail.is_empty() => tail,
+        other => other,
+    };
+    match rest {
+        [resource] | [resource, _] => (resource, ""),
+        [resource, _, sub, ..] => (resource, sub),
+        [] => ("", ""),
     }
 }
 
@@ -317,8 +352,8 @@ mod tests {
         q.adds.inc();
         q.depth.set(2);
         q.queue_duration.observe(0.5);
-        m.request(&http::Method::POST, Some(http::StatusCode::CREATED));
-        m.request(&http::Method::GET, None);
+        m.request(&http::Method::POST, "/api/v1/namespaces/ns/pods", Some(http::StatusCode::CREATED));
+        m.request(&http::Method::GET, "/apis/apps.kruise.io/v1alpha1/clonesets?watch=true", None);
         m.expectation_leaked("ns/web");
         m.set_leader(true);
         let text = m.encode();
@@ -334,13 +369,31 @@ mod tests {
             "workqueue_retries_total{name=\"cloneset\",controller=\"cloneset\"} 0",
             "workqueue_queue_duration_seconds_count{name=\"cloneset\",controller=\"cloneset\"} 1",
             "workqueue_work_duration_seconds_count{name=\"cloneset\",controller=\"cloneset\"} 0",
-            "rest_client_requests_total{code=\"201\",method=\"POST\"} 1",
-            "rest_client_requests_total{code=\"<error>\",method=\"GET\"} 1",
+            "rest_client_requests_total{code=\"201\",method=\"POST\",resource=\"pods\",subresource=\"\"} 1",
+            "rest_client_requests_total{code=\"<error>\",method=\"GET\",resource=\"clonesets\",subresource=\"\"} 1",
             "cloneset_scale_expectation_leakage{namespace=\"ns\",name=\"web\"} 1",
             "kruise_manager_is_leader 1",
         ] {
             assert!(text.lines().any(|l| l == line), "missing {line:?} in\n{text}");
         }
         assert!(text.ends_with("# EOF\n"));
+    }
+
+    #[test]
+    fn request_paths_name_their_resource_and_subresource() {
+        for (path, want) in [
+            ("/api/v1/namespaces/ns/pods", ("pods", "")),
+            ("/api/v1/namespaces/ns/pods/web-1", ("pods", "")),
+            ("/api/v1/namespaces/ns/pods/web-1/status", ("pods", "status")),
+            ("/api/v1/pods?labelSelector=x&watch=true", ("pods", "")),
+            ("/apis/apps.kruise.io/v1alpha1/namespaces/ns/clonesets/web/status", ("clonesets", "status")),
+            ("/apis/events.k8s.io/v1/namespaces/ns/events", ("events", "")),
+            ("/api/v1/nodes/n1", ("nodes", "")),
+            ("/api/v1/namespaces/ns", ("namespaces", "")),
+            ("/api/v1/namespaces", ("namespaces", "")),
+            ("/version", ("", "")),
+        ] {
+            assert_eq!(resource_of(path), want, "{path}");
+        }
     }
 }

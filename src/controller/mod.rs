@@ -63,6 +63,8 @@ pub struct Context {
     pub queue: WorkQueue,
     pub counters: Counters,
     pub metrics: Arc<Metrics>,
+    /// Per CloneSet UID: its event spam-filter bucket ([`writes::event`]).
+    pub event_budgets: Mutex<HashMap<String, writes::EventBudget>>,
     /// Whether this instance leads (always, without leader election): only then are keys queued.
     leading: AtomicBool,
 }
@@ -110,24 +112,61 @@ where
 }
 
 /// Runs a reflector: keeps `writer`'s cache current (stripped of managedFields, which nothing
-/// reads) and yields the objects that changed.
-fn cache<K>(api: Api<K>, cfg: watcher::Config, writer: reflector::store::Writer<K>) -> impl Stream<Item = Arc<K>> + Send
+/// reads, and of whatever else `strip` removes) and yields the objects that changed.
+fn cache<K>(api: Api<K>, cfg: watcher::Config, writer: reflector::store::Writer<K>, strip: fn(&mut K)) -> impl Stream<Item = Arc<K>> + Send
 where
     K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
     K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
 {
-    watcher::watcher(api, cfg).default_backoff().modify(|obj: &mut K| obj.managed_fields_mut().clear()).reflect(writer).filter_map(
-        |ev| async move {
-            match ev {
-                Ok(Event::Apply(o)) | Ok(Event::Delete(o)) | Ok(Event::InitApply(o)) => Some(Arc::new(o)),
-                Ok(_) => None,
-                Err(e) => {
-                    tracing::warn!(error = %e, "watch error; retrying");
-                    None
-                }
+    let modify = move |obj: &mut K| {
+        obj.managed_fields_mut().clear();
+        strip(obj);
+    };
+    watcher::watcher(api, cfg).default_backoff().modify(modify).reflect(writer).filter_map(|ev| async move {
+        match ev {
+            Ok(Event::Apply(o)) | Ok(Event::Delete(o)) | Ok(Event::InitApply(o)) => Some(Arc::new(o)),
+            Ok(_) => None,
+            Err(e) => {
+                tracing::warn!(error = %e, "watch error; retrying");
+                None
             }
-        },
-    )
+        }
+    })
+}
+
+/// Drops what the controller never reads from a cached pod. What it reads (checked in
+/// `controller` and `core`): all of metadata; `spec.containers[].name`, `.image` and
+/// `.resources` (in-place updates and vertical scaling), `spec.initContainers` likewise,
+/// `spec.readinessGates`, `spec.nodeName`; and `status` (phase, conditions, container
+/// statuses). Volumes (the service-account projection on every pod), tolerations, affinity,
+/// env, mounts, probes, commands and ports are never read.
+pub fn strip_pod(pod: &mut Pod) {
+    if let Some(spec) = pod.spec.as_mut() {
+        spec.volumes = None;
+        spec.tolerations = None;
+        spec.affinity = None;
+        spec.security_context = None;
+        spec.topology_spread_constraints = None;
+        for c in spec.containers.iter_mut().chain(spec.init_containers.iter_mut().flatten()) {
+            *c = k8s_openapi::api::core::v1::Container {
+                name: std::mem::take(&mut c.name),
+                image: c.image.take(),
+                resources: c.resources.take(),
+                ..Default::default()
+            };
+        }
+    }
+    if let Some(status) = pod.status.as_mut() {
+        status.host_ips = None;
+        status.pod_ips = None;
+    }
+}
+
+/// Nodes are read for their labels only (topology spread): the status (images, conditions,
+/// capacity) is dropped.
+fn strip_node(node: &mut Node) {
+    node.status = None;
+    node.spec = None;
 }
 
 /// The CloneSet that controls `obj`, as a queue key.
@@ -151,12 +190,16 @@ pub async fn run(client: Client, config: ControllerConfig, runtime: Runtime, shu
     let (node_reader, node_writer) = reflector::store::<Node>();
     // Only what a CloneSet can own: pods and PVCs carry the instance-id label, revisions the hash label.
     let owned = watcher::Config::default().labels(keys::CLONESET_INSTANCE_ID);
-    let cs_events = cache(api::<CloneSet>(&client, ns), watcher::Config::default(), cs_writer);
-    let pod_events = cache(api::<Pod>(&client, ns), owned.clone(), pod_writer);
-    let pvc_events = cache(api::<PersistentVolumeClaim>(&client, ns), owned, pvc_writer);
-    let rev_events =
-        cache(api::<ControllerRevision>(&client, ns), watcher::Config::default().labels(keys::CONTROLLER_REVISION_HASH_LABEL), rev_writer);
-    let node_events = cache(Api::<Node>::all(client.clone()), watcher::Config::default(), node_writer);
+    let cs_events = cache(api::<CloneSet>(&client, ns), watcher::Config::default(), cs_writer, |_| {});
+    let pod_events = cache(api::<Pod>(&client, ns), owned.clone(), pod_writer, strip_pod);
+    let pvc_events = cache(api::<PersistentVolumeClaim>(&client, ns), owned, pvc_writer, |_| {});
+    let rev_events = cache(
+        api::<ControllerRevision>(&client, ns),
+        watcher::Config::default().labels(keys::CONTROLLER_REVISION_HASH_LABEL),
+        rev_writer,
+        |_| {},
+    );
+    let node_events = cache(Api::<Node>::all(client.clone()), watcher::Config::default(), node_writer, strip_node);
 
     let recorder =
         Recorder::new(client.clone(), Reporter { controller: "cloneset-controller".into(), instance: std::env::var("POD_NAME").ok() });
@@ -172,6 +215,7 @@ pub async fn run(client: Client, config: ControllerConfig, runtime: Runtime, shu
         queue: WorkQueue::with_metrics(metrics.queue()),
         counters: Counters::default(),
         metrics: metrics.clone(),
+        event_budgets: Mutex::new(HashMap::new()),
         leading: AtomicBool::new(elector.is_none()),
     });
 
@@ -356,5 +400,43 @@ fn sooner(a: Option<Duration>, b: Option<Duration>) -> Option<Duration> {
         (Some(x), Some(y)) => Some(x.min(y)),
         (x, None) => x,
         (None, y) => y,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stripped_pods_keep_what_the_controller_reads() {
+        let mut pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "labels": {"a": "b"}, "annotations": {"x": "y"}},
+            "spec": {
+                "nodeName": "n1",
+                "readinessGates": [{"conditionType": "InPlaceUpdateReady"}],
+                "tolerations": [{"key": "k", "operator": "Exists"}],
+                "volumes": [{"name": "v", "emptyDir": {}}],
+                "containers": [{"name": "main", "image": "i:1", "env": [{"name": "E", "value": "1"}],
+                                "resources": {"limits": {"cpu": "1"}}, "volumeMounts": [{"name": "v", "mountPath": "/v"}]}],
+            },
+            "status": {"phase": "Running", "podIPs": [{"ip": "10.0.0.1"}],
+                       "conditions": [{"type": "Ready", "status": "True"}],
+                       "containerStatuses": [{"name": "main", "image": "i:1", "imageID": "sha", "ready": true, "restartCount": 0}]},
+        }))
+        .unwrap();
+        let before = pod.clone();
+        strip_pod(&mut pod);
+        let spec = pod.spec.as_ref().unwrap();
+        assert_eq!(spec.node_name.as_deref(), Some("n1"));
+        assert_eq!(spec.readiness_gates, before.spec.as_ref().unwrap().readiness_gates);
+        assert_eq!(spec.containers[0].name, "main");
+        assert_eq!(spec.containers[0].image.as_deref(), Some("i:1"));
+        assert_eq!(spec.containers[0].resources, before.spec.as_ref().unwrap().containers[0].resources);
+        assert!(spec.containers[0].env.is_none() && spec.containers[0].volume_mounts.is_none());
+        assert!(spec.volumes.is_none() && spec.tolerations.is_none());
+        let status = pod.status.as_ref().unwrap();
+        assert_eq!(status.conditions, before.status.as_ref().unwrap().conditions);
+        assert_eq!(status.container_statuses, before.status.as_ref().unwrap().container_statuses);
+        assert_eq!(pod.metadata, before.metadata);
     }
 }

@@ -28,11 +28,71 @@ pub fn cs_key(cs: &CloneSet) -> String {
     format!("{}/{}", cs.namespace().unwrap_or_default(), cs.name_any())
 }
 
+/// Publishes an event in the background, as client-go's event broadcaster (and so Kruise) does:
+/// a reconcile never waits for it. Like client-go's `EventSourceObjectSpamFilter`, each CloneSet
+/// may publish [`EVENT_BURST`] events at once and then one per [`EVENT_REFILL`]; the rest are
+/// dropped (a scale-up of 1,000 pods sends about 25 `SuccessfulCreate` events, not 1,000, and
+/// their requests no longer compete with pod writes for the client's tokens). At most
+/// [`EVENTS_IN_FLIGHT`] are being sent at once.
 pub async fn event(ctx: &Context, cs: &CloneSet, type_: EventType, reason: &str, note: String) {
+    static IN_FLIGHT: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(EVENTS_IN_FLIGHT);
+    let allowed = {
+        let mut budgets = ctx.event_budgets.lock().unwrap_or_else(|e| e.into_inner());
+        let now = std::time::Instant::now();
+        budgets.retain(|_, b| b.full_at(now).is_none_or(|t| t > now));
+        budgets.entry(cs.metadata.uid.clone().unwrap_or_else(|| cs_key(cs))).or_insert_with(|| EventBudget::new(now)).take(now)
+    };
+    if !allowed {
+        tracing::debug!(reason, note, "event dropped by the per-CloneSet spam filter");
+        return;
+    }
     let ev = Event { type_, reason: reason.into(), note: Some(note), action: reason.into(), secondary: None };
     let reference: ObjectReference = cs.object_ref(&());
-    if let Err(e) = ctx.recorder.publish(&ev, &reference).await {
-        tracing::debug!(error = %e, reason, "could not publish event");
+    let recorder = ctx.recorder.clone();
+    let reason = reason.to_string();
+    tokio::spawn(async move {
+        let Ok(_permit) = IN_FLIGHT.acquire().await else { return };
+        if let Err(e) = recorder.publish(&ev, &reference).await {
+            tracing::debug!(error = %e, reason, "could not publish event");
+        }
+    });
+}
+
+/// Events sent concurrently (the rest wait for a slot in their own tasks).
+const EVENTS_IN_FLIGHT: usize = 16;
+/// client-go's `defaultSpamBurst`.
+pub const EVENT_BURST: f64 = 25.0;
+/// client-go's `defaultSpamQPS` (1/300): one more event per 5 minutes.
+pub const EVENT_REFILL: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// One CloneSet's event token bucket (client-go's spam filter).
+#[derive(Clone, Copy, Debug)]
+pub struct EventBudget {
+    tokens: f64,
+    last: std::time::Instant,
+}
+
+impl EventBudget {
+    pub fn new(now: std::time::Instant) -> Self {
+        Self { tokens: EVENT_BURST, last: now }
+    }
+
+    /// Takes a token if there is one.
+    pub fn take(&mut self, now: std::time::Instant) -> bool {
+        let refill = now.saturating_duration_since(self.last).as_secs_f64() / EVENT_REFILL.as_secs_f64();
+        self.tokens = (self.tokens + refill).min(EVENT_BURST);
+        self.last = now.max(self.last);
+        if self.tokens >= 1.0 - 1e-9 {
+            self.tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// When the bucket is full again (`None`: it is full): after that it can be forgotten.
+    pub fn full_at(&self, _now: std::time::Instant) -> Option<std::time::Instant> {
+        (self.tokens < EVENT_BURST).then(|| self.last + EVENT_REFILL.mul_f64(EVENT_BURST - self.tokens))
     }
 }
 
@@ -214,5 +274,27 @@ pub async fn delete_revision(ctx: &Context, ns: &str, name: &str) -> Result<(), 
         Ok(_) => Ok(()),
         Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
         Err(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn the_event_spam_filter_allows_a_burst_then_one_per_refill() {
+        let t0 = Instant::now();
+        let mut b = EventBudget::new(t0);
+        assert_eq!(b.full_at(t0), None);
+        assert!((0..25).all(|_| b.take(t0)));
+        assert!(!b.take(t0));
+        assert!(!b.take(t0 + Duration::from_secs(299)));
+        assert!(b.take(t0 + Duration::from_secs(301)));
+        assert!(!b.take(t0 + Duration::from_secs(302)));
+        let full = b.full_at(t0 + Duration::from_secs(302)).unwrap();
+        assert!(full > t0 + Duration::from_secs(300 * 24));
+        let mut later = b;
+        assert!((0..25).all(|_| later.take(full)));
     }
 }
