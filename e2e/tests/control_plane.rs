@@ -44,13 +44,22 @@ async fn deleting_an_owner_removes_its_dependents() {
 async fn operator_binary_connects_and_stops_on_sigterm() {
     let kubeconfig = testenv::kubeconfig().await.unwrap();
     let bin = e2e::cluster::sibling_binary("cloneset-operator").expect("build the operator first (cargo build --workspace --bins)");
-    let mut child = Command::new(bin)
-        .env("KUBECONFIG", &kubeconfig)
+    let mut cmd = Command::new(bin);
+    // Servers off: a developer's `make run` may hold the default ports while tests run.
+    cmd.env("KUBECONFIG", &kubeconfig)
         .env("RUST_LOG", "info")
+        .args(["--metrics-addr=0", "--health-probe-addr=0"])
         .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+        .stderr(Stdio::piped());
+    // Dies with the test process even if an assertion below fails first.
+    unsafe {
+        use std::os::unix::process::CommandExt as _;
+        cmd.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().unwrap();
     let stderr = child.stderr.take().unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
