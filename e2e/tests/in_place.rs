@@ -217,6 +217,16 @@ async fn wait_for_state(e: &Env, state: &str) -> String {
     e.active_pods("web").await.iter().find(|p| label(p, keys::LIFECYCLE_STATE) == Some(state)).map(|p| p.name_any()).unwrap()
 }
 
+/// Rolls the paused CloneSet `web` to a new image and returns its pods in the order they were updated.
+async fn rollout_order(e: &Env, replicas: i32) -> Vec<String> {
+    let (hist, watch) = watch_pods(e.pods.clone(), "app=web");
+    e.patch("web", image_patch("nginx:1.28")).await;
+    e.patch("web", json!({"updateStrategy": {"paused": false}})).await;
+    e.wait_status("web", "rolled out", |cs| rolled_out(cs, replicas)).await;
+    watch.abort();
+    hist.lock().unwrap().update_order.clone()
+}
+
 /// Labels each pod (by its creation order) so a priority or scatter strategy can tell them apart.
 async fn label_pods(e: &Env, labels: &[serde_json::Value]) -> Vec<String> {
     let mut pods = e.active_pods("web").await;
@@ -246,12 +256,7 @@ async fn priority_strategies_choose_the_update_order() {
         ],
     )
     .await;
-    let (hist, watch) = watch_pods(e.pods.clone(), "app=web");
-    e.patch("web", image_patch("nginx:1.28")).await;
-    e.patch("web", json!({"updateStrategy": {"paused": false}})).await;
-    e.wait_status("web", "rolled out", |cs| rolled_out(cs, 4)).await;
-    watch.abort();
-    let order = hist.lock().unwrap().update_order.clone();
+    let order = rollout_order(&e, 4).await;
     // The higher trailing integer goes first: sts-10, sts-3, sts-2, sts-1.
     assert_eq!(order, [names[1].clone(), names[3].clone(), names[0].clone(), names[2].clone()]);
 }
@@ -265,12 +270,7 @@ async fn weight_priority_updates_matching_pods_first() {
     e.wait_status("web", "4 ready", |cs| rolled_out(cs, 4)).await;
     let canary = json!({"example.io/tier": "canary"});
     let names = label_pods(&e, &[json!({}), canary.clone(), json!({}), canary]).await;
-    let (hist, watch) = watch_pods(e.pods.clone(), "app=web");
-    e.patch("web", image_patch("nginx:1.28")).await;
-    e.patch("web", json!({"updateStrategy": {"paused": false}})).await;
-    e.wait_status("web", "rolled out", |cs| rolled_out(cs, 4)).await;
-    watch.abort();
-    let order = hist.lock().unwrap().update_order.clone();
+    let order = rollout_order(&e, 4).await;
     let first_two: BTreeSet<String> = order[..2].iter().cloned().collect();
     assert_eq!(first_two, [names[1].clone(), names[3].clone()].into(), "the weighted pods go first: {order:?}");
 }
@@ -290,12 +290,7 @@ async fn scatter_strategy_spreads_matching_pods_across_the_rollout() {
     // Without scatter the default order could take the three zone-a pods back to back.
     let names = label_pods(&e, &[a.clone(), a.clone(), a, b.clone(), b.clone(), b]).await;
     let zone_a: BTreeSet<String> = names[..3].iter().cloned().collect();
-    let (hist, watch) = watch_pods(e.pods.clone(), "app=web");
-    e.patch("web", image_patch("nginx:1.28")).await;
-    e.patch("web", json!({"updateStrategy": {"paused": false}})).await;
-    e.wait_status("web", "rolled out", |cs| rolled_out(cs, 6)).await;
-    watch.abort();
-    let order = hist.lock().unwrap().update_order.clone();
+    let order = rollout_order(&e, 6).await;
     let is_a: Vec<bool> = order.iter().map(|n| zone_a.contains(n)).collect();
     assert!(is_a.windows(2).all(|w| !(w[0] && w[1])), "no two zone-a pods in a row: {is_a:?}");
     assert!(*is_a.last().unwrap(), "one zone-a pod is moved to the very end: {is_a:?}");

@@ -518,20 +518,27 @@ mod tests {
         .unwrap()
     }
 
-    fn plan(cs: &CloneSet, pods: &[Pod]) -> ScalePlan {
-        let refs: Vec<&Pod> = pods.iter().collect();
-        let nodes = BTreeMap::new();
-        plan_scale(&SyncInput {
+    const NO_NODES: &BTreeMap<String, BTreeMap<String, String>> = &BTreeMap::new();
+    const NO_REVISIONS: &BTreeMap<String, Vec<u8>> = &BTreeMap::new();
+
+    /// A pass over `pods` with current revision `foo-r1` and the given update revision.
+    fn input<'a>(cs: &'a CloneSet, pods: &'a [&'a Pod], update_revision: &'a str, now: Timestamp) -> SyncInput<'a> {
+        SyncInput {
             cloneset: cs,
-            pods: &refs,
+            pods,
             current_revision: "foo-r1",
-            update_revision: "foo-r1",
+            update_revision,
             gates: FeatureGates::default(),
             exclude_preparing_delete_flag: false,
-            node_labels: &nodes,
-            revision_data: &BTreeMap::new(),
-            now: "2026-01-01T01:00:00Z".parse().unwrap(),
-        })
+            node_labels: NO_NODES,
+            revision_data: NO_REVISIONS,
+            now,
+        }
+    }
+
+    fn plan(cs: &CloneSet, pods: &[Pod]) -> ScalePlan {
+        let refs: Vec<&Pod> = pods.iter().collect();
+        plan_scale(&input(cs, &refs, "foo-r1", "2026-01-01T01:00:00Z".parse().unwrap()))
     }
 
     fn five_pods() -> Vec<Pod> {
@@ -572,18 +579,7 @@ mod tests {
         cs.spec.update_strategy.max_unavailable = Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::String("100%".into()));
         let pods: Vec<Pod> = (1..=6).map(|i| ready_pod(&format!("foo-{i}"), "foo-r1")).collect();
         let refs: Vec<&Pod> = pods.iter().collect();
-        let nodes = BTreeMap::new();
-        let plan = plan_update(&SyncInput {
-            cloneset: &cs,
-            pods: &refs,
-            current_revision: "foo-r1",
-            update_revision: "foo-r2",
-            gates: FeatureGates::default(),
-            exclude_preparing_delete_flag: false,
-            node_labels: &nodes,
-            revision_data: &BTreeMap::new(),
-            now: "2026-01-01T01:00:00Z".parse().unwrap(),
-        });
+        let plan = plan_update(&input(&cs, &refs, "foo-r2", "2026-01-01T01:00:00Z".parse().unwrap()));
         assert_eq!(plan.diffs.update_num, 6, "{:?}", plan.diffs);
         assert_eq!(plan.pods.len(), 6, "{plan:?}");
     }
@@ -604,19 +600,7 @@ mod tests {
             Some(vec![k8s_openapi::api::core::v1::PodReadinessGate { condition_type: keys::INPLACE_UPDATE_READY.into() }]);
         pod.status.as_mut().unwrap().conditions.as_mut().unwrap().retain(|c| c.type_ != keys::INPLACE_UPDATE_READY);
         let refs = [&pod];
-        let nodes = BTreeMap::new();
-        let input = SyncInput {
-            cloneset: &cs,
-            pods: &refs,
-            current_revision: "foo-r1",
-            update_revision: "foo-r1",
-            gates: FeatureGates::default(),
-            exclude_preparing_delete_flag: false,
-            node_labels: &nodes,
-            revision_data: &BTreeMap::new(),
-            now: Timestamp::UNIX_EPOCH,
-        };
-        let (r, requeue) = plan_refresh(&input);
+        let (r, requeue) = plan_refresh(&input(&cs, &refs, "foo-r1", Timestamp::UNIX_EPOCH));
         assert_eq!(r.len(), 1);
         assert_eq!(requeue, None);
         assert_eq!(r[0].conditions.len(), 1);
