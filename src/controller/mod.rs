@@ -11,7 +11,7 @@ mod reconcile;
 mod writes;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -43,15 +43,6 @@ pub struct Stores {
     pub nodes: Store<Node>,
 }
 
-/// Plain counters (the Prometheus metrics live in [`Metrics`]).
-#[derive(Default)]
-pub struct Counters {
-    pub reconciles: AtomicU64,
-    pub reconcile_errors: AtomicU64,
-    /// Per CloneSet `namespace/name`: scale expectations that timed out.
-    pub expectation_leaks: Mutex<HashMap<String, u64>>,
-}
-
 /// Everything a reconcile needs, passed explicitly (no globals).
 pub struct Context {
     pub client: Client,
@@ -61,7 +52,6 @@ pub struct Context {
     pub rv_expectations: Mutex<ResourceVersionExpectations>,
     pub recorder: Recorder,
     pub queue: WorkQueue,
-    pub counters: Counters,
     pub metrics: Arc<Metrics>,
     /// Per CloneSet UID: its event spam-filter bucket ([`writes::event`]).
     pub event_budgets: Mutex<HashMap<String, writes::EventBudget>>,
@@ -72,8 +62,6 @@ pub struct Context {
 impl Context {
     /// Counts a scale-expectation timeout of CloneSet `key` (`cloneset_scale_expectation_leakage`).
     pub fn record_leak(&self, key: &str) {
-        let mut leaks = self.counters.expectation_leaks.lock().unwrap_or_else(|e| e.into_inner());
-        *leaks.entry(key.to_string()).or_default() += 1;
         self.metrics.expectation_leaked(key);
     }
 
@@ -213,7 +201,6 @@ pub async fn run(client: Client, config: ControllerConfig, runtime: Runtime, shu
         rv_expectations: Mutex::new(ResourceVersionExpectations::default()),
         recorder,
         queue: WorkQueue::with_metrics(metrics.queue()),
-        counters: Counters::default(),
         metrics: metrics.clone(),
         event_budgets: Mutex::new(HashMap::new()),
         leading: AtomicBool::new(elector.is_none()),
@@ -351,7 +338,6 @@ impl Drop for ActiveWorker<'_> {
 async fn worker(ctx: Arc<Context>) {
     while let Some(item) = ctx.queue.get().await {
         let key = item.key;
-        ctx.counters.reconciles.fetch_add(1, Ordering::Relaxed);
         let active = ActiveWorker::start(&ctx.metrics);
         let started = Instant::now();
         // Every log line of this reconcile (ours, kube's, the event recorder's) carries the key.
@@ -372,7 +358,6 @@ async fn worker(ctx: Arc<Context>) {
                 }
             }
             Err(e) => {
-                ctx.counters.reconcile_errors.fetch_add(1, Ordering::Relaxed);
                 if e.is_conflict() {
                     tracing::debug!(cloneset = %key, error = %e, "write conflict; retrying");
                 } else {

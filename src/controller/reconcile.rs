@@ -21,7 +21,7 @@ use crate::api::{CloneSet, CloneSetCondition, keys};
 use crate::core::expectations::{Cached, Gate, ObjectKind, combine};
 use crate::core::history::{self, RevisionView, UpdateRevisionPlan};
 use crate::core::sync::{self, SyncInput};
-use crate::core::{gojson, intstr, pods as podcore, revision, status};
+use crate::core::{gojson, intstr, order, pods as podcore, revision, status};
 
 /// Why a reconcile failed; the worker retries with backoff.
 #[derive(Debug, thiserror::Error)]
@@ -259,24 +259,9 @@ fn owned_revisions(ctx: &Context, cs: &CloneSet) -> Vec<Arc<ControllerRevision>>
         .filter(|r| r.namespace().as_deref() == Some(ns.as_str()))
         .filter(|r| {
             let controller = r.owner_references().iter().find(|o| o.controller == Some(true));
-            controller.is_none_or(|o| o.uid == uid) && selector_matches(selector, r.labels())
+            controller.is_none_or(|o| o.uid == uid) && order::selector_matches(selector, r.labels()) == Some(true)
         })
         .collect()
-}
-
-fn selector_matches(sel: &k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector, labels: &BTreeMap<String, String>) -> bool {
-    let labels_ok = sel.match_labels.iter().flatten().all(|(k, v)| labels.get(k) == Some(v));
-    let exprs_ok = sel.match_expressions.iter().flatten().all(|e| {
-        let values = e.values.as_deref().unwrap_or_default();
-        match e.operator.as_str() {
-            "In" => labels.get(&e.key).is_some_and(|v| values.contains(v)),
-            "NotIn" => labels.get(&e.key).is_none_or(|v| !values.contains(v)),
-            "Exists" => labels.contains_key(&e.key),
-            "DoesNotExist" => !labels.contains_key(&e.key),
-            _ => false,
-        }
-    });
-    labels_ok && exprs_ok
 }
 
 fn view(r: &ControllerRevision) -> RevisionView {
@@ -418,14 +403,11 @@ async fn release_mismatched_pods(ctx: &Context, cs: &CloneSet, active: Vec<Arc<P
     let uid = cs.metadata.uid.clone().unwrap_or_default();
     let mut kept = Vec::with_capacity(active.len());
     for p in active {
-        if selector_matches(&cs.spec.selector, p.labels()) {
+        if order::selector_matches(&cs.spec.selector, p.labels()) == Some(true) {
             kept.push(p);
             continue;
         }
-        let refs: Vec<_> = p.owner_references().iter().filter(|o| o.uid != uid).cloned().collect();
-        let patch = json!({"metadata": {"ownerReferences": refs, "resourceVersion": p.resource_version()}});
-        let api: kube::Api<Pod> = kube::Api::namespaced(ctx.client.clone(), &ns);
-        api.patch(&p.name_any(), &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch)).await?;
+        writes::release_pod(ctx, &ns, &p, &uid).await?;
     }
     Ok(kept)
 }
@@ -649,7 +631,7 @@ async fn execute_update(
             sync::PodAction::Wait => {}
             sync::PodAction::Refuse(msg) => {
                 event(ctx, cs, EventType::Warning, "FailedUpdatePodInPlace", msg.clone()).await;
-                return Err(WriteError::Conflict(msg.clone()));
+                return Err(WriteError::Refused(msg.clone()));
             }
         }
     }

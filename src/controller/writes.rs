@@ -20,6 +20,9 @@ pub enum WriteError {
     Api(#[from] kube::Error),
     #[error("{0}")]
     Conflict(String),
+    /// The asked-for change cannot be made (e.g. InPlaceOnly without an in-place path).
+    #[error("{0}")]
+    Refused(String),
     #[error("encoding: {0}")]
     Encode(#[from] serde_json::Error),
 }
@@ -198,6 +201,15 @@ pub async fn set_pvc_owner(ctx: &Context, cs: &CloneSet, pvc: &PersistentVolumeC
 pub async fn patch_pod(ctx: &Context, ns: &str, pod: &Pod, patch: Value) -> Result<(), WriteError> {
     let updated = pods(ctx, ns).patch(&pod.name_any(), &PatchParams::default(), &Patch::Strategic(&patch)).await?;
     expect_version(ctx, &updated);
+    Ok(())
+}
+
+/// Releases a pod whose labels no longer match the selector: removes our owner reference (a
+/// merge patch replaces the list; a strategic one would merge it back).
+pub async fn release_pod(ctx: &Context, ns: &str, pod: &Pod, owner_uid: &str) -> Result<(), WriteError> {
+    let refs: Vec<_> = pod.owner_references().iter().filter(|o| o.uid != owner_uid).cloned().collect();
+    let patch = json!({"metadata": {"ownerReferences": refs, "resourceVersion": pod.resource_version()}});
+    pods(ctx, ns).patch(&pod.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await?;
     Ok(())
 }
 

@@ -582,7 +582,7 @@ fn int_suffix(value: &str) -> i64 {
 /// A label selector as Kruise's `ValidatedLabelSelectorAsSelector` builds it (no validation of
 /// keys or values): `None` when an expression has an unknown operator, otherwise whether every
 /// requirement holds. A selector with no requirements matches everything.
-fn selector_matches(selector: &LabelSelector, labels: &BTreeMap<String, String>) -> Option<bool> {
+pub fn selector_matches(selector: &LabelSelector, labels: &BTreeMap<String, String>) -> Option<bool> {
     let mut all = true;
     for (k, v) in selector.match_labels.iter().flatten() {
         all &= labels.get(k) == Some(v);
