@@ -132,9 +132,16 @@ pub async fn create_pod(ctx: &Context, cs: &CloneSet, pod: &Pod, new_pvcs: &[Per
             event(ctx, cs, EventType::Normal, "SuccessfulCreate", format!("succeed to create pod {name}")).await;
             Ok(())
         }
-        // A retried POST can meet its own earlier success: fine when the pod is ours.
+        // A retried POST can meet its own earlier success: fine when the pod is ours and live. A
+        // terminating pod of ours under the same name (a reused instance id, Kruise #1099) is
+        // not that: it will vanish, and an expectation waiting for it would never be met.
         Err(kube::Error::Api(e)) if e.code == 409 => match pods(ctx, &ns).get_opt(&name).await? {
-            Some(existing) if existing.owner_references().iter().any(|o| Some(&o.uid) == cs.metadata.uid.as_ref()) => Ok(()),
+            Some(existing)
+                if existing.metadata.deletion_timestamp.is_none()
+                    && existing.owner_references().iter().any(|o| Some(&o.uid) == cs.metadata.uid.as_ref()) =>
+            {
+                Ok(())
+            }
             _ => {
                 ctx.scale_expectations.lock().unwrap_or_else(|e| e.into_inner()).withdraw(&key, ObjectKind::Pod, &name);
                 let msg = format!("failed to create pod: {}, pod: {name}", e.message);
