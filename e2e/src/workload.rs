@@ -111,6 +111,8 @@ pub fn names(pods: &[Pod]) -> BTreeSet<String> {
 pub struct Extremes {
     pub max_active: usize,
     pub min_available: Option<usize>,
+    /// The most active pods that were not Ready at one moment.
+    pub max_unready: usize,
     pub uids: BTreeSet<String>,
 }
 
@@ -145,6 +147,7 @@ pub fn monitor(pods: Api<Pod>, selector: String) -> (Arc<Mutex<Extremes>>, tokio
             let mut s = out.lock().unwrap();
             s.max_active = s.max_active.max(active.len());
             s.min_available = Some(s.min_available.map_or(available, |m| m.min(available)));
+            s.max_unready = s.max_unready.max(active.len() - available);
             s.uids.extend(current.values().filter_map(|p| p.metadata.uid.clone()));
         }
     });

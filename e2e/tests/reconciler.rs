@@ -251,7 +251,9 @@ async fn pvcs_are_created_per_instance_and_reused() {
     let victim = &pods[0];
     let id = label(victim, keys::CLONESET_INSTANCE_ID).unwrap().to_string();
     let pvc_uid = pvcs.get(&format!("data-db-{id}")).await.unwrap().metadata.uid;
-    e.pods.delete(&victim.name_any(), &DeleteParams::default()).await.unwrap();
+    // A grace period keeps the old pod terminating while its name is reused (Kruise #1099): the
+    // replacement must still arrive once it is gone.
+    e.pods.delete(&victim.name_any(), &DeleteParams { grace_period_seconds: Some(2), ..Default::default() }).await.unwrap();
     let victim_uid = victim.metadata.uid.clone();
     wait_until(T, "the replacement on the same instance id", || async {
         let pods = e.active_pods("db").await;
@@ -368,4 +370,57 @@ async fn pods_to_delete_naming_a_pod_this_cloneset_does_not_own_is_ignored_and_d
     let b_now = e.active_pods("b").await;
     assert_eq!(b_now.len(), 1);
     assert_eq!(b_now[0].name_any(), b_pod, "another CloneSet's pod is never deleted");
+}
+
+fn progressing(cs: &CloneSet) -> Option<(String, String)> {
+    st(cs).conditions.into_iter().find(|c| c.type_ == "Progressing").map(|c| (c.status, c.reason))
+}
+
+#[tokio::test]
+async fn progressing_condition_follows_the_rollout_and_its_deadline() {
+    let e = env("progress").await;
+    e.create(&manifest("web", 2, "nginx:1.27", json!({"progressDeadlineSeconds": 3, "updateStrategy": {"partition": 1}}))).await;
+    let cs = e.wait_status("web", "available", |cs| rolled_out(cs, 2)).await;
+    assert_eq!(progressing(&cs), Some(("True".into(), "CloneSetAvailable".into())));
+    // Partition 1 of 2 with the canary ready: partition available.
+    e.patch("web", json!({"template": {"spec": {"containers": [{"name": "main", "image": "nginx:1.28"}]}}})).await;
+    e.wait_status("web", "partition available", |cs| progressing(cs) == Some(("True".into(), "ProgressPartitionAvailable".into()))).await;
+    e.patch("web", json!({"updateStrategy": {"paused": true}})).await;
+    e.wait_status("web", "paused", |cs| progressing(cs) == Some(("True".into(), "CloneSetPaused".into()))).await;
+    // An image that never pulls cannot progress: after the 3 s deadline, False.
+    e.patch(
+        "web",
+        json!({"updateStrategy": {"paused": false, "partition": 0},
+        "template": {"spec": {"containers": [{"name": "main", "image": "registry.example/unpullable:1"}]}}}),
+    )
+    .await;
+    let cs =
+        e.wait_status("web", "deadline exceeded", |cs| progressing(cs) == Some(("False".into(), "ProgressDeadlineExceeded".into()))).await;
+    let cond = st(&cs).conditions.into_iter().find(|c| c.type_ == "Progressing").unwrap();
+    assert_eq!(cond.message, format!("CloneSet revision {} has timed out progressing", st(&cs).update_revision));
+}
+
+#[tokio::test]
+async fn scale_strategy_max_unavailable_limits_each_scale_up() {
+    let e = env("scalelimit").await;
+    let mut cs = manifest("web", 0, "nginx:1.27", json!({"scaleStrategy": {"maxUnavailable": 1}}));
+    let annotations = cs.spec.template.metadata.as_mut().unwrap().annotations.get_or_insert_with(Default::default);
+    annotations.insert(e2e::simkubelet::ANNOTATION_STARTUP_DELAY.into(), "1s".into());
+    e.create(&cs).await;
+    e.wait_status("web", "0 replicas", |cs| settled(cs, 0)).await;
+    let (extremes, watch) = monitor(e.pods.clone(), "app=web".into());
+    e.patch("web", json!({"replicas": 3})).await;
+    e.wait_status("web", "3 ready", |cs| settled(cs, 3)).await;
+    watch.abort();
+    {
+        let x = extremes.lock().unwrap();
+        assert_eq!(x.uids.len(), 3);
+        assert_eq!(x.max_unready, 1, "pods were created one at a time, each after the previous became Ready");
+    }
+    let events: Api<k8s_openapi::api::events::v1::Event> = e.ns.api();
+    let limited = events.list(&ListParams::default()).await.unwrap().items.into_iter().any(|ev| {
+        ev.reason.as_deref() == Some("ScaleUpLimited")
+            && ev.note.as_deref() == Some("scaleUp is limited because of scaleStrategy.maxUnavailable, limit: 1")
+    });
+    assert!(limited, "a ScaleUpLimited event with the limit");
 }
