@@ -3,7 +3,8 @@
 //! figures as JSON (see `e2e::bench::Report`).
 //!
 //! Knobs (environment): `BENCH_SIZES` (default `100x3,1000x1`: pods × repetitions of the
-//! scale-up + rollout flow), `BENCH_WINDOWS` (default `100%,20%`: rollout maxUnavailable),
+//! scale-up + rollout flow), `BENCH_SCALE_UP_SIZES` (default `5000x1`: scale-up only, no
+//! rollouts), `BENCH_WINDOWS` (default `100%,20%`: rollout maxUnavailable),
 //! `BENCH_TYPES` (default `ReCreate,InPlaceIfPossible`), `BENCH_RESOURCES` (default
 //! `10x50,100x50`: CloneSets × pods each, measured in that order in one namespace, the last one
 //! also restarted for the startup figure), `BENCH_OUT` (default `target/bench/results.json`),
@@ -133,6 +134,18 @@ async fn run(kubeconfig: PathBuf) -> anyhow::Result<Vec<Row>> {
         }
         rows.push(up.row("scale-up", n, 1));
         rows.extend(rollouts.into_iter().map(|(name, s)| s.row(&name, n, 1)));
+        eprintln!("{}", bench::table(&rows));
+    }
+    // Sizes too large for the rollout matrix on this machine: scale-up only.
+    for (n, reps) in pairs(&env_or("BENCH_SCALE_UP_SIZES", "5000x1"))? {
+        let mut up = Samples::default();
+        for rep in 0..reps {
+            eprintln!("bench: N={n} scale-up only, run {}/{reps}", rep + 1);
+            let (o_up, _) = b.operator_flow(n, "ReCreate", &[]).await?;
+            let (b_up, _) = b.baseline_flow(n, "ReCreate", &[], &[]).await?;
+            up.push(o_up.0, b_up, o_up.1);
+        }
+        rows.push(up.row("scale-up", n, 1));
         eprintln!("{}", bench::table(&rows));
     }
     let res = pairs(&env_or("BENCH_RESOURCES", "10x50,100x50"))?;
