@@ -3,6 +3,7 @@
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
@@ -204,6 +205,34 @@ where
         bail!("watch on {name} ended")
     };
     tokio::time::timeout(timeout, fut).await.with_context(|| format!("timed out after {timeout:?} watching {name}"))?
+}
+
+/// Records `view` of every version of `name` that a watch delivers (in order), from its state
+/// when this returns until the returned task is aborted: what happened in between, not just the
+/// end state.
+pub async fn record<K, T, F>(api: &Api<K>, name: &str, view: F) -> anyhow::Result<(Arc<Mutex<Vec<T>>>, tokio::task::JoinHandle<()>)>
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + 'static,
+    T: Send + 'static,
+    F: Fn(&K) -> T + Send + 'static,
+{
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let out = seen.clone();
+    let stream = watcher::watcher(api.clone(), watcher::Config::default().fields(&format!("metadata.name={name}")));
+    let (listed_tx, listed) = tokio::sync::oneshot::channel();
+    let task = tokio::spawn(async move {
+        let mut listed_tx = Some(listed_tx);
+        futures::pin_mut!(stream);
+        while let Ok(Some(ev)) = stream.try_next().await {
+            match ev {
+                Event::Apply(obj) | Event::InitApply(obj) => out.lock().unwrap().push(view(&obj)),
+                Event::InitDone => drop(listed_tx.take().map(|tx| tx.send(()))),
+                _ => {}
+            }
+        }
+    });
+    tokio::time::timeout(Duration::from_secs(30), listed).await.with_context(|| format!("listing {name}"))??;
+    Ok((seen, task))
 }
 
 /// Waits until `name` no longer exists, returning when its deletion was observed.

@@ -284,6 +284,79 @@ async fn pvcs_are_created_per_instance_and_reused() {
 }
 
 #[tokio::test]
+async fn disable_pvc_reuse_gives_the_replacement_fresh_pvcs_and_hands_the_old_ones_to_the_dead_pod() {
+    let e = env("noreuse").await;
+    let spec = json!({"scaleStrategy": {"disablePVCReuse": true},
+        "volumeClaimTemplates": [{"metadata": {"name": "data"},
+            "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}]});
+    e.create(&manifest("db", 2, "nginx:1.27", spec)).await;
+    e.wait_status("db", "2 ready", |cs| settled(cs, 2)).await;
+    let pvcs: Api<PersistentVolumeClaim> = e.ns.api();
+    let before = e.active_pods("db").await;
+    let victim = &before[0];
+    let old_id = label(victim, keys::CLONESET_INSTANCE_ID).unwrap().to_string();
+    let old_pvc = format!("data-db-{old_id}");
+    let owners_of = |pvc: &PersistentVolumeClaim| -> Vec<(String, String)> {
+        pvc.owner_references().iter().map(|o| (o.kind.clone(), o.uid.clone())).collect()
+    };
+    let (owners, record) = e2e::testenv::record(&pvcs, &old_pvc, owners_of).await.unwrap();
+    // A grace period keeps the deleted pod terminating long enough to be seen inactive.
+    e.pods.delete(&victim.name_any(), &DeleteParams { grace_period_seconds: Some(3), ..Default::default() }).await.unwrap();
+    e2e::testenv::wait_deleted(&pvcs, &old_pvc, T).await.unwrap();
+    record.abort();
+    e.wait_status("db", "2 ready again", |cs| settled(cs, 2)).await;
+
+    let after = e.active_pods("db").await;
+    let replacement = after.iter().find(|p| p.metadata.uid != victim.metadata.uid && p.metadata.uid != before[1].metadata.uid).unwrap();
+    let new_id = label(replacement, keys::CLONESET_INSTANCE_ID).unwrap();
+    assert_ne!(new_id, old_id, "with reuse disabled the replacement never takes the dead pod's id");
+    let new_pvc = pvcs.get(&format!("data-db-{new_id}")).await.expect("the replacement got its own PVC");
+    assert_eq!(new_pvc.owner_references()[0].kind, "CloneSet");
+    let owners = owners.lock().unwrap().clone();
+    let victim_uid = victim.metadata.uid.clone().unwrap();
+    assert_eq!(owners.first().map(|o| o[0].0.as_str()), Some("CloneSet"), "{owners:?}");
+    assert!(
+        owners.iter().any(|o| o == &[("Pod".to_string(), victim_uid.clone())]),
+        "the old PVC was handed to the terminating pod (its only owner) and went away with it: {owners:?}"
+    );
+}
+
+#[tokio::test]
+async fn min_ready_seconds_paces_a_limited_scale_up_and_delays_available() {
+    const MIN_READY: i64 = 3;
+    let e = env("minready").await;
+    e.create(&manifest("web", 0, "nginx:1.27", json!({"minReadySeconds": MIN_READY, "scaleStrategy": {"maxUnavailable": 1}}))).await;
+    e.wait_status("web", "0 replicas", |cs| settled(cs, 0)).await;
+    let (statuses, record) =
+        e2e::testenv::record(&e.clonesets, "web", |cs: &CloneSet| (st(cs).ready_replicas, st(cs).available_replicas)).await.unwrap();
+    e.patch("web", json!({"replicas": 3})).await;
+    e.wait_status("web", "3 available", |cs| settled(cs, 3)).await;
+    record.abort();
+
+    let mut pods = e.active_pods("web").await;
+    assert_eq!(pods.len(), 3);
+    pods.sort_by_key(|p| p.creation_timestamp());
+    let secs = |t: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time| t.0.as_second();
+    let ready_since = |p: &k8s_openapi::api::core::v1::Pod| {
+        let conds = p.status.as_ref().and_then(|s| s.conditions.as_ref()).unwrap();
+        secs(conds.iter().find(|c| c.type_ == "Ready" && c.status == "True").unwrap().last_transition_time.as_ref().unwrap())
+    };
+    for pair in pods.windows(2) {
+        let gap = secs(pair[1].metadata.creation_timestamp.as_ref().unwrap()) - ready_since(&pair[0]);
+        // Timestamps have whole seconds; the requeue after minReadySeconds keeps the gap short.
+        assert!(
+            (MIN_READY..=MIN_READY + 5).contains(&gap),
+            "{} was created {gap}s after {} became Ready (minReadySeconds {MIN_READY})",
+            pair[1].name_any(),
+            pair[0].name_any()
+        );
+    }
+    let statuses = statuses.lock().unwrap().clone();
+    assert!(statuses.iter().any(|(ready, available)| ready > available), "available lagged ready: {statuses:?}");
+    assert!(statuses.iter().all(|(ready, available)| available <= ready), "{statuses:?}");
+}
+
+#[tokio::test]
 async fn kubectl_scale_drives_pods_through_the_scale_subresource() {
     let e = env("kscale").await;
     e.create(&manifest("web", 1, "nginx:1.27", json!({}))).await;
