@@ -57,6 +57,7 @@ crds: ## Regenerate the CRD and admission policy YAML (crds/ and the chart's cop
 	cp crds/apps.kruise.io_clonesets.yaml charts/cloneset-operator/crds/apps.kruise.io_clonesets.yaml
 	$(OPERATOR) admission-policy > crds/apps.kruise.io_clonesets-admission-policy.yaml
 	cp crds/apps.kruise.io_clonesets-admission-policy.yaml charts/cloneset-operator/files/apps.kruise.io_clonesets-admission-policy.yaml
+	$(OPERATOR) deletion-protection-policy > charts/cloneset-operator/files/apps.kruise.io_clonesets-deletion-protection-policy.yaml
 
 .PHONY: helm
 helm: ## Build (once) the pinned helm into the cache

@@ -43,6 +43,9 @@ enum Command {
     Crd,
     /// Print the ValidatingAdmissionPolicy (and binding) that validates CloneSet pod templates.
     AdmissionPolicy,
+    /// Print the ValidatingAdmissionPolicy (and binding) that enforces the
+    /// `policy.kruise.io/delete-protection` label (Kruise's ResourcesDeletionProtection gate).
+    DeletionProtectionPolicy,
 }
 
 /// Flags of the controller, with Kruise's names and defaults.
@@ -126,6 +129,10 @@ async fn main() -> anyhow::Result<()> {
         }
         Command::AdmissionPolicy => {
             print!("{}", crd::generated_policy_file()?);
+            Ok(())
+        }
+        Command::DeletionProtectionPolicy => {
+            print!("{}", crd::generated_deletion_protection_file()?);
             Ok(())
         }
     }

@@ -3,7 +3,9 @@
 
 use std::path::Path;
 
-use cloneset_operator::api::crd::{CRD_FILES, POLICY_FILES, generated_crd_file, generated_policy_file};
+use cloneset_operator::api::crd::{
+    CRD_FILES, DELETION_PROTECTION_FILE, POLICY_FILES, generated_crd_file, generated_deletion_protection_file, generated_policy_file,
+};
 
 fn check(path: &str, expected: &str) {
     let full = Path::new(env!("CARGO_MANIFEST_DIR")).join(path);
@@ -25,4 +27,9 @@ fn admission_policy_file_matches_the_rules() {
     for path in POLICY_FILES {
         check(path, &expected);
     }
+}
+
+#[test]
+fn deletion_protection_policy_file_matches_the_rules() {
+    check(DELETION_PROTECTION_FILE, &generated_deletion_protection_file().unwrap());
 }

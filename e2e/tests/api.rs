@@ -427,3 +427,53 @@ async fn admission_policy_does_not_touch_other_resources() {
     pods.create(&PostParams::default(), &pod).await.expect("pods are not validated by the CloneSet policy");
     wait_until(Duration::from_secs(10), "the pod", || async { Ok(pods.get_opt("plain").await?.is_some()) }).await.unwrap();
 }
+
+/// Kruise's `policy.kruise.io/delete-protection` (gate ResourcesDeletionProtection): the policy
+/// the chart installs with the gate refuses `Always` and, while replicas > 0, `Cascading`.
+#[tokio::test]
+async fn deletion_protection_label_refuses_deletes_as_kruise_does() {
+    use cloneset_operator::api::crd;
+    use k8s_openapi::api::admissionregistration::v1::{ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding};
+    let (ns, api) = setup("protect").await;
+    let ssa = PatchParams::apply("cloneset-e2e").force();
+    let (policy, binding) = crd::deletion_protection_policy();
+    let policies: Api<ValidatingAdmissionPolicy> = Api::all(ns.client.clone());
+    policies.patch(crd::DELETION_PROTECTION_POLICY_NAME, &ssa, &Patch::Apply(&policy)).await.unwrap();
+    let bindings: Api<ValidatingAdmissionPolicyBinding> = Api::all(ns.client.clone());
+    bindings.patch(crd::DELETION_PROTECTION_POLICY_NAME, &ssa, &Patch::Apply(&binding)).await.unwrap();
+
+    let labelled = |name: &str, value: &str, replicas: i32| {
+        let mut m = with(name, json!({"spec": {"replicas": replicas}}));
+        m["metadata"]["labels"] = json!({(crd::DELETION_PROTECTION_LABEL): value});
+        m
+    };
+    create(&api, &labelled("always", "Always", 0)).await.unwrap();
+    create(&api, &labelled("cascading", "Cascading", 2)).await.unwrap();
+    create(&api, &labelled("other", "Never", 2)).await.unwrap();
+    let dry = kube::api::DeleteParams { dry_run: true, ..Default::default() };
+    let denied = |res: Result<either::Either<DynamicObject, kube::core::response::Status>, kube::Error>| match res {
+        Err(kube::Error::Api(e)) if e.message.contains(crd::DELETION_PROTECTION_POLICY_NAME) => Some(e.message),
+        _ => None,
+    };
+    wait_until(Duration::from_secs(60), "the deletion-protection policy to be enforced", || async {
+        Ok(denied(api.delete("always", &dry).await).is_some())
+    })
+    .await
+    .unwrap();
+
+    let msg = denied(api.delete("always", &Default::default()).await).expect("Always is refused");
+    assert!(msg.contains("forbidden by ResourcesProtectionDeletion for policy.kruise.io/delete-protection=Always"), "{msg}");
+    let msg = denied(api.delete("cascading", &Default::default()).await).expect("Cascading with replicas is refused");
+    assert!(
+        msg.contains("forbidden by ResourcesProtectionDeletion for policy.kruise.io/delete-protection=Cascading and replicas 2>0"),
+        "{msg}"
+    );
+    api.delete("other", &Default::default()).await.expect("an unknown value protects nothing");
+    // Cascading lets go once scaled to zero; Always only once the label is removed.
+    api.patch("cascading", &PatchParams::default(), &Patch::Merge(json!({"spec": {"replicas": 0}}))).await.unwrap();
+    api.delete("cascading", &Default::default()).await.expect("Cascading with 0 replicas is deleted");
+    api.patch("always", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {(crd::DELETION_PROTECTION_LABEL): null}}})))
+        .await
+        .unwrap();
+    api.delete("always", &Default::default()).await.expect("deleted once unprotected");
+}

@@ -308,6 +308,22 @@ fn helm_lint_passes_and_the_defaults_render_the_expected_objects() {
 }
 
 #[test]
+fn the_deletion_protection_policy_is_rendered_only_with_its_gate() {
+    let policies = |gates: &str| -> Vec<Value> {
+        render(&["--set-string", &format!("featureGates={gates}")])
+            .into_iter()
+            .filter(|d| d["metadata"]["name"] == cloneset_operator::api::crd::DELETION_PROTECTION_POLICY_NAME)
+            .collect()
+    };
+    assert!(policies("").is_empty());
+    assert!(policies(r"ResourcesDeletionProtection=false\,CloneSetShortHash=true").is_empty());
+    let file = parse_docs(&std::fs::read_to_string(repo_root().join(cloneset_operator::api::crd::DELETION_PROTECTION_FILE)).unwrap());
+    assert_eq!(file.len(), 2, "policy and binding");
+    assert_eq!(policies(r"CloneSetShortHash=true\, ResourcesDeletionProtection=true"), file);
+    assert_eq!(policies("ResourcesDeletionProtection=true"), file);
+}
+
+#[test]
 fn rbac_grants_exactly_what_the_controller_uses() {
     let docs = render(&[]);
     let got = grants(&docs);

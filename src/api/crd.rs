@@ -220,40 +220,74 @@ pub fn admission_policy() -> (ValidatingAdmissionPolicy, ValidatingAdmissionPoli
             v
         })
         .collect();
-    let policy = json!({
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingAdmissionPolicy",
-        "metadata": {"name": POLICY_NAME, "labels": {"app.kubernetes.io/part-of": "cloneset-operator"}},
-        "spec": {
-            "failurePolicy": "Fail",
-            "matchConstraints": {
-                "resourceRules": [{
-                    "apiGroups": ["apps.kruise.io"],
-                    "apiVersions": ["v1alpha1"],
-                    "operations": ["CREATE", "UPDATE"],
-                    "resources": ["clonesets"],
-                }],
-            },
-            // `dyn(...)`: the template is schemaless, so its fields are read dynamically.
-            "variables": [
-                {"name": "template", "expression": "has(object.spec.template) ? dyn(object.spec.template) : dyn({})"},
-                {"name": "labels", "expression": "'metadata' in variables.template && variables.template.metadata != null && 'labels' in variables.template.metadata && variables.template.metadata.labels != null ? variables.template.metadata.labels : dyn({})"},
-                {"name": "podSpec", "expression": "'spec' in variables.template && variables.template.spec != null ? variables.template.spec : dyn({})"},
-                {"name": "containers", "expression": "'containers' in variables.podSpec && variables.podSpec.containers != null ? variables.podSpec.containers : dyn([])"},
-                {"name": "allContainers", "expression": "variables.containers + ('initContainers' in variables.podSpec && variables.podSpec.initContainers != null ? variables.podSpec.initContainers : dyn([]))"},
-                {"name": "oldPodSpec", "expression": "oldObject != null && has(oldObject.spec.template) && 'spec' in dyn(oldObject.spec.template) ? dyn(oldObject.spec.template).spec : dyn({})"},
-                {"name": "oldContainers", "expression": "'containers' in variables.oldPodSpec && variables.oldPodSpec.containers != null ? variables.oldPodSpec.containers : dyn([])"},
-            ],
-            "validations": validations,
+    let spec = json!({
+        // `dyn(...)`: the template is schemaless, so its fields are read dynamically.
+        "variables": [
+            {"name": "template", "expression": "has(object.spec.template) ? dyn(object.spec.template) : dyn({})"},
+            {"name": "labels", "expression": "'metadata' in variables.template && variables.template.metadata != null && 'labels' in variables.template.metadata && variables.template.metadata.labels != null ? variables.template.metadata.labels : dyn({})"},
+            {"name": "podSpec", "expression": "'spec' in variables.template && variables.template.spec != null ? variables.template.spec : dyn({})"},
+            {"name": "containers", "expression": "'containers' in variables.podSpec && variables.podSpec.containers != null ? variables.podSpec.containers : dyn([])"},
+            {"name": "allContainers", "expression": "variables.containers + ('initContainers' in variables.podSpec && variables.podSpec.initContainers != null ? variables.podSpec.initContainers : dyn([]))"},
+            {"name": "oldPodSpec", "expression": "oldObject != null && has(oldObject.spec.template) && 'spec' in dyn(oldObject.spec.template) ? dyn(oldObject.spec.template).spec : dyn({})"},
+            {"name": "oldContainers", "expression": "'containers' in variables.oldPodSpec && variables.oldPodSpec.containers != null ? variables.oldPodSpec.containers : dyn([])"},
+        ],
+        "validations": validations,
+    });
+    clonesets_policy(POLICY_NAME, &["CREATE", "UPDATE"], spec)
+}
+
+/// A ValidatingAdmissionPolicy named `name` over CloneSet `operations` (with `spec` holding the
+/// rest of its spec: variables, validations, …) and its cluster-wide Deny binding.
+fn clonesets_policy(name: &str, operations: &[&str], spec: Value) -> (ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding) {
+    let metadata = json!({"name": name, "labels": {"app.kubernetes.io/part-of": "cloneset-operator"}});
+    let mut policy_spec = json!({
+        "failurePolicy": "Fail",
+        "matchConstraints": {
+            "resourceRules": [{"apiGroups": ["apps.kruise.io"], "apiVersions": ["v1alpha1"], "operations": operations, "resources": ["clonesets"]}],
         },
     });
+    if let (Some(dst), Value::Object(rest)) = (policy_spec.as_object_mut(), spec) {
+        dst.extend(rest);
+    }
+    let policy = json!({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy", "metadata": metadata, "spec": policy_spec,
+    });
     let binding = json!({
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingAdmissionPolicyBinding",
-        "metadata": {"name": POLICY_NAME, "labels": {"app.kubernetes.io/part-of": "cloneset-operator"}},
-        "spec": {"policyName": POLICY_NAME, "validationActions": ["Deny"]},
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding", "metadata": metadata,
+        "spec": {"policyName": name, "validationActions": ["Deny"]},
     });
     (serde_json::from_value(policy).expect("policy is well-formed"), serde_json::from_value(binding).expect("binding is well-formed"))
+}
+
+/// Name of the policy (and binding) that enforces Kruise's deletion-protection label.
+pub const DELETION_PROTECTION_POLICY_NAME: &str = "deletion-protection.clonesets.apps.kruise.io";
+/// Kruise's label (`policyv1alpha1.DeletionProtectionKey`).
+pub const DELETION_PROTECTION_LABEL: &str = "policy.kruise.io/delete-protection";
+
+/// Kruise's `ResourcesDeletionProtection` for CloneSets, which Kruise enforces in its webhook on
+/// DELETE: `Always` refuses every delete, `Cascading` refuses it while `spec.replicas > 0`. A
+/// CloneSet already being deleted is let through, as in Kruise. Installed only when the gate is
+/// on (the chart renders it then), because Kruise's gate is off by default.
+pub fn deletion_protection_policy() -> (ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding) {
+    let label = DELETION_PROTECTION_LABEL;
+    let prefix = format!("forbidden by ResourcesProtectionDeletion for {label}=");
+    let spec = json!({
+        // On DELETE the object is `oldObject`; `object` is null.
+        "matchConditions": [{"name": "not-already-deleting", "expression": "!has(oldObject.metadata.deletionTimestamp)"}],
+        "variables": [
+            {"name": "protection", "expression": format!("has(oldObject.metadata.labels) && '{label}' in oldObject.metadata.labels ? oldObject.metadata.labels['{label}'] : ''")},
+            {"name": "replicas", "expression": "has(oldObject.spec.replicas) ? oldObject.spec.replicas : 0"},
+        ],
+        "validations": [
+            {"expression": "variables.protection != 'Always'", "reason": "Forbidden", "message": format!("{prefix}Always")},
+            {
+                "expression": "variables.protection != 'Cascading' || variables.replicas <= 0",
+                "reason": "Forbidden",
+                "messageExpression": format!("'{prefix}Cascading and replicas ' + string(variables.replicas) + '>0'"),
+            },
+        ],
+    });
+    clonesets_policy(DELETION_PROTECTION_POLICY_NAME, &["DELETE"], spec)
 }
 
 /// Renders one manifest as YAML.
@@ -267,6 +301,12 @@ pub fn admission_policy_yaml() -> Result<String, serde_saphyr::ser::Error> {
     Ok(format!("{}---\n{}", to_yaml(&policy)?, to_yaml(&binding)?))
 }
 
+/// The exact contents of the generated deletion-protection policy file.
+pub fn generated_deletion_protection_file() -> Result<String, serde_saphyr::ser::Error> {
+    let (policy, binding) = deletion_protection_policy();
+    Ok(format!("{GENERATED_HEADER}{}---\n{}", to_yaml(&policy)?, to_yaml(&binding)?))
+}
+
 /// Header written at the top of generated files.
 pub const GENERATED_HEADER: &str = "# Generated from src/api by `make crds`; do not edit.\n";
 
@@ -276,6 +316,9 @@ pub const POLICY_FILES: [&str; 2] = [
     "crds/apps.kruise.io_clonesets-admission-policy.yaml",
     "charts/cloneset-operator/files/apps.kruise.io_clonesets-admission-policy.yaml",
 ];
+
+/// Only in the chart (rendered when the gate is on): `crds/` is applied whole by `make run`.
+pub const DELETION_PROTECTION_FILE: &str = "charts/cloneset-operator/files/apps.kruise.io_clonesets-deletion-protection-policy.yaml";
 
 /// The exact contents of the generated CRD file.
 pub fn generated_crd_file() -> Result<String, serde_saphyr::ser::Error> {
