@@ -317,4 +317,340 @@ mod tests {
         b.ready_replicas = 1;
         assert!(needs_write(&a, &b));
     }
+
+    // ---- Port of Kruise's TestSyncProgressingStatus (pds = 10 s throughout). Each case hands
+    // the Progressing logic the new counts plus the condition the CloneSet carried in (a
+    // reconcile copies the old conditions into the new status), at the case's clock.
+
+    const PDS: Option<i32> = Some(10);
+    const OLD: &str = "2025-07-20T11:00:00Z";
+
+    fn at(secs: i64) -> Timestamp {
+        Timestamp::UNIX_EPOCH + SignedDuration::from_secs(secs)
+    }
+
+    fn at_nanos(nanos: i64) -> Timestamp {
+        Timestamp::UNIX_EPOCH + SignedDuration::from_nanos(nanos)
+    }
+
+    /// `[replicas, ready, available, updated, updatedReady, updatedAvailable, expectedUpdated]`.
+    fn counts(n: [i32; 7], current: &str, update: &str) -> CloneSetStatus {
+        CloneSetStatus {
+            replicas: n[0],
+            ready_replicas: n[1],
+            available_replicas: n[2],
+            updated_replicas: n[3],
+            updated_ready_replicas: n[4],
+            updated_available_replicas: n[5],
+            expected_updated_replicas: n[6],
+            current_revision: current.into(),
+            update_revision: update.into(),
+            ..Default::default()
+        }
+    }
+
+    fn cond(status: &str, reason: &str, message: &str, updated: Timestamp, transitioned: Timestamp) -> CloneSetCondition {
+        CloneSetCondition {
+            type_: "Progressing".into(),
+            status: status.into(),
+            last_update_time: Some(Time(updated)),
+            last_transition_time: Some(Time(transitioned)),
+            reason: reason.into(),
+            message: message.into(),
+        }
+    }
+
+    /// The Progressing condition and requeue after one evaluation with `prev` carried in.
+    fn progress(
+        c: &CloneSet,
+        prev: Option<CloneSetCondition>,
+        mut s: CloneSetStatus,
+        now: Timestamp,
+    ) -> (Option<CloneSetCondition>, Option<Duration>) {
+        s.conditions.extend(prev);
+        let requeue = apply_progressing(c, &mut s, now);
+        (progressing(&s).cloned(), requeue)
+    }
+
+    /// Without a deadline (nil or MaxInt32) the condition goes, whatever state it was in.
+    #[test]
+    fn no_deadline_removes_the_condition_from_any_state() {
+        let deadline_exceeded =
+            cond("False", REASON_DEADLINE_EXCEEDED, "CloneSet revision 2 has timed out progressing", at_nanos(8), at_nanos(8));
+        let rows = [
+            ("no condition yet", 10, false, None, counts([5, 4, 3, 2, 1, 1, 2], "1", "2")),
+            (
+                "Available",
+                10,
+                false,
+                Some(cond("True", REASON_AVAILABLE, "CloneSet is available", at_nanos(10), at_nanos(10))),
+                counts([5, 0, 0, 0, 0, 0, 0], "1", "1"),
+            ),
+            (
+                "Updated",
+                10,
+                false,
+                Some(cond("", REASON_UPDATED, "", at_nanos(10), at_nanos(10))),
+                counts([10, 10, 10, 5, 5, 5, 5], "1", "2"),
+            ),
+            (
+                "Paused",
+                20,
+                true,
+                Some(cond("True", REASON_PAUSED, "CloneSet is paused", at_nanos(8), at_nanos(8))),
+                counts([15, 14, 14, 10, 10, 9, 10], "1", "2"),
+            ),
+            ("DeadlineExceeded", 20, false, Some(deadline_exceeded), counts([15, 14, 14, 10, 10, 9, 10], "1", "2")),
+            (
+                "PartitionAvailable",
+                10,
+                true,
+                Some(cond("True", REASON_PARTITION_AVAILABLE, "CloneSet has been paused due to partition ready", at(0), at(0))),
+                counts([10, 10, 10, 5, 5, 5, 5], "1", "2"),
+            ),
+        ];
+        for (from, replicas, paused, prev, s) in rows {
+            for pds in [None, Some(i32::MAX)] {
+                let got = progress(&cs(pds, replicas, paused), prev.clone(), s.clone(), at(40));
+                assert_eq!(got, (None, None), "from {from} with pds {pds:?}");
+            }
+        }
+    }
+
+    /// A first rollout with no condition yet starts the clock: Updated, requeue at pds + 1 s.
+    #[test]
+    fn first_rollout_without_a_condition_is_updated_and_requeues_after_the_deadline() {
+        let got = progress(&cs(PDS, 10, false), None, counts([5, 4, 3, 2, 1, 1, 2], "1", "2"), at(0));
+        assert_eq!(got, (Some(cond("True", REASON_UPDATED, "CloneSet is progressing", at(0), at(0))), Some(Duration::from_secs(11))));
+    }
+
+    /// Paused is reported even when nothing is left to roll out.
+    #[test]
+    fn paused_without_a_condition_is_paused() {
+        let got = progress(&cs(PDS, 10, true), None, counts([5, 4, 3, 2, 1, 1, 2], "1", "1"), at(0));
+        assert_eq!(got, (Some(cond("True", REASON_PAUSED, "CloneSet is paused", at(0), at(0))), None));
+    }
+
+    /// Every pod updated and available at spec.replicas: Available, nothing to wait for.
+    #[test]
+    fn fully_rolled_out_without_a_condition_is_available() {
+        let got = progress(&cs(PDS, 10, false), None, counts([10; 7], "1", "1"), at(0));
+        assert_eq!(got, (Some(cond("True", REASON_AVAILABLE, "CloneSet is available", at(0), at(0))), None));
+    }
+
+    /// Available needs status.replicas == spec.replicas: ten pods for a spec of one are still progressing.
+    #[test]
+    fn more_pods_than_spec_is_not_available_but_updated() {
+        let got = progress(&cs(PDS, 1, false), None, counts([10, 9, 8, 10, 9, 8, 10], "2", "2"), at(0));
+        assert_eq!(got, (Some(cond("True", REASON_UPDATED, "CloneSet is progressing", at(0), at(0))), Some(Duration::from_secs(11))));
+    }
+
+    /// Not in Kruise's table: every wanted pod updated and available, but an extra pod still
+    /// around (status.replicas 11 for a spec of 10) is not Available yet.
+    #[test]
+    fn an_extra_pod_beyond_spec_is_not_available() {
+        let got = progress(&cs(PDS, 10, false), None, counts([11, 11, 11, 10, 10, 10, 10], "1", "1"), at(0));
+        assert_eq!(got, (Some(cond("True", REASON_UPDATED, "CloneSet is progressing", at(0), at(0))), Some(Duration::from_secs(11))));
+    }
+
+    /// Paused is checked before partition and progress.
+    #[test]
+    fn paused_mid_rollout_is_paused() {
+        let got = progress(&cs(PDS, 1, true), None, counts([10, 8, 7, 6, 5, 5, 6], "1", "2"), at(0));
+        assert_eq!(got, (Some(cond("True", REASON_PAUSED, "CloneSet is paused", at(0), at(0))), None));
+    }
+
+    /// expectedUpdated < replicas and all of them available: the partition is reached.
+    #[test]
+    fn partition_reached_without_a_condition_is_partition_available() {
+        let got = progress(&cs(PDS, 10, false), None, counts([10, 10, 10, 1, 1, 1, 1], "1", "2"), at(0));
+        let want = cond("True", REASON_PARTITION_AVAILABLE, "CloneSet has been paused due to partition ready", at(0), at(0));
+        assert_eq!(got, (Some(want), None));
+    }
+
+    /// Scaling up from Available is progress; the status stays True so lastTransitionTime is kept.
+    /// (Kruise's table lists the old times and no requeue here but never asserts them; §7.2 says
+    /// lastUpdateTime is now and the deadline requeue applies.)
+    #[test]
+    fn available_then_scale_up_is_updated_keeping_the_transition_time() {
+        let prev = cond("True", REASON_AVAILABLE, "CloneSet is available", at_nanos(10), at_nanos(10));
+        let got = progress(&cs(PDS, 10, false), Some(prev), counts([5, 5, 5, 5, 5, 5, 10], "1", "1"), at(0));
+        let want = cond("True", REASON_UPDATED, "CloneSet is progressing", at(0), at_nanos(10));
+        assert_eq!(got, (Some(want), Some(Duration::from_secs(11))));
+    }
+
+    /// An Updated condition long past its deadline times out, naming the update revision.
+    #[test]
+    fn updated_long_past_the_deadline_during_scale_up_times_out() {
+        let old: Timestamp = OLD.parse().unwrap();
+        let now = old + SignedDuration::from_secs(60);
+        let prev = cond("True", REASON_UPDATED, "CloneSet is progressing", old, old);
+        let got = progress(&cs(PDS, 10, false), Some(prev), counts([10, 8, 8, 10, 8, 8, 10], "1", "1"), now);
+        let want = cond("False", REASON_DEADLINE_EXCEEDED, "CloneSet revision 1 has timed out progressing", now, now);
+        assert_eq!(got, (Some(want), None));
+    }
+
+    /// A new revision after Available is Updated; the old entry had no status, so the times are
+    /// fresh. An unset spec.replicas counts as 1.
+    #[test]
+    fn available_then_new_revision_is_updated_with_fresh_times() {
+        let mut c = cs(PDS, 1, false);
+        c.spec.replicas = None;
+        let prev = cond("", REASON_AVAILABLE, "", at_nanos(10), at_nanos(10));
+        let got = progress(&c, Some(prev), counts([1, 0, 0, 0, 0, 0, 1], "1", "2"), at(5));
+        assert_eq!(got, (Some(cond("True", REASON_UPDATED, "CloneSet is progressing", at(5), at(5))), Some(Duration::from_secs(11))));
+    }
+
+    /// Updated, then the partition's share becomes available: PartitionAvailable, no requeue.
+    #[test]
+    fn updated_then_partition_reached_is_partition_available() {
+        let prev = cond("", REASON_UPDATED, "", at_nanos(10), at_nanos(10));
+        let got = progress(&cs(PDS, 10, false), Some(prev), counts([10, 10, 10, 5, 5, 5, 5], "1", "2"), at(5));
+        let want = cond("True", REASON_PARTITION_AVAILABLE, "CloneSet has been paused due to partition ready", at(5), at(5));
+        assert_eq!(got, (Some(want), None));
+    }
+
+    /// Scaling down so that expectedUpdated drops under updatedAvailable reaches the partition.
+    #[test]
+    fn updated_then_scale_down_under_the_partition_is_partition_available() {
+        let prev = cond("", REASON_UPDATED, "", at_nanos(10), at_nanos(10));
+        let got = progress(&cs(PDS, 6, false), Some(prev), counts([10, 9, 9, 8, 8, 8, 5], "1", "2"), at(5));
+        let want = cond("True", REASON_PARTITION_AVAILABLE, "CloneSet has been paused due to partition ready", at(5), at(5));
+        assert_eq!(got, (Some(want), None));
+    }
+
+    /// Still Updated inside the deadline: the entry and its clock are kept; requeue for the rest + 1 s.
+    #[test]
+    fn updated_within_the_deadline_keeps_its_clock_and_requeues_for_the_rest() {
+        let prev = cond("True", REASON_UPDATED, "CloneSet is progressing", at(9), at(9));
+        let got = progress(&cs(PDS, 6, false), Some(prev.clone()), counts([10, 9, 9, 8, 6, 6, 8], "1", "2"), at(15));
+        assert_eq!(got, (Some(prev), Some(Duration::from_secs(5))));
+    }
+
+    /// Still short of the partition and long past the deadline: timed out.
+    #[test]
+    fn updated_long_past_the_deadline_after_scale_down_times_out() {
+        let old: Timestamp = OLD.parse().unwrap();
+        let now = old + SignedDuration::from_secs(60);
+        let prev = cond("", REASON_UPDATED, "", old, old);
+        let got = progress(&cs(PDS, 6, false), Some(prev), counts([6, 6, 6, 4, 4, 4, 6], "1", "2"), now);
+        let want = cond("False", REASON_DEADLINE_EXCEEDED, "CloneSet revision 2 has timed out progressing", now, now);
+        assert_eq!(got, (Some(want), None));
+    }
+
+    /// Scaling up while Updated stays Updated; the old entry had no status, so it is replaced and
+    /// the clock starts now.
+    #[test]
+    fn updated_then_scale_up_restarts_the_clock_when_the_old_entry_had_no_status() {
+        let prev = cond("", REASON_UPDATED, "", at_nanos(10), at_nanos(10));
+        let got = progress(&cs(PDS, 20, false), Some(prev), counts([15, 14, 14, 10, 10, 9, 10], "1", "2"), at(5));
+        assert_eq!(got, (Some(cond("True", REASON_UPDATED, "CloneSet is progressing", at(5), at(5))), Some(Duration::from_secs(11))));
+    }
+
+    /// Updated at 10 s with pds 10 s is past due at 30 s: False, fresh times, no requeue.
+    #[test]
+    fn updated_past_the_deadline_times_out_naming_the_revision() {
+        let prev = cond("True", REASON_UPDATED, "", at(10), at(10));
+        let got = progress(&cs(PDS, 20, false), Some(prev), counts([10, 5, 5, 5, 3, 1, 10], "1", "2"), at(30));
+        let want = cond("False", REASON_DEADLINE_EXCEEDED, "CloneSet revision 2 has timed out progressing", at(30), at(30));
+        assert_eq!(got, (Some(want), None));
+    }
+
+    /// Updated then fully rolled out: Available. Same status, so lastTransitionTime is kept
+    /// (Kruise's table shows it reset but does not assert times).
+    #[test]
+    fn updated_then_fully_rolled_out_is_available() {
+        let prev = cond("True", REASON_UPDATED, "", at_nanos(10), at_nanos(10));
+        let got = progress(&cs(PDS, 20, false), Some(prev), counts([20; 7], "2", "2"), at(9));
+        assert_eq!(got, (Some(cond("True", REASON_AVAILABLE, "CloneSet is available", at(9), at_nanos(10))), None));
+    }
+
+    /// Pausing mid-rollout: Paused, keeping lastTransitionTime (same status), and the deadline
+    /// requeue stops.
+    #[test]
+    fn updated_then_paused_is_paused() {
+        let prev = cond("True", REASON_UPDATED, "", at(5), at(5));
+        let got = progress(&cs(PDS, 20, true), Some(prev), counts([15, 14, 14, 10, 10, 9, 10], "1", "2"), at(8));
+        assert_eq!(got, (Some(cond("True", REASON_PAUSED, "CloneSet is paused", at(8), at(5))), None));
+    }
+
+    /// Still paused: the existing entry is kept as it is, times included.
+    #[test]
+    fn paused_again_keeps_the_paused_entry_untouched() {
+        let prev = cond("True", REASON_PAUSED, "CloneSet is paused", at_nanos(8), at_nanos(8));
+        let got = progress(&cs(PDS, 20, true), Some(prev.clone()), counts([15, 14, 14, 10, 10, 9, 10], "1", "2"), at(8));
+        assert_eq!(got, (Some(prev), None));
+    }
+
+    /// Resuming starts the deadline clock now. The message is the plain "is progressing" of §7.2
+    /// (Kruise's table says "CloneSet is resumed" but does not assert messages; its code has no
+    /// such message).
+    #[test]
+    fn resumed_from_paused_is_updated_and_starts_the_deadline() {
+        let prev = cond("True", REASON_PAUSED, "", at_nanos(8), at_nanos(8));
+        let got = progress(&cs(PDS, 20, false), Some(prev), counts([15, 14, 14, 10, 10, 9, 10], "1", "2"), at(10));
+        let want = cond("True", REASON_UPDATED, "CloneSet is progressing", at(10), at_nanos(8));
+        assert_eq!(got, (Some(want), Some(Duration::from_secs(11))));
+    }
+
+    /// Pausing ends DeadlineExceeded; False → True, so both times are new.
+    #[test]
+    fn deadline_exceeded_then_paused_is_paused() {
+        let prev = cond("False", REASON_DEADLINE_EXCEEDED, "CloneSet revision 2 has timed out progressing", at_nanos(8), at_nanos(8));
+        let got = progress(&cs(PDS, 20, true), Some(prev), counts([15, 14, 14, 10, 10, 9, 10], "1", "2"), at(40));
+        assert_eq!(got, (Some(cond("True", REASON_PAUSED, "CloneSet is paused", at(40), at(40))), None));
+    }
+
+    /// Kruise's "DeadlineExceeded, then a new revision" case hands the function a new status that
+    /// does not carry the old condition; with nothing to stick to, the new revision is Updated.
+    #[test]
+    fn new_revision_without_a_carried_condition_is_updated() {
+        let got = progress(&cs(PDS, 20, false), None, counts([20, 10, 10, 2, 2, 2, 4], "1", "3"), at(40));
+        assert_eq!(got, (Some(cond("True", REASON_UPDATED, "CloneSet is progressing", at(40), at(40))), Some(Duration::from_secs(11))));
+    }
+
+    /// With the old condition carried (as a reconcile does), DeadlineExceeded is sticky even
+    /// across a new revision until Available, Paused or PartitionAvailable applies (§7.2 case 4);
+    /// the entry is kept as it is, old message included.
+    #[test]
+    fn deadline_exceeded_stays_sticky_across_a_new_revision() {
+        let prev = cond("False", REASON_DEADLINE_EXCEEDED, "CloneSet revision 2 has timed out progressing", at_nanos(8), at_nanos(8));
+        let got = progress(&cs(PDS, 20, false), Some(prev.clone()), counts([20, 10, 10, 2, 2, 2, 4], "1", "3"), at(40));
+        assert_eq!(got, (Some(prev), None));
+    }
+
+    /// Pausing at the partition: Paused wins; the status stays True so lastTransitionTime is kept.
+    #[test]
+    fn partition_available_then_paused_is_paused() {
+        let prev = cond("True", REASON_PARTITION_AVAILABLE, "CloneSet has been paused due to partition ready", at(0), at(0));
+        let got = progress(&cs(PDS, 10, true), Some(prev), counts([10, 10, 10, 5, 5, 5, 5], "1", "2"), at(8));
+        assert_eq!(got, (Some(cond("True", REASON_PAUSED, "CloneSet is paused", at(8), at(0))), None));
+    }
+
+    /// Scaling up past the partition's available share is progress again: Updated, transition
+    /// time kept, deadline measured from now.
+    #[test]
+    fn partition_available_then_scale_up_is_updated_keeping_the_transition_time() {
+        let prev = cond("True", REASON_PARTITION_AVAILABLE, "CloneSet has been paused due to partition ready", at(0), at(0));
+        let got = progress(&cs(PDS, 20, false), Some(prev), counts([15, 15, 15, 6, 6, 6, 10], "1", "2"), at(8));
+        let want = cond("True", REASON_UPDATED, "CloneSet is progressing", at(8), at(0));
+        assert_eq!(got, (Some(want), Some(Duration::from_secs(11))));
+    }
+
+    /// Partition reached again after scaling: same status and reason, so the entry is kept as it
+    /// is (Kruise's table shows new times but does not assert them).
+    #[test]
+    fn partition_available_again_after_scale_up_keeps_the_entry() {
+        let prev = cond("True", REASON_PARTITION_AVAILABLE, "CloneSet has been paused due to partition ready", at(0), at(0));
+        let got = progress(&cs(PDS, 20, false), Some(prev.clone()), counts([20, 20, 20, 10, 10, 10, 10], "1", "2"), at(8));
+        assert_eq!(got, (Some(prev), None));
+    }
+
+    /// Updated at 1 s, still progressing at 8 s: entry kept, requeue 3 s + 1 s.
+    #[test]
+    fn updated_still_progressing_keeps_the_entry_and_requeues_at_the_deadline() {
+        let prev = cond("True", REASON_UPDATED, "", at(1), at(1));
+        let got = progress(&cs(PDS, 10, false), Some(prev.clone()), counts([10, 5, 5, 5, 3, 1, 10], "1", "2"), at(8));
+        assert_eq!(got, (Some(prev), Some(Duration::from_secs(4))));
+    }
 }
