@@ -444,7 +444,7 @@ async fn deletion_protection_label_refuses_deletes_as_kruise_does() {
 
     let labelled = |name: &str, value: &str, replicas: i32| {
         let mut m = with(name, json!({"spec": {"replicas": replicas}}));
-        m["metadata"]["labels"] = json!({(crd::DELETION_PROTECTION_LABEL): value});
+        m["metadata"]["labels"] = json!({(cloneset_operator::api::keys::DELETE_PROTECTION): value});
         m
     };
     create(&api, &labelled("always", "Always", 0)).await.unwrap();
@@ -472,8 +472,12 @@ async fn deletion_protection_label_refuses_deletes_as_kruise_does() {
     // Cascading lets go once scaled to zero; Always only once the label is removed.
     api.patch("cascading", &PatchParams::default(), &Patch::Merge(json!({"spec": {"replicas": 0}}))).await.unwrap();
     api.delete("cascading", &Default::default()).await.expect("Cascading with 0 replicas is deleted");
-    api.patch("always", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {(crd::DELETION_PROTECTION_LABEL): null}}})))
-        .await
-        .unwrap();
+    api.patch(
+        "always",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"labels": {(cloneset_operator::api::keys::DELETE_PROTECTION): null}}})),
+    )
+    .await
+    .unwrap();
     api.delete("always", &Default::default()).await.expect("deleted once unprotected");
 }

@@ -4,13 +4,13 @@
 use std::collections::BTreeSet;
 
 use cloneset_operator::api::{CloneSet, keys};
-use e2e::testenv::{Operator, wait_until};
+use e2e::testenv::{Operator, TestNamespace, install_api, wait_until, watch_until};
 use e2e::workload::{Env, T, condition, env, label, manifest, monitor, names, rolled_out, settled, st};
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Api, ResourceExt as _};
-use serde_json::json;
+use serde_json::{Value, json};
 
 #[tokio::test]
 async fn pods_and_revisions_look_exactly_like_kruise_ones() {
@@ -496,4 +496,103 @@ async fn scale_strategy_max_unavailable_limits_each_scale_up() {
             && ev.note.as_deref() == Some("scaleUp is limited because of scaleStrategy.maxUnavailable, limit: 1")
     });
     assert!(limited, "a ScaleUpLimited event with the limit");
+}
+
+/// The swap the project promises: a CloneSet with its revision and pods exactly as Kruise's
+/// manager left them (webhook-defaulted template, Kruise's labels, gates and conditions) is
+/// taken over by this operator without a single write, then keeps rolling.
+#[tokio::test]
+async fn a_cloneset_kruise_made_is_taken_over_without_a_write() {
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::api::PostParams;
+    install_api().await.unwrap();
+    let ns = TestNamespace::create("takeover").await.unwrap();
+    let (clonesets, pods, revs): (Api<CloneSet>, Api<Pod>, Api<ControllerRevision>) = (ns.api(), ns.api(), ns.api());
+    // Golden vector `defaulted-template` (e2e/revision-golden): what Kruise's webhook stores for
+    // this manifest, and the revision Kruise names after it.
+    let (name, hash) = ("defaulted-template", "59b8f57");
+    let revision = format!("{name}-{hash}");
+    let template = json!({"metadata": {"labels": {"app": "nginx"}}, "spec": {
+        "containers": [{"image": "nginx:1.25", "imagePullPolicy": "IfNotPresent", "name": "nginx", "resources": {},
+                        "terminationMessagePath": "/dev/termination-log", "terminationMessagePolicy": "File"}],
+        "dnsPolicy": "ClusterFirst", "restartPolicy": "Always", "schedulerName": "default-scheduler", "securityContext": {},
+        "terminationGracePeriodSeconds": 30}});
+    let cs: CloneSet =
+        serde_json::from_value(json!({"apiVersion": "apps.kruise.io/v1alpha1", "kind": "CloneSet", "metadata": {"name": name},
+        "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "nginx"}}, "template": template,
+                 "updateStrategy": {"type": "InPlaceIfPossible"}}}))
+        .unwrap();
+    let cs = clonesets.create(&PostParams::default(), &cs).await.unwrap();
+    let owner = json!({"apiVersion": "apps.kruise.io/v1alpha1", "kind": "CloneSet", "name": name, "uid": cs.metadata.uid,
+                       "controller": true, "blockOwnerDeletion": true});
+    let mut data = json!({"spec": {"template": template}});
+    data["spec"]["template"]["$patch"] = json!("replace");
+    data["spec"]["template"]["metadata"]["creationTimestamp"] = Value::Null;
+    let rev: ControllerRevision = serde_json::from_value(json!({"metadata": {"name": revision,
+        "labels": {"app": "nginx", keys::CONTROLLER_REVISION_HASH_LABEL: hash}, "ownerReferences": [owner]},
+        "data": data, "revision": 1}))
+    .unwrap();
+    let rev_uid = revs.create(&PostParams::default(), &rev).await.unwrap().metadata.uid;
+    for id in ["bb2xk", "dq45z", "hv8m7"] {
+        let mut pod = json!({"metadata": {"name": format!("{name}-{id}"), "generateName": format!("{name}-"),
+            "labels": {"app": "nginx", keys::CONTROLLER_REVISION_HASH: revision, keys::POD_TEMPLATE_HASH: hash,
+                       keys::CLONESET_INSTANCE_ID: id, keys::LIFECYCLE_STATE: "Normal"},
+            "annotations": {keys::LIFECYCLE_TIMESTAMP: "2026-01-01T00:00:00Z"}, "ownerReferences": [owner]},
+            "spec": template["spec"].clone()});
+        pod["spec"]["readinessGates"] = json!([{"conditionType": keys::INPLACE_UPDATE_READY}, {"conditionType": keys::KRUISE_POD_READY}]);
+        let pod: Pod = serde_json::from_value(pod).unwrap();
+        pods.create(&PostParams::default(), &pod).await.unwrap();
+        let conds = json!({"status": {"conditions": [{"type": keys::INPLACE_UPDATE_READY, "status": "True"}, {"type": keys::KRUISE_POD_READY, "status": "True"}]}});
+        pods.patch_status(&pod.name_any(), &PatchParams::default(), &Patch::Strategic(conds)).await.unwrap();
+    }
+    let status = json!({"status": {"observedGeneration": 1, "replicas": 3, "readyReplicas": 3, "availableReplicas": 3,
+        "updatedReplicas": 3, "updatedReadyReplicas": 3, "updatedAvailableReplicas": 3, "expectedUpdatedReplicas": 3,
+        "currentRevision": revision, "updateRevision": revision, "collisionCount": 0, "labelSelector": "app=nginx"}});
+    clonesets.patch_status(name, &PatchParams::default(), &Patch::Merge(status)).await.unwrap();
+    wait_until(T, "Kruise's pods Ready", || async {
+        let list = pods.list(&ListParams::default()).await?.items;
+        Ok(list.len() == 3 && list.iter().all(|p| condition(p, "Ready").as_deref() == Some("True")))
+    })
+    .await
+    .unwrap();
+    let before: BTreeSet<(String, String)> =
+        pods.list(&ListParams::default()).await.unwrap().items.iter().map(|p| (p.name_any(), p.resource_version().unwrap())).collect();
+
+    // Swap in this operator.
+    let op = Operator::start(&ns.name, &[]).await.unwrap();
+    wait_until(T, "every CloneSet reconciled and the queue empty", || async {
+        let m = op.metrics().await?;
+        Ok(e2e::bench::metric_sum(&m, "controller_runtime_reconcile_total") >= 1.0
+            && e2e::bench::metric_sum(&m, "workqueue_depth") == 0.0
+            && e2e::bench::metric_sum(&m, "controller_runtime_active_workers") == 0.0)
+    })
+    .await
+    .unwrap();
+    let writes = e2e::bench::Requests::from_metrics(&op.metrics().await.unwrap());
+    assert_eq!(writes.writes(), 0.0, "the takeover wrote something: {writes:?}\n{}", op.log_tail(30));
+    let after: BTreeSet<(String, String)> =
+        pods.list(&ListParams::default()).await.unwrap().items.iter().map(|p| (p.name_any(), p.resource_version().unwrap())).collect();
+    assert_eq!(before, after, "no pod was touched");
+    let all_revs = revs.list(&ListParams::default()).await.unwrap().items;
+    assert_eq!(all_revs.len(), 1, "Kruise's revision was recognised, not duplicated");
+    assert_eq!(all_revs[0].metadata.uid, rev_uid);
+
+    // And it keeps working: an in-place rollout of the taken-over pods.
+    clonesets
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"template": {"spec": {"containers": [{"name": "nginx", "image": "nginx:1.26"}]}}}})),
+        )
+        .await
+        .unwrap();
+    let e_cs = watch_until(&clonesets, name, T, |cs: &CloneSet| {
+        cs.status.as_ref().is_some_and(|s| s.observed_generation == 2) && rolled_out(cs, 3)
+    })
+    .await
+    .unwrap();
+    assert_ne!(st(&e_cs).update_revision, revision);
+    let names_after: BTreeSet<String> = pods.list(&ListParams::default()).await.unwrap().items.iter().map(|p| p.name_any()).collect();
+    assert_eq!(names_after, before.iter().map(|(n, _)| n.clone()).collect(), "updated in place: the same pods");
+    drop(op);
 }

@@ -261,15 +261,13 @@ fn clonesets_policy(name: &str, operations: &[&str], spec: Value) -> (Validating
 
 /// Name of the policy (and binding) that enforces Kruise's deletion-protection label.
 pub const DELETION_PROTECTION_POLICY_NAME: &str = "deletion-protection.clonesets.apps.kruise.io";
-/// Kruise's label (`policyv1alpha1.DeletionProtectionKey`).
-pub const DELETION_PROTECTION_LABEL: &str = "policy.kruise.io/delete-protection";
 
 /// Kruise's `ResourcesDeletionProtection` for CloneSets, which Kruise enforces in its webhook on
 /// DELETE: `Always` refuses every delete, `Cascading` refuses it while `spec.replicas > 0`. A
 /// CloneSet already being deleted is let through, as in Kruise. Installed only when the gate is
 /// on (the chart renders it then), because Kruise's gate is off by default.
 pub fn deletion_protection_policy() -> (ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding) {
-    let label = DELETION_PROTECTION_LABEL;
+    let label = super::keys::DELETE_PROTECTION;
     let prefix = format!("forbidden by ResourcesProtectionDeletion for {label}=");
     let spec = json!({
         // On DELETE the object is `oldObject`; `object` is null.

@@ -14,7 +14,7 @@ use serde_json::{Map, Value, json};
 
 use crate::api::keys;
 use crate::api::shared::{InPlaceUpdateContainerBatch, InPlaceUpdateContainerStatus, InPlaceUpdateState};
-use crate::core::revision;
+use crate::core::{defaults, revision};
 
 /// What an in-place update changes, and Kruise's JSON for it (held in the grace annotation).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -50,6 +50,10 @@ pub fn in_place_spec(old_data: Option<&[u8]>, new_data: &[u8], new_revision: &st
     let new = revision::template_from_revision_data(new_data).ok()?;
     let (old_meta, new_meta) = (old.get("metadata").cloned().unwrap_or(json!({})), new.get("metadata").cloned().unwrap_or(json!({})));
     let (mut old_spec, mut new_spec) = (old.get("spec").cloned().unwrap_or(json!({})), new.get("spec").cloned().unwrap_or(json!({})));
+    // Kruise's webhook defaults every stored template, so a default spelled out on one side only
+    // is no change there; it must not force a recreate here.
+    defaults::fill_pod_spec_defaults(&mut old_spec);
+    defaults::fill_pod_spec_defaults(&mut new_spec);
 
     // Images: same containers in the same order, differing only in `image`.
     let mut images = BTreeMap::new();
@@ -269,6 +273,23 @@ mod tests {
             c["env"] = json!([{"name": "E", "value": e}]);
         }
         json!({"metadata": {"labels": labels}, "spec": {"containers": [c, {"name": "side", "image": "busybox:1"}]}})
+    }
+
+    /// After taking over a CloneSet Kruise created (its template defaulted by Kruise's webhook),
+    /// re-applying the bare manifest with a new image is still an image-only change.
+    #[test]
+    fn defaults_spelled_out_on_one_side_only_do_not_prevent_in_place() {
+        let kruise_stored = json!({"metadata": {"labels": {"app": "nginx"}}, "spec": {
+            "containers": [{"image": "nginx:1.25", "imagePullPolicy": "IfNotPresent", "name": "nginx", "resources": {},
+                            "terminationMessagePath": "/dev/termination-log", "terminationMessagePolicy": "File"}],
+            "dnsPolicy": "ClusterFirst", "restartPolicy": "Always", "schedulerName": "default-scheduler", "securityContext": {},
+            "terminationGracePeriodSeconds": 30}});
+        let bare =
+            |image: &str| json!({"metadata": {"labels": {"app": "nginx"}}, "spec": {"containers": [{"name": "nginx", "image": image}]}});
+        let spec = in_place_spec(Some(&data(kruise_stored.clone())), &data(bare("nginx:1.26")), "cs-new", 0).unwrap();
+        assert_eq!(spec.container_images, BTreeMap::from([("nginx".to_string(), "nginx:1.26".to_string())]));
+        // `nginx` (latest) defaults to imagePullPolicy Always: a real change, as under Kruise.
+        assert_eq!(in_place_spec(Some(&data(kruise_stored)), &data(bare("nginx")), "cs-new", 0), None);
     }
 
     #[test]

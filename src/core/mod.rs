@@ -1,6 +1,7 @@
 //! Pure decisions: functions of snapshots and `now`. Nothing here takes a client, spawns a task
 //! or reads a clock.
 
+pub mod defaults;
 pub mod diff;
 pub mod expectations;
 pub mod gojson;
