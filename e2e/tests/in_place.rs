@@ -324,3 +324,38 @@ async fn scatter_strategy_spreads_matching_pods_across_the_rollout() {
     assert!(is_a.windows(2).all(|w| !(w[0] && w[1])), "no two zone-a pods in a row: {is_a:?}");
     assert!(*is_a.last().unwrap(), "one zone-a pod is moved to the very end: {is_a:?}");
 }
+
+/// §5.6 launch priority: the container with the higher `KRUISE_CONTAINER_PRIORITY` gets its new
+/// image first; the other only once that one runs it and is Ready.
+#[tokio::test]
+async fn launch_priority_updates_containers_in_batches() {
+    let e = env("priority-batches").await;
+    let container = |name: &str, image: &str, priority: &str| json!({"name": name, "image": image, "env": [{"name": keys::CONTAINER_PRIORITY_ENV, "value": priority}]});
+    let template = |main: &str, side: &str| json!({"template": {"spec": {"containers": [container("main", main, "10"), container("side", side, "1")]}}});
+    e.create(&manifest("web", 1, "unused", in_place(template("nginx:1.27", "busybox:1.36")))).await;
+    e.wait_status("web", "1 ready", |cs| rolled_out(cs, 1)).await;
+    let pod = e.active_pods("web").await.remove(0);
+    let image_of = |p: &Pod, name: &str| -> (String, String, bool) {
+        let spec = p.spec.as_ref().unwrap().containers.iter().find(|c| c.name == name).unwrap().image.clone().unwrap();
+        let status = p.status.as_ref().and_then(|s| s.container_statuses.as_ref()).and_then(|ss| ss.iter().find(|s| s.name == name));
+        (spec, status.map(|s| s.image.clone()).unwrap_or_default(), status.is_some_and(|s| s.ready))
+    };
+    let (versions, record) = record(&e.pods, &pod.name_any(), move |p: &Pod| (image_of(p, "main"), image_of(p, "side"))).await.unwrap();
+    e.patch("web", template("nginx:1.28", "busybox:1.37")).await;
+    e.wait_status("web", "updated in place", |cs| rolled_out(cs, 1)).await;
+    record.abort();
+
+    let after = e.pods.get(&pod.name_any()).await.unwrap();
+    assert_eq!(after.metadata.uid, pod.metadata.uid, "the same pod");
+    let versions = versions.lock().unwrap().clone();
+    let side_changed = versions.iter().position(|(_, side)| side.0 == "busybox:1.37").expect("side was updated");
+    let main_changed = versions.iter().position(|(main, _)| main.0 == "nginx:1.28").expect("main was updated");
+    assert!(main_changed < side_changed, "main (priority 10) first: {versions:?}");
+    let (main_then, _) = &versions[side_changed];
+    assert_eq!((main_then.1.as_str(), main_then.2), ("nginx:1.28", true), "side waited for main to run its new image, Ready: {versions:?}");
+    let state: serde_json::Value = serde_json::from_str(&after.annotations()[keys::INPLACE_UPDATE_STATE]).unwrap();
+    let batches: Vec<serde_json::Value> =
+        state["containerBatchesRecord"].as_array().unwrap().iter().map(|b| b["containers"].clone()).collect();
+    assert_eq!(batches, [json!(["main"]), json!(["side"])]);
+    assert_eq!(condition(&after, "InPlaceUpdateReady").as_deref(), Some("True"));
+}

@@ -130,7 +130,8 @@ where
 
 /// Drops what the controller never reads from a cached pod. What it reads (checked in
 /// `controller` and `core`): all of metadata; `spec.containers[].name`, `.image` and
-/// `.resources` (in-place updates and vertical scaling), `spec.initContainers` likewise,
+/// `.resources` (in-place updates and vertical scaling), the `KRUISE_CONTAINER_PRIORITY` env
+/// variable (launch priority), `spec.initContainers` likewise,
 /// `spec.readinessGates`, `spec.nodeName`; and `status` (phase, conditions, container
 /// statuses). Volumes (the service-account projection on every pod), tolerations, affinity,
 /// env, mounts, probes, commands and ports are never read.
@@ -142,10 +143,13 @@ pub fn strip_pod(pod: &mut Pod) {
         spec.security_context = None;
         spec.topology_spread_constraints = None;
         for c in spec.containers.iter_mut().chain(spec.init_containers.iter_mut().flatten()) {
+            // The launch-priority variable is the only env the controller reads.
+            let priority: Vec<_> = c.env.take().into_iter().flatten().filter(|e| e.name == keys::CONTAINER_PRIORITY_ENV).collect();
             *c = k8s_openapi::api::core::v1::Container {
                 name: std::mem::take(&mut c.name),
                 image: c.image.take(),
                 resources: c.resources.take(),
+                env: (!priority.is_empty()).then_some(priority),
                 ..Default::default()
             };
         }
@@ -407,7 +411,7 @@ mod tests {
                 "readinessGates": [{"conditionType": "InPlaceUpdateReady"}],
                 "tolerations": [{"key": "k", "operator": "Exists"}],
                 "volumes": [{"name": "v", "emptyDir": {}}],
-                "containers": [{"name": "main", "image": "i:1", "env": [{"name": "E", "value": "1"}],
+                "containers": [{"name": "main", "image": "i:1", "env": [{"name": "E", "value": "1"}, {"name": "KRUISE_CONTAINER_PRIORITY", "value": "10"}],
                                 "resources": {"limits": {"cpu": "1"}}, "volumeMounts": [{"name": "v", "mountPath": "/v"}]}],
             },
             "status": {"phase": "Running", "podIPs": [{"ip": "10.0.0.1"}],
@@ -423,7 +427,9 @@ mod tests {
         assert_eq!(spec.containers[0].name, "main");
         assert_eq!(spec.containers[0].image.as_deref(), Some("i:1"));
         assert_eq!(spec.containers[0].resources, before.spec.as_ref().unwrap().containers[0].resources);
-        assert!(spec.containers[0].env.is_none() && spec.containers[0].volume_mounts.is_none());
+        let env: Vec<&str> = spec.containers[0].env.iter().flatten().map(|e| e.name.as_str()).collect();
+        assert_eq!(env, ["KRUISE_CONTAINER_PRIORITY"], "only the launch priority is read from env");
+        assert!(spec.containers[0].volume_mounts.is_none());
         assert!(spec.volumes.is_none() && spec.tolerations.is_none());
         let status = pod.status.as_ref().unwrap();
         assert_eq!(status.conditions, before.status.as_ref().unwrap().conditions);

@@ -126,9 +126,10 @@ pub fn read_grace(pod: &Pod) -> Option<UpdateSpec> {
     serde_json::from_str(raw).ok()
 }
 
-/// The state written when an in-place update starts; with no grace period it already records
-/// the containers' current imageIDs and the batch, because the images change in the same write.
-pub fn start_state(pod: &Pod, spec: &UpdateSpec, now: Timestamp) -> InPlaceUpdateState {
+/// The state written when an in-place update starts, and the images changed in this write: with
+/// no grace period the first container batch is applied at once, so its imageIDs and batch
+/// record are in the state already; with one, nothing changes yet.
+pub fn start_state(pod: &Pod, spec: &UpdateSpec, now: Timestamp) -> (InPlaceUpdateState, BTreeMap<String, String>) {
     let mut state = InPlaceUpdateState {
         revision: spec.revision.clone(),
         update_timestamp: Some(Time(now)),
@@ -136,33 +137,53 @@ pub fn start_state(pod: &Pod, spec: &UpdateSpec, now: Timestamp) -> InPlaceUpdat
         update_images: !spec.container_images.is_empty(),
         ..Default::default()
     };
-    if spec.grace_seconds <= 0 {
-        record_batch(&mut state, pod, spec, now);
-    }
-    state
+    let batch = if spec.grace_seconds <= 0 { record_batch(&mut state, pod, &spec.container_images, now) } else { BTreeMap::new() };
+    (state, batch)
 }
 
-fn record_batch(state: &mut InPlaceUpdateState, pod: &Pod, spec: &UpdateSpec, now: Timestamp) {
+/// A container's launch priority (`KRUISE_CONTAINER_PRIORITY` in its env), if it has one.
+fn container_priority(pod: &Pod, name: &str) -> Option<i32> {
+    let c = pod.spec.as_ref()?.containers.iter().find(|c| c.name == name)?;
+    c.env.iter().flatten().find(|e| e.name == keys::CONTAINER_PRIORITY_ENV)?.value.as_deref()?.trim().parse().ok()
+}
+
+/// §5.6 launch priority: of the containers to update, those without a priority and those with
+/// the highest one go now, the rest wait for a later batch.
+fn split_batch(pod: &Pod, images: &BTreeMap<String, String>) -> (BTreeMap<String, String>, BTreeMap<String, String>) {
+    let highest = images.keys().filter_map(|n| container_priority(pod, n)).max();
+    images.iter().map(|(n, i)| (n.clone(), i.clone())).partition(|(n, _)| {
+        let p = container_priority(pod, n);
+        p.is_none() || p == highest
+    })
+}
+
+/// Starts the batch of `images` due now: records the batch's current imageIDs and the batch,
+/// leaves the rest for later (to start once this batch is updated and Ready), and returns the
+/// images to write now.
+fn record_batch(state: &mut InPlaceUpdateState, pod: &Pod, images: &BTreeMap<String, String>, now: Timestamp) -> BTreeMap<String, String> {
+    let (batch, next) = split_batch(pod, images);
     let statuses = pod.status.as_ref().and_then(|s| s.container_statuses.as_ref());
-    let last: BTreeMap<String, InPlaceUpdateContainerStatus> = spec
-        .container_images
-        .keys()
-        .map(|name| {
-            let image_id = statuses.and_then(|ss| ss.iter().find(|s| &s.name == name)).map(|s| s.image_id.clone()).unwrap_or_default();
-            (name.clone(), InPlaceUpdateContainerStatus { image_id })
-        })
-        .collect();
-    state.last_container_statuses = Some(last);
+    let last = state.last_container_statuses.get_or_insert_with(BTreeMap::new);
+    for name in batch.keys() {
+        let image_id = statuses.and_then(|ss| ss.iter().find(|s| &s.name == name)).map(|s| s.image_id.clone()).unwrap_or_default();
+        last.insert(name.clone(), InPlaceUpdateContainerStatus { image_id });
+    }
+    state.pre_check_before_next = (!next.is_empty())
+        .then(|| crate::api::shared::InPlaceUpdatePreCheckBeforeNext { containers_required_ready: batch.keys().cloned().collect() });
+    state.next_container_images = next;
     state
         .container_batches_record
-        .push(InPlaceUpdateContainerBatch { timestamp: Some(Time(now)), containers: spec.container_images.keys().cloned().collect() });
+        .push(InPlaceUpdateContainerBatch { timestamp: Some(Time(now)), containers: batch.keys().cloned().collect() });
+    batch
 }
 
-/// The strategic-merge patch that applies an update spec to a pod: images by container name,
-/// labels/annotations, and the new state; `revision_labels` are the hash labels to write.
+/// The strategic-merge patch that applies an update spec to a pod: `images` by container name
+/// (this batch's), the spec's labels/annotations, and the new state; `extra_labels` are the hash
+/// and lifecycle labels to write.
 pub fn apply_patch(
     pod: &Pod,
     spec: &UpdateSpec,
+    images: &BTreeMap<String, String>,
     state: &InPlaceUpdateState,
     extra_labels: &BTreeMap<String, String>,
     now_label: Option<&str>,
@@ -188,8 +209,8 @@ pub fn apply_patch(
         annotations.insert(keys::LIFECYCLE_TIMESTAMP.into(), json!(ts));
     }
     let mut patch = json!({"metadata": {"labels": labels, "annotations": annotations}});
-    if !spec.container_images.is_empty() {
-        let containers: Vec<Value> = spec.container_images.iter().map(|(n, i)| json!({"name": n, "image": i})).collect();
+    if !images.is_empty() {
+        let containers: Vec<Value> = images.iter().map(|(n, i)| json!({"name": n, "image": i})).collect();
         patch["spec"] = json!({"containers": containers});
     }
     patch
@@ -198,7 +219,7 @@ pub fn apply_patch(
 /// The pod patch that starts an in-place update: revision labels, lifecycle Updating, the state
 /// annotation, and either the new images (no grace period) or the grace annotation holding them.
 pub fn start_patch(pod: &Pod, spec: &UpdateSpec, revision_label: &str, now: Timestamp) -> Value {
-    let state = start_state(pod, spec, now);
+    let (state, batch) = start_state(pod, spec, now);
     let labels: BTreeMap<String, String> = [
         (keys::CONTROLLER_REVISION_HASH.to_string(), revision_label.to_string()),
         (keys::POD_TEMPLATE_HASH.to_string(), crate::core::pods::short_hash(&spec.revision).to_string()),
@@ -207,7 +228,7 @@ pub fn start_patch(pod: &Pod, spec: &UpdateSpec, revision_label: &str, now: Time
     .into();
     let stamp = crate::core::pods::rfc3339_seconds(now);
     if spec.grace_seconds <= 0 {
-        return apply_patch(pod, spec, &state, &labels, Some(&stamp));
+        return apply_patch(pod, spec, &batch, &state, &labels, Some(&stamp));
     }
     json!({"metadata": {
         "labels": labels,
@@ -232,20 +253,45 @@ pub fn grace_remaining(state: &InPlaceUpdateState, grace_seconds: i32, now: Time
     Some(Duration::from_secs(secs.max(1) as u64))
 }
 
-/// After the grace period: the state gains the imageIDs and the batch record.
-pub fn state_after_grace(pod: &Pod, state: &InPlaceUpdateState, spec: &UpdateSpec, now: Timestamp) -> InPlaceUpdateState {
+/// After the grace period: the state gains the first batch's imageIDs and record; returns it
+/// with the images to write now.
+pub fn state_after_grace(
+    pod: &Pod,
+    state: &InPlaceUpdateState,
+    spec: &UpdateSpec,
+    now: Timestamp,
+) -> (InPlaceUpdateState, BTreeMap<String, String>) {
     let mut s = state.clone();
-    record_batch(&mut s, pod, spec, now);
-    s
+    let batch = record_batch(&mut s, pod, &spec.container_images, now);
+    (s, batch)
+}
+
+/// The next container batch, once the current one has its new images and the containers it
+/// names are Ready: the patch writing its images and the updated state. `None` while waiting.
+pub fn next_batch_patch(pod: &Pod, state: &InPlaceUpdateState, now: Timestamp) -> Option<Value> {
+    if state.next_container_images.is_empty() || read_grace(pod).is_some() || !containers_updated(pod, state) {
+        return None;
+    }
+    let statuses = pod.status.as_ref().and_then(|s| s.container_statuses.as_deref()).unwrap_or_default();
+    let required = state.pre_check_before_next.iter().flat_map(|p| &p.containers_required_ready);
+    if !required.into_iter().all(|name| statuses.iter().any(|s| &s.name == name && s.ready)) {
+        return None;
+    }
+    let mut next = state.clone();
+    let images = std::mem::take(&mut next.next_container_images);
+    let batch = record_batch(&mut next, pod, &images, now);
+    Some(apply_patch(pod, &UpdateSpec::default(), &batch, &next, &BTreeMap::new(), None))
 }
 
 /// §5.7: whether the containers report the new images. Not complete while a grace period or a
 /// next batch is pending; otherwise each recorded container must show a new imageID, or report
 /// the spec image (covering re-tags of the same image).
 pub fn update_completed(pod: &Pod, state: &InPlaceUpdateState) -> bool {
-    if read_grace(pod).is_some() || !state.next_container_images.is_empty() {
-        return false;
-    }
+    read_grace(pod).is_none() && state.next_container_images.is_empty() && containers_updated(pod, state)
+}
+
+/// Every container recorded in the state shows a new imageID or reports its spec image.
+fn containers_updated(pod: &Pod, state: &InPlaceUpdateState) -> bool {
     let statuses = pod.status.as_ref().and_then(|s| s.container_statuses.as_deref()).unwrap_or_default();
     let spec_containers = pod.spec.as_ref().map(|s| s.containers.as_slice()).unwrap_or_default();
     for (name, last) in state.last_container_statuses.iter().flatten() {
@@ -352,18 +398,77 @@ mod tests {
         .unwrap()
     }
 
+    /// Containers `a` (priority 10), `b` (priority 1) and `c` (none) with spec image
+    /// `<name>:<spec[i]>`, running `<name>:<running[i]>` (imageID `<name>-<running[i]>`); `ready`
+    /// tells whether a and c report Ready.
+    fn prioritised_pod(spec: [u8; 3], running: [u8; 3], ready: bool) -> Pod {
+        let env = |p: Option<&str>| p.map_or(json!([]), |p| json!([{"name": keys::CONTAINER_PRIORITY_ENV, "value": p}]));
+        let names = ["a", "b", "c"];
+        let priorities = [Some("10"), Some("1"), None];
+        let containers: Vec<Value> =
+            (0..3).map(|i| json!({"name": names[i], "image": format!("{}:{}", names[i], spec[i]), "env": env(priorities[i])})).collect();
+        let statuses: Vec<Value> = (0..3)
+            .map(|i| {
+                json!({"name": names[i], "image": format!("{}:{}", names[i], running[i]), "imageID": format!("{}-{}", names[i], running[i]),
+                       "ready": ready || names[i] == "b", "restartCount": 0})
+            })
+            .collect();
+        serde_json::from_value(
+            json!({"metadata": {"name": "p"}, "spec": {"containers": containers}, "status": {"containerStatuses": statuses}}),
+        )
+        .unwrap()
+    }
+
+    /// §5.6: the highest priority and the unprioritised go first; the rest only once those have
+    /// their new images and are Ready, as a second batch on record.
+    #[test]
+    fn launch_priority_updates_containers_in_batches() {
+        let images: BTreeMap<String, String> = ["a", "b", "c"].map(|n| (n.to_string(), format!("{n}:2"))).into();
+        let spec = UpdateSpec { revision: "r2".into(), container_images: images, ..Default::default() };
+        let t0: Timestamp = "2026-01-01T00:00:00Z".parse().unwrap();
+        let (state, batch) = start_state(&prioritised_pod([1, 1, 1], [1, 1, 1], true), &spec, t0);
+        assert_eq!(batch.keys().collect::<Vec<_>>(), ["a", "c"]);
+        assert_eq!(state.next_container_images, BTreeMap::from([("b".to_string(), "b:2".to_string())]));
+        assert_eq!(state.pre_check_before_next.as_ref().unwrap().containers_required_ready, ["a", "c"]);
+
+        // Not yet: a and c still run their old images; then they run the new ones but are not Ready.
+        let patched = prioritised_pod([2, 1, 2], [1, 1, 1], true);
+        assert!(!update_completed(&patched, &state));
+        assert_eq!(next_batch_patch(&patched, &state, t0), None);
+        assert_eq!(next_batch_patch(&prioritised_pod([2, 1, 2], [2, 1, 2], false), &state, t0), None);
+
+        let t1: Timestamp = "2026-01-01T00:00:07Z".parse().unwrap();
+        let pod = prioritised_pod([2, 1, 2], [2, 1, 2], true);
+        assert!(!update_completed(&pod, &state), "b is still to come");
+        let patch = next_batch_patch(&pod, &state, t1).expect("the second batch starts");
+        assert_eq!(patch["spec"], json!({"containers": [{"name": "b", "image": "b:2"}]}));
+        let next: InPlaceUpdateState =
+            serde_json::from_str(patch["metadata"]["annotations"][keys::INPLACE_UPDATE_STATE].as_str().unwrap()).unwrap();
+        assert!(next.next_container_images.is_empty() && next.pre_check_before_next.is_none());
+        let recorded: Vec<(String, String)> =
+            next.last_container_statuses.clone().unwrap().into_iter().map(|(n, s)| (n, s.image_id)).collect();
+        assert_eq!(recorded, [("a", "a-1"), ("b", "b-1"), ("c", "c-1")].map(|(a, b)| (a.to_string(), b.to_string())));
+        let batches: Vec<Vec<String>> = next.container_batches_record.iter().map(|b| b.containers.clone()).collect();
+        assert_eq!(batches, [vec!["a".to_string(), "c".to_string()], vec!["b".to_string()]]);
+        assert_eq!(next.container_batches_record[1].timestamp, Some(Time(t1)));
+        assert!(!update_completed(&prioritised_pod([2, 2, 2], [2, 1, 2], true), &next), "b has not restarted yet");
+        assert!(update_completed(&prioritised_pod([2, 2, 2], [2, 2, 2], true), &next));
+    }
+
     #[test]
     fn state_records_image_ids_and_the_batch() {
         let pod = running_pod("nginx:1", "id-1", "nginx:1");
         let spec = UpdateSpec { revision: "r2".into(), container_images: [("main".into(), "nginx:2".into())].into(), ..Default::default() };
         let now: Timestamp = "2026-01-01T00:00:00Z".parse().unwrap();
-        let state = start_state(&pod, &spec, now);
+        let (state, batch) = start_state(&pod, &spec, now);
+        assert_eq!(batch, spec.container_images);
         let json = serde_json::to_string(&state).unwrap();
         assert_eq!(
             json,
             r#"{"revision":"r2","updateTimestamp":"2026-01-01T00:00:00Z","lastContainerStatuses":{"main":{"imageID":"id-1"}},"updateImages":true,"containerBatchesRecord":[{"timestamp":"2026-01-01T00:00:00Z","containers":["main"]}]}"#
         );
-        let with_grace = start_state(&pod, &UpdateSpec { grace_seconds: 5, ..spec }, now);
+        let (with_grace, batch) = start_state(&pod, &UpdateSpec { grace_seconds: 5, ..spec }, now);
+        assert!(batch.is_empty(), "nothing changes during the grace period");
         assert_eq!(
             serde_json::to_string(&with_grace).unwrap(),
             r#"{"revision":"r2","updateTimestamp":"2026-01-01T00:00:00Z","lastContainerStatuses":null,"updateImages":true}"#

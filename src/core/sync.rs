@@ -203,12 +203,18 @@ pub fn plan_refresh(input: &SyncInput<'_>) -> (Vec<Refresh>, Option<Duration>) {
                 Some(grace) => match inplace::grace_remaining(&state, grace.grace_seconds, input.now) {
                     Some(rem) => requeue = Some(requeue.map_or(rem, |r| r.min(rem))),
                     None => {
-                        let new_state = inplace::state_after_grace(pod, &state, &grace, input.now);
-                        let mut apply = inplace::apply_patch(pod, &grace, &new_state, &BTreeMap::new(), None);
+                        let (new_state, batch) = inplace::state_after_grace(pod, &state, &grace, input.now);
+                        let mut apply = inplace::apply_patch(pod, &grace, &batch, &new_state, &BTreeMap::new(), None);
                         combine_patches(&mut apply, &json!({"metadata": {"annotations": {keys::INPLACE_UPDATE_GRACE: null}}}));
                         combine_patches(&mut patch, &apply);
                     }
                 },
+                // Launch priority: the next container batch once the last one is updated and Ready.
+                None if !state.next_container_images.is_empty() => {
+                    if let Some(next) = inplace::next_batch_patch(pod, &state, input.now) {
+                        combine_patches(&mut patch, &next);
+                    }
+                }
                 None if inplace::update_completed(pod, &state) => {
                     r.conditions.push(condition(keys::INPLACE_UPDATE_READY, true, "", "", input.now));
                     if st == Some(LifecycleState::Updating) {
