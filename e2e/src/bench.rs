@@ -137,6 +137,14 @@ pub fn metric_sum(text: &str, name: &str) -> f64 {
         .sum()
 }
 
+/// From the operator's metrics: it has reconciled at least `reconciles` times, its queue is
+/// empty and no worker is busy — everything it was going to do about the current state is done.
+pub fn reconciled_and_idle(text: &str, reconciles: f64) -> bool {
+    metric_sum(text, "controller_runtime_reconcile_total") >= reconciles
+        && metric_sum(text, "workqueue_depth") == 0.0
+        && metric_sum(text, "controller_runtime_active_workers") == 0.0
+}
+
 /// VmRSS and VmHWM in bytes from `/proc/<pid>/status` text.
 pub fn rss_from_status(text: &str) -> (u64, u64) {
     let kb = |key: &str| {

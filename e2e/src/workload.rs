@@ -51,6 +51,11 @@ pub fn manifest(name: &str, replicas: i32, image: &str, extra_spec: Value) -> Cl
     serde_json::from_value(v).unwrap()
 }
 
+/// The CloneSet spec change that moves container `main` (as in [`manifest`]) to `image`.
+pub fn new_image(image: &str) -> Value {
+    json!({"template": {"spec": {"containers": [{"name": "main", "image": image}]}}})
+}
+
 impl Env {
     pub async fn create(&self, cs: &CloneSet) {
         self.clonesets.create(&PostParams::default(), cs).await.unwrap();

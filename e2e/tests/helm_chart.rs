@@ -820,14 +820,7 @@ async fn the_charts_service_account_can_run_the_operator_and_nothing_more() {
 
     clonesets.patch("web", &PatchParams::default(), &Patch::Merge(json!({"spec": {"replicas": 1}}))).await.unwrap();
     wait("scaled down to 1", 1).await;
-    clonesets
-        .patch(
-            "web",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"template": {"spec": {"containers": [{"name": "main", "image": "nginx:1.28"}]}}}})),
-        )
-        .await
-        .unwrap();
+    clonesets.patch("web", &PatchParams::default(), &Patch::Merge(json!({"spec": e2e::workload::new_image("nginx:1.28")}))).await.unwrap();
     wait("rolled out to the new image", 1).await;
     let pods: Api<Pod> = ns.api();
     wait_until(T, "one pod on the new image", || async {

@@ -7,17 +7,13 @@ use std::time::SystemTime;
 
 use cloneset_operator::api::keys;
 use e2e::testenv::{record, wait_until, watch_until};
-use e2e::workload::{Env, T, condition, env, label, manifest, monitor, rolled_out, settled, st};
+use e2e::workload::{Env, T, condition, env, label, manifest, monitor, new_image, rolled_out, settled, st};
 use futures::TryStreamExt as _;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, ResourceExt as _};
 use serde_json::json;
-
-fn image_patch(image: &str) -> serde_json::Value {
-    json!({"template": {"spec": {"containers": [{"name": "main", "image": image}]}}})
-}
 
 /// A template change that cannot be made in place (an env var).
 fn env_change() -> serde_json::Value {
@@ -89,7 +85,7 @@ async fn in_place_rollout_keeps_pods_and_passes_through_not_ready() {
     let before: BTreeMap<String, (String, Option<String>, i32)> =
         e.active_pods("web").await.iter().map(|p| (p.metadata.uid.clone().unwrap(), (p.name_any(), ip(p), restart_count(p)))).collect();
     let (hist, watch) = watch_pods(e.pods.clone(), "app=web");
-    e.patch("web", image_patch("nginx:1.28")).await;
+    e.patch("web", new_image("nginx:1.28")).await;
     let cs = e
         .wait_status("web", "partition 6", |cs| settled(cs, 10) && st(cs).updated_replicas == 4 && st(cs).updated_ready_replicas == 4)
         .await;
@@ -128,7 +124,7 @@ async fn grace_period_delays_the_image_change() {
         .await;
     e.wait_status("web", "1 ready", |cs| rolled_out(cs, 1)).await;
     let name = e.active_pods("web").await[0].name_any();
-    e.patch("web", image_patch("nginx:1.28")).await;
+    e.patch("web", new_image("nginx:1.28")).await;
     // Kruise's order: the condition turns False first, then the grace annotation is written.
     let not_ready = watch_until(&e.pods, &name, T, |p| {
         condition(p, "InPlaceUpdateReady").as_deref() == Some("False") && p.annotations().contains_key(keys::INPLACE_UPDATE_GRACE)
@@ -249,7 +245,7 @@ async fn wait_for_state(e: &Env, state: &str) -> String {
 /// Rolls the paused CloneSet `web` to a new image and returns its pods in the order they were updated.
 async fn rollout_order(e: &Env, replicas: i32) -> Vec<String> {
     let (hist, watch) = watch_pods(e.pods.clone(), "app=web");
-    e.patch("web", image_patch("nginx:1.28")).await;
+    e.patch("web", new_image("nginx:1.28")).await;
     e.patch("web", json!({"updateStrategy": {"paused": false}})).await;
     e.wait_status("web", "rolled out", |cs| rolled_out(cs, replicas)).await;
     watch.abort();

@@ -36,7 +36,7 @@ async fn undo(api: &Api<CloneSet>, name: &str, revision: &ControllerRevision) {
 }
 
 fn set_image(image: &str) -> serde_json::Value {
-    json!({"spec": {"template": {"spec": {"containers": [{"name": "main", "image": image}]}}}})
+    json!({"spec": e2e::workload::new_image(image)})
 }
 
 #[tokio::test]

@@ -385,14 +385,7 @@ async fn one_leader_acts_and_a_standby_finishes_the_rollout_after_a_crash() {
     assert_eq!(reconciles(&mb), 0.0, "the standby does not reconcile:\n{mb}");
     assert_eq!(metric(&mb, "workqueue_adds_total", &[]), Some(0.0), "the standby queues nothing");
 
-    clonesets
-        .patch(
-            "web",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"template": {"spec": {"containers": [{"name": "main", "image": "nginx:1.28"}]}}}})),
-        )
-        .await
-        .unwrap();
+    clonesets.patch("web", &PatchParams::default(), &Patch::Merge(json!({"spec": e2e::workload::new_image("nginx:1.28")}))).await.unwrap();
     watch_until(&clonesets, "web", T, |cs| {
         let s = status(cs);
         observed(cs) && s.updated_replicas >= 1 && s.updated_ready_replicas < 5

@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 
 use cloneset_operator::api::{CloneSet, keys};
 use e2e::testenv::{Operator, TestNamespace, install_api, wait_until, watch_until};
-use e2e::workload::{Env, T, condition, env, label, manifest, monitor, names, rolled_out, settled, st};
+use e2e::workload::{Env, T, condition, env, label, manifest, monitor, names, new_image, rolled_out, settled, st};
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
@@ -140,7 +140,7 @@ async fn partition_canary_updates_replicas_minus_partition_within_budgets() {
     e.create(&manifest("web", 10, "nginx:1.27", spec)).await;
     e.wait_status("web", "10 ready", |cs| rolled_out(cs, 10)).await;
     let (extremes, watch) = monitor(e.pods.clone(), "app=web".into());
-    e.patch("web", json!({"template": {"spec": {"containers": [{"name": "main", "image": "nginx:1.28"}]}}})).await;
+    e.patch("web", new_image("nginx:1.28")).await;
     for partition in [8, 5, 0] {
         e.patch("web", json!({"updateStrategy": {"partition": partition}})).await;
         let cs = e
@@ -190,7 +190,7 @@ async fn paused_stops_updates_but_not_scaling() {
 }
 
 async fn roll_to(e: &Env, image: &str, replicas: i32) -> String {
-    e.patch("web", json!({"template": {"spec": {"containers": [{"name": "main", "image": image}]}}})).await;
+    e.patch("web", new_image(image)).await;
     let cs = e
         .wait_status("web", &format!("rolled out {image}"), |cs| {
             rolled_out(cs, replicas) && cs.spec.template.spec.as_ref().unwrap().containers[0].image.as_deref() == Some(image)
@@ -380,7 +380,7 @@ async fn restarting_the_operator_mid_rollout_creates_no_extra_pod() {
     e.create(&manifest("web", 6, "nginx:1.27", json!({"updateStrategy": {"maxUnavailable": 1}}))).await;
     e.wait_status("web", "6 ready", |cs| rolled_out(cs, 6)).await;
     let (extremes, watch) = monitor(e.pods.clone(), "app=web".into());
-    e.patch("web", json!({"template": {"spec": {"containers": [{"name": "main", "image": "nginx:1.28"}]}}})).await;
+    e.patch("web", new_image("nginx:1.28")).await;
     e.wait_status("web", "rollout under way", |cs| (1..6).contains(&st(cs).updated_replicas)).await;
     e.operator.kill();
     let ns = e.ns.name.clone();
@@ -456,7 +456,7 @@ async fn progressing_condition_follows_the_rollout_and_its_deadline() {
     let cs = e.wait_status("web", "available", |cs| rolled_out(cs, 2)).await;
     assert_eq!(progressing(&cs), Some(("True".into(), "CloneSetAvailable".into())));
     // Partition 1 of 2 with the canary ready: partition available.
-    e.patch("web", json!({"template": {"spec": {"containers": [{"name": "main", "image": "nginx:1.28"}]}}})).await;
+    e.patch("web", new_image("nginx:1.28")).await;
     e.wait_status("web", "partition available", |cs| progressing(cs) == Some(("True".into(), "ProgressPartitionAvailable".into()))).await;
     e.patch("web", json!({"updateStrategy": {"paused": true}})).await;
     e.wait_status("web", "paused", |cs| progressing(cs) == Some(("True".into(), "CloneSetPaused".into()))).await;
@@ -561,10 +561,7 @@ async fn a_cloneset_kruise_made_is_taken_over_without_a_write() {
     // Swap in this operator.
     let op = Operator::start(&ns.name, &[]).await.unwrap();
     wait_until(T, "every CloneSet reconciled and the queue empty", || async {
-        let m = op.metrics().await?;
-        Ok(e2e::bench::metric_sum(&m, "controller_runtime_reconcile_total") >= 1.0
-            && e2e::bench::metric_sum(&m, "workqueue_depth") == 0.0
-            && e2e::bench::metric_sum(&m, "controller_runtime_active_workers") == 0.0)
+        Ok(e2e::bench::reconciled_and_idle(&op.metrics().await?, 1.0))
     })
     .await
     .unwrap();

@@ -134,7 +134,7 @@ where
 /// variable (launch priority), `spec.initContainers` likewise,
 /// `spec.readinessGates`, `spec.nodeName`; and `status` (phase, conditions, container
 /// statuses). Volumes (the service-account projection on every pod), tolerations, affinity,
-/// env, mounts, probes, commands and ports are never read.
+/// the rest of env, mounts, probes, commands and ports are never read.
 pub fn strip_pod(pod: &mut Pod) {
     if let Some(spec) = pod.spec.as_mut() {
         spec.volumes = None;

@@ -476,10 +476,7 @@ impl Bench {
         let deadline = Instant::now() + TIMEOUT;
         let end = loop {
             let m = op2.metrics().await.unwrap_or_default();
-            let done = bench::metric_sum(&m, "controller_runtime_reconcile_total") >= f64::from(count)
-                && bench::metric_sum(&m, "workqueue_depth") == 0.0
-                && bench::metric_sum(&m, "controller_runtime_active_workers") == 0.0;
-            if done {
+            if bench::reconciled_and_idle(&m, f64::from(count)) {
                 break Instant::now();
             }
             if Instant::now() > deadline {
