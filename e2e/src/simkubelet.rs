@@ -389,6 +389,8 @@ impl Ctx {
 enum SimError {
     #[error(transparent)]
     Kube(#[from] kube::Error),
+    #[error(transparent)]
+    Encode(#[from] serde_json::Error),
 }
 
 /// Registers the nodes, then serves until the process ends.
@@ -454,7 +456,7 @@ async fn reconcile_pod(pod: Arc<Pod>, ctx: Arc<Ctx>) -> Result<Action, SimError>
         // never compute Ready from a stale view of those conditions.
         let patch = json!({
             "metadata": { "resourceVersion": pod.resource_version() },
-            "status": status,
+            "status": with_cleared_condition_fields(serde_json::to_value(&status)?),
         });
         match api.patch_status(&pod.name_any(), &PatchParams::default(), &Patch::Strategic(patch)).await {
             Ok(_) => {}
@@ -463,6 +465,19 @@ async fn reconcile_pod(pod: Arc<Pod>, ctx: Arc<Ctx>) -> Result<Action, SimError>
         }
     }
     Ok(plan.recheck_after.map_or_else(Action::await_change, Action::requeue))
+}
+
+/// The kubelet writes each of its conditions whole (its status patch is a diff, so a reason it no
+/// longer sets is removed); in a strategic merge an absent field would keep another writer's.
+fn with_cleared_condition_fields(mut status: serde_json::Value) -> serde_json::Value {
+    for c in status.get_mut("conditions").and_then(|c| c.as_array_mut()).into_iter().flatten() {
+        for field in ["reason", "message"] {
+            if let Some(obj) = c.as_object_mut() {
+                obj.entry(field).or_insert(serde_json::Value::Null);
+            }
+        }
+    }
+    status
 }
 
 fn on_error(_pod: Arc<Pod>, _err: &SimError, _ctx: Arc<Ctx>) -> Action {

@@ -1,7 +1,8 @@
 //! A work queue with client-go's guarantees: a key is queued at most once, never processed by two
 //! workers at once, re-queued if it changed while being processed, and can be added after a
-//! delay. Failed keys back off exponentially per key. It updates client-go's workqueue metrics
-//! (depth, adds, retries, queue and work durations) as it goes.
+//! delay. Failed keys back off as controller-runtime's default rate limiter (which Kruise uses)
+//! does: the larger of a per-key exponential backoff and an overall token bucket. It updates
+//! client-go's workqueue metrics (depth, adds, retries, queue and work durations) as it goes.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Mutex;
@@ -35,6 +36,7 @@ struct State {
     /// Keys to add at a later time (the earliest time wins).
     delayed: HashMap<String, Instant>,
     failures: HashMap<String, u32>,
+    retry_bucket: RetryBucket,
     adds: u64,
     retries: u64,
     shut_down: bool,
@@ -53,7 +55,35 @@ pub struct Item {
 }
 
 const BASE_BACKOFF: Duration = Duration::from_millis(5);
-const MAX_BACKOFF: Duration = Duration::from_secs(300);
+const MAX_BACKOFF: Duration = Duration::from_secs(1000);
+/// The overall retry bucket: 10 retries a second, 100 at once (client-go's
+/// `DefaultControllerRateLimiter`), so many failing CloneSets cannot hammer the apiserver.
+const RETRY_QPS: f64 = 10.0;
+const RETRY_BURST: f64 = 100.0;
+
+/// A token bucket that hands out reservations, as `golang.org/x/time/rate` does: a retry past
+/// the burst is not refused but delayed until its token would have arrived.
+#[derive(Debug)]
+struct RetryBucket {
+    tokens: f64,
+    last: Option<Instant>,
+}
+
+impl Default for RetryBucket {
+    fn default() -> Self {
+        Self { tokens: RETRY_BURST, last: None }
+    }
+}
+
+impl RetryBucket {
+    /// Takes a token, returning how long the retry must wait for it.
+    fn reserve(&mut self, now: Instant) -> Duration {
+        let elapsed = self.last.map_or(Duration::ZERO, |t| now.saturating_duration_since(t));
+        self.tokens = (self.tokens + elapsed.as_secs_f64() * RETRY_QPS).min(RETRY_BURST) - 1.0;
+        self.last = Some(now);
+        if self.tokens >= 0.0 { Duration::ZERO } else { Duration::from_secs_f64(-self.tokens / RETRY_QPS) }
+    }
+}
 
 impl Default for WorkQueue {
     fn default() -> Self {
@@ -124,7 +154,8 @@ impl WorkQueue {
         self.wake.notify_one();
     }
 
-    /// Queues `key` after its next exponential backoff step.
+    /// Queues `key` after its next backoff step: the larger of its own exponential backoff and
+    /// the overall retry bucket's wait.
     pub fn add_rate_limited(&self, key: &str) {
         let delay = {
             let mut s = self.lock();
@@ -132,7 +163,8 @@ impl WorkQueue {
             self.metrics.retries.inc();
             let n = s.failures.entry(key.to_string()).or_insert(0);
             *n += 1;
-            backoff(*n)
+            let per_key = backoff(*n);
+            per_key.max(s.retry_bucket.reserve(Instant::now()))
         };
         self.add_after(key, delay);
     }
@@ -208,9 +240,9 @@ impl WorkQueue {
     }
 }
 
-/// 5 ms doubling per failure, capped at 5 minutes.
+/// 5 ms doubling per failure, capped at 1000 s.
 fn backoff(failures: u32) -> Duration {
-    let exp = failures.saturating_sub(1).min(20);
+    let exp = failures.saturating_sub(1).min(30);
     (BASE_BACKOFF * 2u32.pow(exp)).min(MAX_BACKOFF)
 }
 
@@ -259,6 +291,39 @@ mod tests {
         let start = Instant::now();
         q.get().await.unwrap();
         assert_eq!(Instant::now() - start, Duration::from_millis(5), "the earlier pending retry wins");
+    }
+
+    #[test]
+    fn backoff_reaches_kruise_s_1000_second_cap() {
+        assert_eq!(backoff(18), Duration::from_millis(5 * (1 << 17)));
+        assert_eq!(backoff(19), MAX_BACKOFF, "5 ms × 2^18 is past 1000 s");
+        assert_eq!(MAX_BACKOFF, Duration::from_secs(1000));
+    }
+
+    #[test]
+    fn the_retry_bucket_allows_a_burst_of_100_then_10_a_second() {
+        let t0 = Instant::now();
+        let mut b = RetryBucket::default();
+        assert!((0..100).all(|_| b.reserve(t0).is_zero()));
+        assert_eq!(b.reserve(t0), Duration::from_millis(100));
+        assert_eq!(b.reserve(t0), Duration::from_millis(200), "reservations queue up behind each other");
+        let later = t0 + Duration::from_secs(10);
+        assert!(b.reserve(later).is_zero(), "the bucket refills at 10 a second");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_retry_waits_for_the_overall_bucket_when_it_is_empty() {
+        let q = WorkQueue::new();
+        for i in 0..100 {
+            q.add_rate_limited(&format!("k{i}"));
+        }
+        q.add_rate_limited("late");
+        let start = Instant::now();
+        for _ in 0..100 {
+            assert_ne!(q.get().await.unwrap().key, "late");
+        }
+        assert_eq!(q.get().await.unwrap().key, "late");
+        assert!(Instant::now() - start >= Duration::from_millis(100), "the 101st retry in a burst waits for a token");
     }
 
     #[tokio::test(start_paused = true)]

@@ -17,6 +17,7 @@ use serde_json::json;
 use super::writes::{self, WriteError, event};
 use super::{Context, cached, sooner};
 use crate::api::cloneset::condition;
+use crate::api::shared::LifecycleState;
 use crate::api::{CloneSet, CloneSetCondition, keys};
 use crate::core::expectations::{Cached, Gate, ObjectKind, combine};
 use crate::core::history::{self, RevisionView, UpdateRevisionPlan};
@@ -149,39 +150,41 @@ pub async fn reconcile(ctx: &Arc<Context>, key: &str) -> Result<Option<Duration>
         now,
     };
 
-    let mut failure: Option<CloneSetCondition> = None;
+    // Scale, then refresh and update, as `sync::next_step` sequences them. A failed step sets
+    // its condition and becomes the pass's error (retried with backoff) after the status write.
+    let mut failures: Vec<CloneSetCondition> = Vec::new();
+    let mut first_error: Option<WriteError> = None;
     let mut requeue: Option<Duration> = None;
-    if cs.metadata.deletion_timestamp.is_none() {
-        let scale = sync::plan_scale(&input);
-        if let Some(limit) = scale.scale_up_limited_to {
-            event(
-                ctx,
-                cs,
-                EventType::Warning,
-                "ScaleUpLimited",
-                format!("scaleUp is limited because of scaleStrategy.maxUnavailable, limit: {limit}"),
-            )
-            .await;
-        }
-        if scale.changes_pods() {
-            if let Err(e) = execute_scale(ctx, cs, &scale, &revs, &active_refs, &pvcs, now).await {
-                failure = Some(failed(condition::FAILED_SCALE, &e.to_string(), now));
-            }
-        } else {
-            let (refresh, grace_requeue) = sync::plan_refresh(&input);
-            requeue = grace_requeue;
-            if !refresh.is_empty() {
-                if let Err(e) = execute_refresh(ctx, cs, &refresh, &active_refs).await {
-                    failure = Some(failed(condition::FAILED_UPDATE, &e.to_string(), now));
+    let mut step = if cs.metadata.deletion_timestamp.is_none() { sync::Step::Scale } else { sync::Step::Done };
+    while step != sync::Step::Done {
+        let (outcome, error, condition_type) = match step {
+            sync::Step::Scale => {
+                let scale = sync::plan_scale(&input);
+                if let Some(limit) = scale.scale_up_limited_to {
+                    let msg = format!("scaleUp is limited because of scaleStrategy.maxUnavailable, limit: {limit}");
+                    event(ctx, cs, EventType::Warning, "ScaleUpLimited", msg).await;
                 }
-            } else {
+                let (changed, error) = execute_scale(ctx, cs, &scale, &revs, &active_refs, &pvcs, now).await;
+                (sync::StepOutcome { changed: changed > 0, failed: error.is_some() }, error, condition::FAILED_SCALE)
+            }
+            sync::Step::Refresh => {
+                let (refresh, grace_requeue) = sync::plan_refresh(&input);
+                requeue = sooner(requeue, grace_requeue);
+                let (moved, error) = execute_refresh(ctx, &ns_of(cs), &refresh, &active_refs).await;
+                (sync::StepOutcome { changed: moved, failed: error.is_some() }, error, condition::FAILED_UPDATE)
+            }
+            sync::Step::Update | sync::Step::Done => {
                 let update = sync::plan_update(&input);
-                match execute_update(ctx, cs, &update, &active_refs, now).await {
-                    Ok(after) => requeue = sooner(requeue, after),
-                    Err(e) => failure = Some(failed(condition::FAILED_UPDATE, &e.to_string(), now)),
-                }
+                let (after, error) = execute_update(ctx, cs, &update, &active_refs, now).await;
+                requeue = sooner(requeue, after);
+                (sync::StepOutcome { changed: false, failed: error.is_some() }, error, condition::FAILED_UPDATE)
             }
+        };
+        if let Some(e) = error {
+            failures.push(failed(condition_type, &writes::plain_message(&e), now));
+            first_error.get_or_insert(e);
         }
+        step = sync::next_step(step, outcome);
     }
 
     // Status, from the pods observed at the start of this pass.
@@ -196,7 +199,7 @@ pub async fn reconcile(ctx: &Arc<Context>, key: &str) -> Result<Option<Duration>
         expected_updated_replicas: replicas - partition,
         now,
     });
-    if let Some(f) = failure.take() {
+    for f in failures {
         status::set_condition(&mut new_status.conditions, f);
     }
     let old_status = cs.status.clone().unwrap_or_default();
@@ -204,12 +207,18 @@ pub async fn reconcile(ctx: &Arc<Context>, key: &str) -> Result<Option<Duration>
         writes::write_status(ctx, cs, &old_status, &new_status).await?;
     }
 
-    // Housekeeping.
+    // Housekeeping, also after a failed step (as Kruise does); the step's error comes first.
+    let mut housekeeping = Ok(());
     if let Some(kept) = sync::stale_pods_to_delete(cs, &active_refs) {
-        writes::set_pods_to_delete(ctx, cs, &kept).await?;
+        housekeeping = writes::set_pods_to_delete(ctx, cs, &kept).await.map_err(ReconcileError::from);
     }
-    truncate_history(ctx, cs, &revs, &active_refs, &new_status.current_revision).await?;
-
+    if housekeeping.is_ok() {
+        housekeeping = truncate_history(ctx, cs, &revs, &active_refs, &new_status.current_revision).await;
+    }
+    if let Some(e) = first_error {
+        return Err(e.into());
+    }
+    housekeeping?;
     Ok(sooner(sooner(status_requeue, sync::next_availability(&input)), requeue))
 }
 
@@ -439,7 +448,24 @@ async fn cleanup_pvcs(
     Ok(())
 }
 
-/// Creates pods in slow-start batches (1, 2, 4, …), stopping after the first batch with a failure.
+fn ns_of(cs: &CloneSet) -> String {
+    cs.namespace().unwrap_or_default()
+}
+
+/// Sends `writes` to `pod` in order, stopping at the first failure.
+async fn apply_pod_writes(ctx: &Context, ns: &str, pod: &Pod, writes: &[sync::PodWrite]) -> Result<(), WriteError> {
+    for w in writes {
+        match w {
+            sync::PodWrite::Conditions(c) => writes::patch_pod_status(ctx, ns, pod, json!({"status": {"conditions": c}})).await?,
+            sync::PodWrite::Patch(p) => writes::patch_pod(ctx, ns, pod, p.clone()).await?,
+        }
+    }
+    Ok(())
+}
+
+/// Carries out the scale plan: creates pods in slow-start batches (1, 2, 4, …), stopping after
+/// the first batch with a failure; or moves and deletes pods, stopping at the first failure.
+/// Returns how many pods it changed, and the failure.
 async fn execute_scale(
     ctx: &Context,
     cs: &CloneSet,
@@ -448,7 +474,7 @@ async fn execute_scale(
     active: &[&Pod],
     pvcs: &[Arc<PersistentVolumeClaim>],
     now: Timestamp,
-) -> Result<(), WriteError> {
+) -> (usize, Option<WriteError>) {
     let total = plan.create_current + plan.create_update;
     if total > 0 {
         let active_ids: BTreeSet<String> =
@@ -487,29 +513,39 @@ async fn execute_scale(
                 podcore::build_pvcs(cs, id).into_iter().filter(|c| !existing_pvcs.contains(&c.name_any())).collect();
             new_pods.push((pod, claims));
         }
+        let mut created = 0;
         let mut batch = 1;
         let mut start = 0;
         while start < new_pods.len() {
             let end = (start + batch).min(new_pods.len());
             let results = join_all(new_pods[start..end].iter().map(|(pod, claims)| writes::create_pod(ctx, cs, pod, claims))).await;
-            if let Some(err) = results.into_iter().find_map(Result::err) {
-                return Err(err);
+            let mut failure = None;
+            for r in results {
+                match r {
+                    Ok(()) => created += 1,
+                    Err(e) => {
+                        failure.get_or_insert(e);
+                    }
+                }
+            }
+            if failure.is_some() {
+                return (created, failure);
             }
             start = end;
             batch *= 2;
         }
-        return Ok(());
+        return (created, None);
     }
-    let ns = cs.namespace().unwrap_or_default();
-    let pre_delete = cs.spec.lifecycle.as_ref().and_then(|l| l.pre_delete.as_ref());
-    for (names, state) in [(&plan.prepare_delete, "PreparingDelete"), (&plan.cancel_delete, "PreparingNormal")] {
+    let ns = ns_of(cs);
+    let mut changed = 0;
+    for (names, state) in [(&plan.prepare_delete, LifecycleState::PreparingDelete), (&plan.cancel_delete, LifecycleState::PreparingNormal)]
+    {
         for name in names {
             let Some(pod) = active.iter().find(|p| p.metadata.name.as_deref() == Some(name.as_str())) else { continue };
-            let patch = json!({"metadata": {"labels": {keys::LIFECYCLE_STATE: state}, "annotations": {keys::LIFECYCLE_TIMESTAMP: podcore::rfc3339_seconds(now)}}});
-            writes::patch_pod(ctx, &ns, pod, patch).await?;
-            if state == "PreparingDelete" && pre_delete.is_some_and(|h| h.mark_pod_not_ready) {
-                set_not_ready_key(ctx, &ns, pod, "preDeleteHook", now).await?;
+            if let Err(e) = apply_pod_writes(ctx, &ns, pod, &sync::lifecycle_writes(cs, pod, state, now)).await {
+                return (changed, Some(e));
             }
+            changed += 1;
         }
     }
     for name in &plan.delete {
@@ -520,128 +556,82 @@ async fn execute_scale(
             .filter(|p| !id.is_empty() && podcore::instance_id(p.metadata.labels.as_ref()) == Some(id.as_str()))
             .map(|p| p.name_any())
             .collect();
-        writes::delete_pod(ctx, cs, pod, &claims).await?;
+        if let Err(e) = writes::delete_pod(ctx, cs, pod, &claims).await {
+            return (changed, Some(e));
+        }
+        changed += 1;
     }
-    Ok(())
+    (changed, None)
 }
 
-async fn execute_refresh(ctx: &Context, cs: &CloneSet, refresh: &[sync::Refresh], active: &[&Pod]) -> Result<(), WriteError> {
-    let ns = cs.namespace().unwrap_or_default();
+/// Carries out refresh. A pod whose write fails keeps its later writes for the next pass, but
+/// the other pods are still refreshed: Kruise stops at the first failing pod, so one pod whose
+/// writes are denied would keep every other pod of the CloneSet from finishing. Returns whether
+/// a lifecycle state was moved (which ends the pass), and the first failure.
+async fn execute_refresh(ctx: &Context, ns: &str, refresh: &[sync::Refresh], active: &[&Pod]) -> (bool, Option<WriteError>) {
+    let mut moved = false;
+    let mut first_error = None;
     for r in refresh {
         let Some(pod) = active.iter().find(|p| p.metadata.name.as_deref() == Some(r.pod.as_str())) else { continue };
-        if !r.conditions.is_empty() {
-            writes::patch_pod_status(ctx, &ns, pod, json!({"status": {"conditions": r.conditions}})).await?;
-        }
-        if let Some(patch) = &r.patch {
-            writes::patch_pod(ctx, &ns, pod, patch.clone()).await?;
-        }
-        if let Some((reason, message)) = &r.event {
-            event(ctx, cs, EventType::Normal, reason, message.clone()).await;
+        match apply_pod_writes(ctx, ns, pod, &r.writes).await {
+            Ok(()) => moved |= r.moves_lifecycle,
+            Err(e) => {
+                first_error.get_or_insert(e);
+            }
         }
     }
-    Ok(())
+    (moved, first_error)
 }
 
-/// Carries out the update plan; returns when to look again (a grace period's end).
+/// Carries out the update plan, stopping at the first failure. Returns when to look again (a
+/// grace period's end), and the failure.
 async fn execute_update(
     ctx: &Context,
     cs: &CloneSet,
     plan: &sync::UpdatePlan,
     active: &[&Pod],
     now: Timestamp,
-) -> Result<Option<Duration>, WriteError> {
-    let ns = cs.namespace().unwrap_or_default();
+) -> (Option<Duration>, Option<WriteError>) {
+    let ns = ns_of(cs);
     let target = plan.target.as_str();
-    let hooks = cs.spec.lifecycle.as_ref();
+    let label = if ctx.config.gates.cloneset_short_hash { podcore::short_hash(target) } else { target };
     let mut requeue = None;
     if !plan.pods.is_empty() {
         tracing::debug!(cloneset = %writes::cs_key(cs), diffs = ?plan.diffs, pods = ?plan.pods.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(), "updating pods");
     }
     for (name, action) in &plan.pods {
         let Some(pod) = active.iter().find(|p| p.metadata.name.as_deref() == Some(name.as_str())) else { continue };
-        match action {
-            sync::PodAction::Recreate => {
-                let patch = json!({"metadata": {"labels": {keys::SPECIFIED_DELETE: "true"}}});
-                match writes::patch_pod(ctx, &ns, pod, patch).await {
-                    Ok(()) => {
-                        let msg = format!("successfully patch pod {name} specified-delete for update(revision {target})");
-                        event(ctx, cs, EventType::Normal, "SuccessfulUpdatePodReCreate", msg).await;
-                    }
-                    Err(e) => {
-                        let msg = format!("failed to patch pod {name} specified-delete for update(revision {target}): {e}");
-                        event(ctx, cs, EventType::Warning, "FailedUpdatePodReCreate", msg).await;
-                        return Err(e);
-                    }
+        if let sync::PodAction::Refuse(msg) = action {
+            // Kruise returns this as the pass's error: the FailedUpdate condition says it.
+            return (requeue, Some(WriteError::Refused(msg.clone())));
+        }
+        let result = apply_pod_writes(ctx, &ns, pod, &sync::action_writes(cs, pod, action, label, now)).await;
+        match (action, result) {
+            (sync::PodAction::Recreate, Ok(())) => {
+                let msg = format!("successfully patch pod {name} specified-delete for update(revision {target})");
+                event(ctx, cs, EventType::Normal, "SuccessfulUpdatePodReCreate", msg).await;
+            }
+            (sync::PodAction::Recreate, Err(e)) => {
+                let msg =
+                    format!("failed to patch pod specified-delete {name} for update(revision {target}): {}", writes::plain_message(&e));
+                event(ctx, cs, EventType::Warning, "FailedUpdatePodReCreate", msg).await;
+                return (requeue, Some(e));
+            }
+            (sync::PodAction::InPlace(spec), Ok(())) => {
+                let msg = format!("successfully update pod {name} in-place(revision {target})");
+                event(ctx, cs, EventType::Normal, "SuccessfulUpdatePodInPlace", msg).await;
+                if spec.grace_seconds > 0 {
+                    requeue = sooner(requeue, Some(Duration::from_secs(spec.grace_seconds as u64)));
                 }
             }
-            sync::PodAction::InPlace(spec) => {
-                let result = async {
-                    if pod.spec.as_ref().and_then(|s| s.readiness_gates.as_ref()).is_some_and(|g| g.iter().any(|g| g.condition_type == keys::INPLACE_UPDATE_READY)) {
-                        let cond = json!({"type": keys::INPLACE_UPDATE_READY, "status": "False", "reason": keys::REASON_START_INPLACE_UPDATE,
-                            "lastTransitionTime": podcore::rfc3339_seconds(now)});
-                        writes::patch_pod_status(ctx, &ns, pod, json!({"status": {"conditions": [cond]}})).await?;
-                    }
-                    let label = if ctx.config.gates.cloneset_short_hash { podcore::short_hash(target) } else { target };
-                    writes::patch_pod(ctx, &ns, pod, crate::core::inplace::start_patch(pod, spec, label, now)).await
-                }
-                .await;
-                match result {
-                    Ok(()) => {
-                        event(
-                            ctx,
-                            cs,
-                            EventType::Normal,
-                            "SuccessfulUpdatePodInPlace",
-                            format!("successfully update pod {name} in-place(revision {target})"),
-                        )
-                        .await;
-                        if spec.grace_seconds > 0 {
-                            requeue = sooner(requeue, Some(Duration::from_secs(spec.grace_seconds as u64)));
-                        }
-                    }
-                    Err(e) => {
-                        event(
-                            ctx,
-                            cs,
-                            EventType::Warning,
-                            "FailedUpdatePodInPlace",
-                            format!("failed to update pod {name} in-place(revision {target}): {e}"),
-                        )
-                        .await;
-                        return Err(e);
-                    }
-                }
+            (sync::PodAction::InPlace(_), Err(e)) => {
+                let msg = format!("failed to update pod {name} in-place(revision {target}): {}", writes::plain_message(&e));
+                event(ctx, cs, EventType::Warning, "FailedUpdatePodInPlace", msg).await;
+                return (requeue, Some(e));
             }
-            sync::PodAction::PrepareUpdate => {
-                let hook = hooks.and_then(|l| l.in_place_update.as_ref());
-                let (labels, finalizers) = crate::core::lifecycle::hook_handlers_patch(hook);
-                let mut patch = json!({"metadata": {"labels": {keys::LIFECYCLE_STATE: "PreparingUpdate"}, "annotations": {keys::LIFECYCLE_TIMESTAMP: podcore::rfc3339_seconds(now)}}});
-                if crate::core::lifecycle::state(pod) == Some(crate::api::shared::LifecycleState::Updated) {
-                    // Another update of an Updated pod: the hook's handlers come back with it.
-                    crate::core::sync::combine_patches(&mut patch, &json!({"metadata": {"labels": labels}}));
-                    let mut all: Vec<String> = pod.finalizers().to_vec();
-                    all.extend(finalizers.into_iter().filter(|f| !pod.finalizers().contains(f)));
-                    patch["metadata"]["finalizers"] = json!(all);
-                }
-                writes::patch_pod(ctx, &ns, pod, patch).await?;
-                if hook.is_some_and(|h| h.mark_pod_not_ready) {
-                    set_not_ready_key(ctx, &ns, pod, "preUpdateHook", now).await?;
-                }
-            }
-            sync::PodAction::Wait => {}
-            sync::PodAction::Refuse(msg) => {
-                event(ctx, cs, EventType::Warning, "FailedUpdatePodInPlace", msg.clone()).await;
-                return Err(WriteError::Refused(msg.clone()));
-            }
+            (_, Err(e)) => return (requeue, Some(e)),
+            (_, Ok(())) => {}
         }
     }
-    Ok(requeue)
-}
-
-/// `markPodNotReady`: KruisePodReady False, with Kruise's JSON list of who holds the pod.
-async fn set_not_ready_key(ctx: &Context, ns: &str, pod: &Pod, key: &str, now: Timestamp) -> Result<(), WriteError> {
-    let message = serde_json::to_string(&json!([{"userAgent": "Lifecycle", "key": key}])).unwrap_or_default();
-    let cond =
-        json!({"type": keys::KRUISE_POD_READY, "status": "False", "message": message, "lastTransitionTime": podcore::rfc3339_seconds(now)});
-    writes::patch_pod_status(ctx, ns, pod, json!({"status": {"conditions": [cond]}})).await
+    (requeue, None)
 }

@@ -27,6 +27,22 @@ pub enum WriteError {
     Encode(#[from] serde_json::Error),
 }
 
+/// The error as Kruise shows it in events and conditions: the apiserver's own message (Go's
+/// `StatusError.Error()`), not a debug dump of the response.
+pub fn plain_message(e: &WriteError) -> String {
+    match e {
+        WriteError::Api(err) => plain_kube_message(err),
+        other => other.to_string(),
+    }
+}
+
+pub fn plain_kube_message(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(status) => status.message.clone(),
+        other => other.to_string(),
+    }
+}
+
 pub fn cs_key(cs: &CloneSet) -> String {
     format!("{}/{}", cs.namespace().unwrap_or_default(), cs.name_any())
 }
@@ -151,7 +167,8 @@ pub async fn create_pod(ctx: &Context, cs: &CloneSet, pod: &Pod, new_pvcs: &[Per
         },
         Err(e) => {
             ctx.scale_expectations.lock().unwrap_or_else(|e| e.into_inner()).withdraw(&key, ObjectKind::Pod, &name);
-            event(ctx, cs, EventType::Warning, "FailedCreate", format!("failed to create pod: {e}, pod: {name}")).await;
+            event(ctx, cs, EventType::Warning, "FailedCreate", format!("failed to create pod: {}, pod: {name}", plain_kube_message(&e)))
+                .await;
             Err(e.into())
         }
     }
@@ -170,7 +187,7 @@ pub async fn delete_pod(ctx: &Context, cs: &CloneSet, pod: &Pod, instance_pvcs: 
         Err(kube::Error::Api(e)) if e.code == 404 => {}
         Err(e) => {
             ctx.scale_expectations.lock().unwrap_or_else(|e| e.into_inner()).withdraw(&key, ObjectKind::Pod, &name);
-            event(ctx, cs, EventType::Warning, "FailedDelete", format!("failed to delete pod {name}: {e}")).await;
+            event(ctx, cs, EventType::Warning, "FailedDelete", format!("failed to delete pod {name}: {}", plain_kube_message(&e))).await;
             return Err(e.into());
         }
     }

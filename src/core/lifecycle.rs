@@ -3,7 +3,7 @@
 use k8s_openapi::api::core::v1::Pod;
 
 use crate::api::keys;
-use crate::api::shared::{LifecycleHook, LifecycleState};
+use crate::api::shared::{Lifecycle, LifecycleHook, LifecycleState};
 
 /// The pod's lifecycle state; an absent or unknown label reads as `None` (behaves like Normal).
 pub fn state(pod: &Pod) -> Option<LifecycleState> {
@@ -60,8 +60,11 @@ pub fn in_place_gate(pod: &Pod, hook: Option<&LifecycleHook>) -> InPlaceGate {
                 InPlaceGate::Proceed
             }
         }
+        // Kruise's `UpdatePodLifecycleWithHandler` does nothing without an inPlaceUpdate hook: the
+        // pod waits for refresh to move it from Updated to Normal first.
         Some(LifecycleState::Updated) if hook.is_some() => InPlaceGate::PrepareUpdate,
-        Some(LifecycleState::Updated) | Some(LifecycleState::Updating) => InPlaceGate::Proceed,
+        Some(LifecycleState::Updated) => InPlaceGate::Wait,
+        Some(LifecycleState::Updating) => InPlaceGate::Proceed,
         Some(LifecycleState::PreparingUpdate) => {
             if is_hooked(hook, pod) {
                 InPlaceGate::Wait
@@ -73,10 +76,21 @@ pub fn in_place_gate(pod: &Pod, hook: Option<&LifecycleHook>) -> InPlaceGate {
     }
 }
 
-/// After an in-place update (or a rollback while waiting): Updated while the inPlaceUpdate hook
-/// exists and is not all hooked, otherwise Normal.
-pub fn state_after_update(pod: &Pod, hook: Option<&LifecycleHook>) -> LifecycleState {
-    if hook.is_some() && !is_all_hooked(hook, pod) { LifecycleState::Updated } else { LifecycleState::Normal }
+/// After an in-place update (or a rollback while waiting): Kruise's
+/// `cs.Spec.Lifecycle != nil && !IsPodAllHooked(inPlaceUpdate, pod)` — so with any lifecycle
+/// but no inPlaceUpdate hook (e.g. only preDelete) the pod passes through Updated too.
+pub fn state_after_update(pod: &Pod, lifecycle: Option<&Lifecycle>) -> LifecycleState {
+    let hook = lifecycle.and_then(|l| l.in_place_update.as_ref());
+    if lifecycle.is_some() && !is_all_hooked(hook, pod) { LifecycleState::Updated } else { LifecycleState::Normal }
+}
+
+/// Updated → Normal once there is no inPlaceUpdate hook or the hook's owner has re-added all of
+/// its handlers.
+pub fn updated_may_become_normal(pod: &Pod, lifecycle: Option<&Lifecycle>) -> bool {
+    match lifecycle.and_then(|l| l.in_place_update.as_ref()) {
+        None => true,
+        hook => is_all_hooked(hook, pod),
+    }
 }
 
 /// The hook's labels and finalizers, re-added when an Updated pod is prepared for another update.
@@ -125,10 +139,21 @@ mod tests {
         assert_eq!(in_place_gate(&with_state("PreparingUpdate", false), Some(&h)), InPlaceGate::Proceed);
         assert_eq!(in_place_gate(&with_state("Updated", false), Some(&h)), InPlaceGate::PrepareUpdate);
         assert_eq!(in_place_gate(&with_state("Updating", true), Some(&h)), InPlaceGate::Proceed);
+        assert_eq!(in_place_gate(&with_state("Updated", false), None), InPlaceGate::Wait, "no hook: refresh moves it to Normal first");
         assert!(matches!(in_place_gate(&with_state("PreparingDelete", false), Some(&h)), InPlaceGate::NotAllowed(_)));
-        assert_eq!(state_after_update(&with_state("Updating", false), Some(&h)), LifecycleState::Updated);
-        assert_eq!(state_after_update(&with_state("Updating", true), Some(&h)), LifecycleState::Normal, "all hooked");
+        let with_hook = Lifecycle { in_place_update: Some(h.clone()), ..Default::default() };
+        let pre_delete_only = Lifecycle { pre_delete: Some(h.clone()), ..Default::default() };
+        assert_eq!(state_after_update(&with_state("Updating", false), Some(&with_hook)), LifecycleState::Updated);
+        assert_eq!(state_after_update(&with_state("Updating", true), Some(&with_hook)), LifecycleState::Normal, "all hooked");
         assert_eq!(state_after_update(&with_state("Updating", false), None), LifecycleState::Normal);
+        assert_eq!(
+            state_after_update(&with_state("Updating", true), Some(&pre_delete_only)),
+            LifecycleState::Updated,
+            "any lifecycle without an inPlaceUpdate hook passes through Updated (IsPodAllHooked(nil) is false)"
+        );
+        assert!(updated_may_become_normal(&with_state("Updated", false), Some(&pre_delete_only)));
+        assert!(!updated_may_become_normal(&with_state("Updated", false), Some(&with_hook)));
+        assert!(updated_may_become_normal(&with_state("Updated", true), Some(&with_hook)));
     }
 
     #[test]

@@ -1,6 +1,8 @@
 //! Pure decisions: functions of snapshots and `now`. Nothing here takes a client, spawns a task
 //! or reads a clock.
 
+#[cfg(test)]
+mod convergence;
 pub mod defaults;
 pub mod diff;
 pub mod expectations;
@@ -11,6 +13,7 @@ pub mod intstr;
 pub mod lifecycle;
 pub mod order;
 pub mod pods;
+pub mod readiness;
 pub mod revision;
 pub mod status;
 pub mod sync;

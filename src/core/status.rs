@@ -198,6 +198,18 @@ pub fn needs_write(old: &CloneSetStatus, new: &CloneSetStatus) -> bool {
         || new.label_selector != old.label_selector
         || new.collision_count != old.collision_count
         || progressing(new) != progressing(old)
+        || failures(new) != failures(old)
+}
+
+/// FailedScale / FailedUpdate as (type, status, message). Kruise writes them only along with
+/// another change, so a CloneSet stuck on a denied write can show nothing; we write a new or
+/// changed failure too (once: a repeated failure has the same message).
+fn failures(s: &CloneSetStatus) -> Vec<(&str, &str, &str)> {
+    s.conditions
+        .iter()
+        .filter(|c| c.type_ == condition::FAILED_SCALE || c.type_ == condition::FAILED_UPDATE)
+        .map(|c| (c.type_.as_str(), c.status.as_str(), c.message.as_str()))
+        .collect()
 }
 
 #[cfg(test)]
@@ -312,10 +324,23 @@ mod tests {
         let a = status("r1", "r1", 2, 2, 2, 2);
         let mut b = a.clone();
         assert!(!needs_write(&a, &b));
-        b.conditions.push(CloneSetCondition { type_: "FailedScale".into(), status: "True".into(), ..Default::default() });
-        assert!(!needs_write(&a, &b), "a new failure condition alone is not written");
         b.ready_replicas = 1;
         assert!(needs_write(&a, &b));
+    }
+
+    #[test]
+    fn a_new_or_changed_failure_is_written_once() {
+        let a = status("r1", "r1", 2, 2, 2, 2);
+        let failed =
+            |msg: &str| CloneSetCondition { type_: "FailedScale".into(), status: "True".into(), message: msg.into(), ..Default::default() };
+        let mut b = a.clone();
+        b.conditions.push(failed("exceeded quota"));
+        assert!(needs_write(&a, &b), "a stuck CloneSet must say why (Kruise would wait for another change)");
+        let mut c = b.clone();
+        c.conditions[0].last_update_time = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Timestamp::UNIX_EPOCH));
+        assert!(!needs_write(&b, &c), "the same failure again is not rewritten");
+        c.conditions[0].message = "denied by policy".into();
+        assert!(needs_write(&b, &c));
     }
 
     // ---- Port of Kruise's TestSyncProgressingStatus (pds = 10 s throughout). Each case hands

@@ -16,7 +16,7 @@ use crate::config::FeatureGates;
 use crate::core::diff::{self, DiffInput, ExpectationDiffs, PodView};
 use crate::core::inplace::{self, UpdateSpec};
 use crate::core::pods::{hash_matches, rfc3339_seconds};
-use crate::core::{lifecycle, order, status};
+use crate::core::{lifecycle, order, readiness, status};
 
 /// One pass's view of a CloneSet and its active pods.
 pub struct SyncInput<'a> {
@@ -93,35 +93,23 @@ impl SyncInput<'_> {
     }
 }
 
-/// Writes one pod needs during refresh.
+/// One write to one pod, exactly as the controller sends it.
+#[derive(Clone, Debug, PartialEq)]
+pub enum PodWrite {
+    /// A status patch of these conditions (strategic merge by `type`).
+    Conditions(Vec<Value>),
+    /// A strategic-merge patch of the pod (labels, annotations, finalizers, container images).
+    Patch(Value),
+}
+
+/// The writes refresh makes to one pod, in order.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Refresh {
     pub pod: String,
-    /// Pod conditions to set (merged by type), written to the status first.
-    pub conditions: Vec<Value>,
-    /// A strategic-merge patch of the pod (labels, annotations, container images).
-    pub patch: Option<Value>,
-    /// Event to emit once written: (reason, message).
-    pub event: Option<(String, String)>,
-}
-
-fn condition(type_: &str, status: bool, reason: &str, message: &str, now: Timestamp) -> Value {
-    let mut c = json!({"type": type_, "status": if status { "True" } else { "False" }, "lastTransitionTime": rfc3339_seconds(now)});
-    if !reason.is_empty() {
-        c["reason"] = json!(reason);
-    }
-    if !message.is_empty() {
-        c["message"] = json!(message);
-    }
-    c
-}
-
-fn has_gate(pod: &Pod, gate: &str) -> bool {
-    pod.spec.as_ref().and_then(|s| s.readiness_gates.as_ref()).is_some_and(|g| g.iter().any(|g| g.condition_type == gate))
-}
-
-fn condition_status<'a>(pod: &'a Pod, type_: &str) -> Option<&'a str> {
-    pod.status.as_ref()?.conditions.as_ref()?.iter().find(|c| c.type_ == type_).map(|c| c.status.as_str())
+    pub writes: Vec<PodWrite>,
+    /// Kruise's `patchedState`: a lifecycle move or a `pod-template-hash` fix. Once one is
+    /// written, the pass ends before the update step (which would decide on the old state).
+    pub moves_lifecycle: bool,
 }
 
 /// Combines two patches into one. Unlike applying a merge patch, `null` leaves are kept: in a
@@ -147,23 +135,101 @@ fn state_patch(state: LifecycleState, now: Timestamp) -> Value {
     json!({"metadata": {"labels": {keys::LIFECYCLE_STATE: state.as_str()}, "annotations": {keys::LIFECYCLE_TIMESTAMP: rfc3339_seconds(now)}}})
 }
 
-/// §5.2 step 1: what every pod needs before anything else happens — the readiness-gate
-/// conditions set on first sight, a missing `pod-template-hash`, lifecycle moves, and the
-/// progress of in-place updates (grace periods, completion). Returns the writes and, when a
-/// grace period is running, when to look again.
-pub fn plan_refresh(input: &SyncInput<'_>) -> (Vec<Refresh>, Option<Duration>) {
+/// Kruise's `CheckPodUpdateCompleted`: no grace period pending, and the last in-place update (if
+/// any) has all its containers running the new images with no batch left. It does not look at
+/// the `InPlaceUpdateReady` condition, so a pod whose condition write was lost (or that has no
+/// gate at all) still finishes.
+pub fn in_place_update_completed(pod: &Pod) -> bool {
+    inplace::read_grace(pod).is_none() && inplace::read_state(pod).is_none_or(|s| inplace::update_completed(pod, &s))
+}
+
+/// Kruise's `inplaceupdate.Refresh`: a grace period that ends, the next launch-priority batch,
+/// or `InPlaceUpdateReady=True` once no in-place update is pending. Returns the write (if any)
+/// and when to look again.
+fn refresh_in_place(pod: &Pod, now: Timestamp) -> (Option<PodWrite>, Option<Duration>) {
+    let revision_label = pod.metadata.labels.as_ref().and_then(|l| l.get(keys::CONTROLLER_REVISION_HASH)).cloned().unwrap_or_default();
+    if let Some(grace) = inplace::read_grace(pod) {
+        if !hash_matches(&revision_label, &grace.revision) {
+            // The pod's revision moved on: drop the grace spec and go through the update again.
+            let drop = json!({"metadata": {"annotations": {keys::INPLACE_UPDATE_GRACE: null, keys::INPLACE_UPDATE_GRACE_LEGACY: null}}});
+            return (Some(PodWrite::Patch(drop)), None);
+        }
+        let Some(state) = inplace::read_state(pod) else { return (None, None) };
+        if let Some(remaining) = inplace::grace_remaining(&state, grace.grace_seconds, now) {
+            return (None, Some(remaining));
+        }
+        let (new_state, batch) = inplace::state_after_grace(pod, &state, &grace, now);
+        let mut apply = inplace::apply_patch(pod, &grace, &batch, &new_state, &BTreeMap::new(), None);
+        combine_patches(&mut apply, &json!({"metadata": {"annotations": {keys::INPLACE_UPDATE_GRACE: null}}}));
+        return (Some(PodWrite::Patch(apply)), None);
+    }
+    if let Some(state) = inplace::read_state(pod) {
+        if !state.next_container_images.is_empty() {
+            // The next batch once the last one runs its new images and is Ready; until then, wait.
+            return (inplace::next_batch_patch(pod, &state, now).map(PodWrite::Patch), None);
+        }
+        if !inplace::update_completed(pod, &state) {
+            return (None, None);
+        }
+    }
+    if !readiness::has_gate(pod, keys::INPLACE_UPDATE_READY) || readiness::has_equal(pod, keys::INPLACE_UPDATE_READY, true, "", "") {
+        return (None, None);
+    }
+    (Some(PodWrite::Conditions(vec![readiness::condition(keys::INPLACE_UPDATE_READY, true, "", "", now)])), None)
+}
+
+/// Kruise's `refreshPodState`: the lifecycle state a pod should move to now, if any.
+fn lifecycle_move(input: &SyncInput<'_>, pod: &Pod) -> Option<LifecycleState> {
     let lifecycle_spec = input.cloneset.spec.lifecycle.as_ref();
     let pre_normal = lifecycle_spec.and_then(|l| l.pre_normal.as_ref());
-    let in_place_hook = lifecycle_spec.and_then(|l| l.in_place_update.as_ref());
+    match lifecycle::state(pod)? {
+        LifecycleState::PreparingNormal if lifecycle::ready_for_normal(pod, pre_normal) => Some(LifecycleState::Normal),
+        // A rollback reached a pod still waiting to be updated (Kruise issue #1156).
+        LifecycleState::PreparingUpdate if input.is_on_update_revision(pod) => Some(lifecycle::state_after_update(pod, lifecycle_spec)),
+        LifecycleState::Updating if in_place_update_completed(pod) => Some(lifecycle::state_after_update(pod, lifecycle_spec)),
+        LifecycleState::Updated if lifecycle::updated_may_become_normal(pod, lifecycle_spec) => Some(LifecycleState::Normal),
+        _ => None,
+    }
+}
+
+/// §5.2 step 1: what every pod needs before anything else happens, in Kruise's order — the
+/// in-place refresh (grace periods, batches, `InPlaceUpdateReady=True`), then the lifecycle
+/// move (with the inPlaceUpdate hook's not-ready key first), then a missing
+/// `pod-template-hash`. The `KruisePodReady` condition Kruise's pod-readiness controller sets
+/// on a new pod is set here too. Every write is derived from what is stored, so a pass that
+/// failed between two of them is completed by the next one. Returns the writes and, while a
+/// grace period runs, when to look again.
+pub fn plan_refresh(input: &SyncInput<'_>) -> (Vec<Refresh>, Option<Duration>) {
+    let in_place_hook = input.cloneset.spec.lifecycle.as_ref().and_then(|l| l.in_place_update.as_ref());
+    let mark_not_ready = in_place_hook.is_some_and(|h| h.mark_pod_not_ready);
     let mut out = Vec::new();
     let mut requeue: Option<Duration> = None;
     for pod in input.pods {
         let mut r = Refresh { pod: pod.metadata.name.clone().unwrap_or_default(), ..Default::default() };
+        let (in_place, after) = refresh_in_place(pod, input.now);
+        requeue = sooner(requeue, after);
+        let mut conditions = Vec::new();
+        if readiness::has_gate(pod, keys::KRUISE_POD_READY) && readiness::find(pod, keys::KRUISE_POD_READY).is_none() {
+            conditions.push(readiness::condition(keys::KRUISE_POD_READY, true, "", "", input.now));
+        }
+        match in_place {
+            Some(PodWrite::Conditions(c)) => conditions.extend(c),
+            Some(write) => r.writes.push(write),
+            None => {}
+        }
         let mut patch = json!({});
-        for gate in [keys::INPLACE_UPDATE_READY, keys::KRUISE_POD_READY] {
-            if has_gate(pod, gate) && condition_status(pod, gate).is_none() {
-                r.conditions.push(condition(gate, true, "", "", input.now));
+        if let Some(next) = lifecycle_move(input, pod) {
+            if mark_not_ready && next == LifecycleState::Updated {
+                // Entering Updated releases the hook's not-ready mark (Kruise's
+                // executePodNotReadyPolicy), before the label moves.
+                conditions.extend(readiness::remove_not_ready_key(pod, readiness::PRE_UPDATE_HOOK, input.now).into_iter().flatten());
             }
+            if lifecycle::state(pod) != Some(next) {
+                combine_patches(&mut patch, &state_patch(next, input.now));
+            }
+        }
+        if !conditions.is_empty() {
+            r.writes.push(PodWrite::Conditions(conditions));
         }
         let labels = pod.metadata.labels.clone().unwrap_or_default();
         let revision_label = labels.get(keys::CONTROLLER_REVISION_HASH).cloned().unwrap_or_default();
@@ -173,65 +239,23 @@ pub fn plan_refresh(input: &SyncInput<'_>) -> (Vec<Refresh>, Option<Duration>) {
                 &json!({"metadata": {"labels": {keys::POD_TEMPLATE_HASH: crate::core::pods::short_hash(&revision_label)}}}),
             );
         }
-        let st = lifecycle::state(pod);
-        let on_update_revision = input.is_on_update_revision(pod);
-        match st {
-            Some(LifecycleState::PreparingNormal) if lifecycle::ready_for_normal(pod, pre_normal) => {
-                combine_patches(&mut patch, &state_patch(LifecycleState::Normal, input.now));
-            }
-            // A rollback reached a pod still waiting to be updated (Kruise issue #1156).
-            Some(LifecycleState::PreparingUpdate) if on_update_revision => {
-                combine_patches(&mut patch, &state_patch(lifecycle::state_after_update(pod, in_place_hook), input.now));
-            }
-            Some(LifecycleState::Updated) if lifecycle::state_after_update(pod, in_place_hook) == LifecycleState::Normal => {
-                combine_patches(&mut patch, &state_patch(LifecycleState::Normal, input.now));
-            }
-            _ => {}
-        }
-
-        // In-place update in progress: the state names the pod's revision and the gate is False.
-        let state = inplace::read_state(pod).filter(|s| hash_matches(&revision_label, &s.revision));
-        let updating = condition_status(pod, keys::INPLACE_UPDATE_READY) == Some("False");
-        if let (Some(state), true) = (state, updating) {
-            match inplace::read_grace(pod) {
-                Some(grace) if !hash_matches(&revision_label, &grace.revision) => {
-                    combine_patches(
-                        &mut patch,
-                        &json!({"metadata": {"annotations": {keys::INPLACE_UPDATE_GRACE: null, keys::INPLACE_UPDATE_GRACE_LEGACY: null}}}),
-                    );
-                }
-                Some(grace) => match inplace::grace_remaining(&state, grace.grace_seconds, input.now) {
-                    Some(rem) => requeue = Some(requeue.map_or(rem, |r| r.min(rem))),
-                    None => {
-                        let (new_state, batch) = inplace::state_after_grace(pod, &state, &grace, input.now);
-                        let mut apply = inplace::apply_patch(pod, &grace, &batch, &new_state, &BTreeMap::new(), None);
-                        combine_patches(&mut apply, &json!({"metadata": {"annotations": {keys::INPLACE_UPDATE_GRACE: null}}}));
-                        combine_patches(&mut patch, &apply);
-                    }
-                },
-                // Launch priority: the next container batch once the last one is updated and Ready.
-                None if !state.next_container_images.is_empty() => {
-                    if let Some(next) = inplace::next_batch_patch(pod, &state, input.now) {
-                        combine_patches(&mut patch, &next);
-                    }
-                }
-                None if inplace::update_completed(pod, &state) => {
-                    r.conditions.push(condition(keys::INPLACE_UPDATE_READY, true, "", "", input.now));
-                    if st == Some(LifecycleState::Updating) {
-                        combine_patches(&mut patch, &state_patch(lifecycle::state_after_update(pod, in_place_hook), input.now));
-                    }
-                }
-                None => {}
-            }
-        }
         if patch != json!({}) {
-            r.patch = Some(patch);
+            r.writes.push(PodWrite::Patch(patch));
+            r.moves_lifecycle = true;
         }
-        if !r.conditions.is_empty() || r.patch.is_some() {
+        if !r.writes.is_empty() {
             out.push(r);
         }
     }
     (out, requeue)
+}
+
+fn sooner(a: Option<Duration>, b: Option<Duration>) -> Option<Duration> {
+    match (a, b) {
+        (Some(x), Some(y)) => Some(x.min(y)),
+        (x, None) => x,
+        (None, y) => y,
+    }
 }
 
 /// The scale phase's decision.
@@ -419,8 +443,15 @@ pub fn plan_update(input: &SyncInput<'_>) -> UpdatePlan {
                 .annotations
                 .as_ref()
                 .is_some_and(|a| a.contains_key(keys::INPLACE_UPDATE_GRACE) || a.contains_key(keys::INPLACE_UPDATE_GRACE_LEGACY));
-            let wants = if rolling_back { input.is_on_update_revision(p) } else { !input.is_on_update_revision(p) };
-            st != Some(LifecycleState::PreparingDelete) && !in_grace && (wants || st == Some(LifecycleState::Updated))
+            // Only pods not on the target revision are candidates (an Updated pod already on it
+            // waits for its hook's owner, then refresh moves it to Normal).
+            let waits = if rolling_back { input.is_on_update_revision(p) } else { !input.is_on_update_revision(p) };
+            waits
+                && match st {
+                    Some(LifecycleState::PreparingDelete) => false,
+                    Some(LifecycleState::Updated) => true,
+                    _ => !in_grace,
+                }
         })
         .map(|(i, _)| i)
         .collect();
@@ -467,6 +498,92 @@ fn pod_action(input: &SyncInput<'_>, pod: &Pod, target: &str) -> PodAction {
         lifecycle::InPlaceGate::PrepareUpdate => PodAction::PrepareUpdate,
         lifecycle::InPlaceGate::Wait => PodAction::Wait,
         lifecycle::InPlaceGate::NotAllowed(msg) => PodAction::Refuse(msg),
+    }
+}
+
+/// The writes that carry out `action` on `pod`, in Kruise's order; the not-ready key always
+/// goes before the label that depends on it, so a pass that fails between them is completed by
+/// the next. `revision_label` is what pods carry for the target revision (full or short hash).
+pub fn action_writes(cs: &CloneSet, pod: &Pod, action: &PodAction, revision_label: &str, now: Timestamp) -> Vec<PodWrite> {
+    let hook = cs.spec.lifecycle.as_ref().and_then(|l| l.in_place_update.as_ref());
+    match action {
+        PodAction::Recreate => {
+            // Kruise's PatchPodSpecifiedDelete writes nothing when the label is already there.
+            let labelled = pod.metadata.labels.as_ref().is_some_and(|l| l.get(keys::SPECIFIED_DELETE).is_some_and(|v| v == "true"));
+            if labelled { vec![] } else { vec![PodWrite::Patch(json!({"metadata": {"labels": {keys::SPECIFIED_DELETE: "true"}}}))] }
+        }
+        PodAction::InPlace(spec) => {
+            let mut writes = Vec::new();
+            if readiness::has_gate(pod, keys::INPLACE_UPDATE_READY) {
+                writes.push(PodWrite::Conditions(readiness::start_in_place_update(pod, now)));
+            }
+            writes.push(PodWrite::Patch(inplace::start_patch(pod, spec, revision_label, now)));
+            writes
+        }
+        PodAction::PrepareUpdate => {
+            let mut writes = Vec::new();
+            if hook.is_some_and(|h| h.mark_pod_not_ready) {
+                writes.extend(readiness::add_not_ready_key(pod, readiness::PRE_UPDATE_HOOK, now).map(PodWrite::Conditions));
+            }
+            let mut patch = state_patch(LifecycleState::PreparingUpdate, now);
+            if lifecycle::state(pod) == Some(LifecycleState::Updated) {
+                // Kruise's UpdatePodLifecycleWithHandler: another update of an Updated pod puts
+                // the hook's handlers back with it.
+                let (labels, finalizers) = lifecycle::hook_handlers_patch(hook);
+                combine_patches(&mut patch, &json!({"metadata": {"labels": labels}}));
+                let mut all: Vec<String> = pod.metadata.finalizers.clone().unwrap_or_default();
+                all.extend(finalizers.into_iter().filter(|f| !pod.metadata.finalizers.as_ref().is_some_and(|has| has.contains(f))));
+                patch["metadata"]["finalizers"] = json!(all);
+            }
+            writes.push(PodWrite::Patch(patch));
+            writes
+        }
+        PodAction::Wait | PodAction::Refuse(_) => vec![],
+    }
+}
+
+/// The scale step's writes to one existing pod moving to `state` (PreparingDelete, or back to
+/// PreparingNormal): the preDelete hook's not-ready key first, then the label.
+pub fn lifecycle_writes(cs: &CloneSet, pod: &Pod, state: LifecycleState, now: Timestamp) -> Vec<PodWrite> {
+    let pre_delete = cs.spec.lifecycle.as_ref().and_then(|l| l.pre_delete.as_ref());
+    let mut writes = Vec::new();
+    if state == LifecycleState::PreparingDelete && pre_delete.is_some_and(|h| h.mark_pod_not_ready) {
+        writes.extend(readiness::add_not_ready_key(pod, readiness::PRE_DELETE_HOOK, now).map(PodWrite::Conditions));
+    }
+    if lifecycle::state(pod) != Some(state) {
+        writes.push(PodWrite::Patch(state_patch(state, now)));
+    }
+    writes
+}
+
+/// Where a pass goes after a step, as Kruise's `syncCloneSet` and `Update` decide it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    Scale,
+    Refresh,
+    Update,
+    Done,
+}
+
+/// What a step did: whether it changed any pod, and whether a write failed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StepOutcome {
+    pub changed: bool,
+    pub failed: bool,
+}
+
+/// The step after `step`. A scale step that changed pods ends the pass (the next pass sees the
+/// new pods); one that changed nothing — even because every write failed — goes on to refresh
+/// and update the pods that exist, so a quota that blocks new pods never keeps the admitted ones
+/// from becoming Ready. Refresh ends the pass on a failure or once it moved a lifecycle state.
+/// A failed step is still returned as the pass's error, and retried with backoff.
+pub fn next_step(step: Step, outcome: StepOutcome) -> Step {
+    match step {
+        Step::Scale if outcome.changed => Step::Done,
+        Step::Scale => Step::Refresh,
+        Step::Refresh if outcome.failed || outcome.changed => Step::Done,
+        Step::Refresh => Step::Update,
+        Step::Update | Step::Done => Step::Done,
     }
 }
 
@@ -590,6 +707,97 @@ mod tests {
         assert_eq!(plan.pods.len(), 6, "{plan:?}");
     }
 
+    fn in_place_cloneset(lifecycle: serde_json::Value) -> CloneSet {
+        let mut cs = cloneset(2, 0, &[]);
+        cs.spec.update_strategy.type_ = "InPlaceIfPossible".into();
+        cs.spec.update_strategy.max_unavailable = Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::String("100%".into()));
+        cs.spec.lifecycle = serde_json::from_value(lifecycle).unwrap();
+        cs
+    }
+
+    fn with_label(mut pod: Pod, key: &str, value: &str) -> Pod {
+        pod.metadata.labels.as_mut().unwrap().insert(key.into(), value.into());
+        pod
+    }
+
+    #[test]
+    fn kruise_update_skips_an_updated_pod_already_on_the_update_revision() {
+        // Kruise's Update only considers pods not on the target revision: an Updated pod that is
+        // waits for its hook's owner, and is never prepared for update again by us.
+        let cs = in_place_cloneset(json!({"inPlaceUpdate": {"labelsHandler": {"hook": "true"}}}));
+        let done = with_label(ready_pod("foo-1", "foo-r2"), keys::LIFECYCLE_STATE, "Updated");
+        let old = with_label(ready_pod("foo-2", "foo-r1"), keys::LIFECYCLE_STATE, "Updated");
+        let pods = [&done, &old];
+        let plan = plan_update(&input(&cs, &pods, "foo-r2", "2026-01-01T01:00:00Z".parse().unwrap()));
+        let chosen: Vec<&str> = plan.pods.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(chosen, ["foo-2"], "only the pod still on the old revision: {plan:?}");
+    }
+
+    #[test]
+    fn kruise_refresh_sets_a_stale_in_place_update_ready_false_back_to_true() {
+        // inplaceupdate.Refresh: no update pending, condition not (True, "", "") → True, whole.
+        let cs = cloneset(1, 0, &[]);
+        let mut pod = with_label(ready_pod("foo-1", "foo-r1"), keys::POD_TEMPLATE_HASH, "r1");
+        pod.spec.as_mut().unwrap().readiness_gates =
+            Some(vec![k8s_openapi::api::core::v1::PodReadinessGate { condition_type: keys::INPLACE_UPDATE_READY.into() }]);
+        for c in pod.status.as_mut().unwrap().conditions.as_mut().unwrap() {
+            if c.type_ == keys::INPLACE_UPDATE_READY {
+                c.status = "False".into();
+                c.reason = Some("StartInPlaceUpdate".into());
+            }
+        }
+        let refs = [&pod];
+        let (r, _) = plan_refresh(&input(&cs, &refs, "foo-r1", Timestamp::UNIX_EPOCH));
+        let [PodWrite::Conditions(c)] = r[0].writes.as_slice() else { panic!("{r:?}") };
+        assert_eq!((c[0]["status"].as_str(), &c[0]["reason"]), (Some("True"), &Value::Null));
+        assert!(!r[0].moves_lifecycle, "a condition write alone does not end the pass");
+    }
+
+    #[test]
+    fn kruise_a_condition_only_refresh_does_not_postpone_the_update_step() {
+        assert_eq!(next_step(Step::Refresh, StepOutcome { changed: false, failed: false }), Step::Update);
+        assert_eq!(next_step(Step::Refresh, StepOutcome { changed: true, failed: false }), Step::Done, "a lifecycle move ends the pass");
+        assert_eq!(next_step(Step::Refresh, StepOutcome { changed: false, failed: true }), Step::Done);
+    }
+
+    #[test]
+    fn kruise_a_scale_up_that_created_nothing_goes_on_to_refresh_and_update() {
+        assert_eq!(next_step(Step::Scale, StepOutcome { changed: false, failed: true }), Step::Refresh);
+        assert_eq!(next_step(Step::Scale, StepOutcome { changed: true, failed: true }), Step::Done, "some pods were created");
+        assert_eq!(next_step(Step::Scale, StepOutcome { changed: false, failed: false }), Step::Refresh);
+        assert_eq!(next_step(Step::Update, StepOutcome::default()), Step::Done);
+    }
+
+    #[test]
+    fn kruise_specified_delete_is_not_patched_again_when_the_label_is_there() {
+        let cs = cloneset(1, 0, &[]);
+        let pod = ready_pod("foo-1", "foo-r1");
+        let now = Timestamp::UNIX_EPOCH;
+        assert_eq!(action_writes(&cs, &pod, &PodAction::Recreate, "foo-r2", now).len(), 1);
+        let labelled = with_label(pod, keys::SPECIFIED_DELETE, "true");
+        assert!(action_writes(&cs, &labelled, &PodAction::Recreate, "foo-r2", now).is_empty());
+    }
+
+    #[test]
+    fn kruise_mark_pod_not_ready_writes_the_key_before_the_preparing_update_label() {
+        let cs = in_place_cloneset(json!({"inPlaceUpdate": {"labelsHandler": {"hook": "true"}, "markPodNotReady": true}}));
+        let mut pod = with_label(ready_pod("foo-1", "foo-r1"), "hook", "true");
+        pod.spec.as_mut().unwrap().readiness_gates =
+            Some(vec![k8s_openapi::api::core::v1::PodReadinessGate { condition_type: keys::KRUISE_POD_READY.into() }]);
+        pod.status
+            .as_mut()
+            .unwrap()
+            .conditions
+            .as_mut()
+            .unwrap()
+            .push(serde_json::from_value(json!({"type": "KruisePodReady", "status": "True"})).unwrap());
+        let writes = action_writes(&cs, &pod, &PodAction::PrepareUpdate, "foo-r2", Timestamp::UNIX_EPOCH);
+        let [PodWrite::Conditions(c), PodWrite::Patch(p)] = writes.as_slice() else { panic!("{writes:?}") };
+        assert_eq!(c[0]["type"], "KruisePodReady");
+        assert_eq!(c[0]["message"], r#"[{"userAgent":"Lifecycle","key":"preUpdateHook"}]"#);
+        assert_eq!(p["metadata"]["labels"][keys::LIFECYCLE_STATE], "PreparingUpdate");
+    }
+
     #[test]
     fn combined_patches_keep_removals() {
         let mut p = json!({"metadata": {"annotations": {"a": "1"}}});
@@ -609,10 +817,11 @@ mod tests {
         let (r, requeue) = plan_refresh(&input(&cs, &refs, "foo-r1", Timestamp::UNIX_EPOCH));
         assert_eq!(r.len(), 1);
         assert_eq!(requeue, None);
-        assert_eq!(r[0].conditions.len(), 1);
-        assert_eq!(r[0].conditions[0]["type"], "InPlaceUpdateReady");
-        assert_eq!(r[0].conditions[0]["status"], "True");
-        let patch = r[0].patch.as_ref().unwrap();
+        let [PodWrite::Conditions(conditions), PodWrite::Patch(patch)] = r[0].writes.as_slice() else { panic!("{r:?}") };
+        assert_eq!(conditions.len(), 1);
+        assert_eq!(conditions[0]["type"], "InPlaceUpdateReady");
+        assert_eq!(conditions[0]["status"], "True");
+        assert!(r[0].moves_lifecycle);
         assert_eq!(patch["metadata"]["labels"][keys::LIFECYCLE_STATE], "Normal");
         assert_eq!(patch["metadata"]["labels"][keys::POD_TEMPLATE_HASH], "r1", "a missing pod-template-hash is added");
     }
