@@ -18,6 +18,9 @@ pub struct FeatureGates {
     pub in_place_workload_vertical_scaling: bool,
     /// Timed-out scale expectations are dropped instead of blocking the CloneSet.
     pub force_delete_timeout_expectation: bool,
+    /// The pod template is hashed (and pods are built from it) as written, without the
+    /// Kubernetes defaults Kruise's webhook fills in.
+    pub template_no_defaults: bool,
 }
 
 /// Where a gate's value lives in [`FeatureGates`].
@@ -31,6 +34,7 @@ const GATES: &[(&str, GateField)] = &[
     ("RecreatePodWhenChangeVCTInCloneSetGate", |g| &mut g.recreate_pod_when_change_vct),
     ("InPlaceWorkloadVerticalScaling", |g| &mut g.in_place_workload_vertical_scaling),
     ("ForceDeleteTimeoutExpectationGate", |g| &mut g.force_delete_timeout_expectation),
+    ("TemplateNoDefaults", |g| &mut g.template_no_defaults),
 ];
 
 /// Kruise gates this operator accepts but which do not change anything here (no kruise-daemon,
@@ -46,7 +50,6 @@ const ACCEPTED_WITHOUT_EFFECT: &[&str] = &[
     "InPlaceUpdateEnvFromMetadata",
     "KruiseDaemon",
     "EnableExternalCerts",
-    "TemplateNoDefaults",
 ];
 
 impl FeatureGates {
@@ -208,6 +211,8 @@ mod tests {
         assert_eq!(FeatureGates::parse("").unwrap(), FeatureGates::default());
         let g = FeatureGates::parse("CloneSetShortHash=true, CloneSetPartitionRollback=true,AllAlpha=false").unwrap();
         assert!(g.cloneset_short_hash && g.cloneset_partition_rollback && !g.preparing_update_as_update);
+        assert!(!g.template_no_defaults, "Kruise defaults templates unless told not to");
+        assert!(FeatureGates::parse("TemplateNoDefaults=true").unwrap().template_no_defaults);
         let err = FeatureGates::parse("NoSuchGate=true").unwrap_err();
         assert!(err.contains("--feature-gates") && err.contains("NoSuchGate"), "{err}");
         assert!(FeatureGates::parse("CloneSetShortHash").unwrap_err().contains("NAME=true|false"));

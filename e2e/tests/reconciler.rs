@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 
 use cloneset_operator::api::{CloneSet, keys};
 use e2e::testenv::{Operator, TestNamespace, install_api, wait_until, watch_until};
-use e2e::workload::{Env, T, condition, env, label, manifest, monitor, names, new_image, rolled_out, settled, st};
+use e2e::workload::{Env, T, condition, env, env_with, label, manifest, monitor, names, new_image, rolled_out, settled, st};
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
@@ -15,7 +15,8 @@ use serde_json::{Value, json};
 #[tokio::test]
 async fn pods_and_revisions_look_exactly_like_kruise_ones() {
     let e = env("shape").await;
-    // The known answer: this template of CloneSet `sample` is revision `sample-597d4cb8fd` in Kruise.
+    // The known answer: Kruise's webhook defaults this template of CloneSet `sample` (imagePullPolicy
+    // Always, dnsPolicy, …) and Kruise names the result revision `sample-d4d4fb5bd`.
     let cs: CloneSet = serde_json::from_value(json!({
         "apiVersion": "apps.kruise.io/v1alpha1", "kind": "CloneSet", "metadata": {"name": "sample"},
         "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "sample"}},
@@ -25,8 +26,8 @@ async fn pods_and_revisions_look_exactly_like_kruise_ones() {
     e.create(&cs).await;
     let cs = e.wait_status("sample", "one ready pod", |cs| rolled_out(cs, 1)).await;
     let s = st(&cs);
-    assert_eq!(s.update_revision, "sample-597d4cb8fd");
-    assert_eq!(s.current_revision, "sample-597d4cb8fd");
+    assert_eq!(s.update_revision, "sample-d4d4fb5bd");
+    assert_eq!(s.current_revision, "sample-d4d4fb5bd");
     assert_eq!(s.label_selector, "app=sample");
     assert_eq!(s.collision_count, Some(0));
     assert_eq!(s.expected_updated_replicas, 1);
@@ -39,8 +40,12 @@ async fn pods_and_revisions_look_exactly_like_kruise_ones() {
     assert!(id.bytes().all(|b| b"bcdfghjklmnpqrstvwxz2456789".contains(&b)), "instance id alphabet: {id}");
     assert_eq!(pod.name_any(), format!("sample-{id}"));
     assert_eq!(pod.metadata.generate_name.as_deref(), Some("sample-"));
-    assert_eq!(label(pod, keys::CONTROLLER_REVISION_HASH), Some("sample-597d4cb8fd"));
-    assert_eq!(label(pod, keys::POD_TEMPLATE_HASH), Some("597d4cb8fd"));
+    assert_eq!(label(pod, keys::CONTROLLER_REVISION_HASH), Some("sample-d4d4fb5bd"));
+    assert_eq!(label(pod, keys::POD_TEMPLATE_HASH), Some("d4d4fb5bd"));
+    // Pods are built from the defaulted template: Kruise pulls `Always` even for a tagged image.
+    let container = &pod.spec.as_ref().unwrap().containers[0];
+    assert_eq!(container.image_pull_policy.as_deref(), Some("Always"));
+    assert_eq!(container.termination_message_path.as_deref(), Some("/dev/termination-log"));
     assert_eq!(label(pod, keys::LIFECYCLE_STATE), Some("Normal"));
     assert!(pod.annotations().contains_key(keys::LIFECYCLE_TIMESTAMP));
     let owner = &pod.owner_references()[0];
@@ -52,16 +57,37 @@ async fn pods_and_revisions_look_exactly_like_kruise_ones() {
     assert_eq!(condition(pod, "Ready").as_deref(), Some("True"));
 
     let revs: Api<ControllerRevision> = e.ns.api();
-    let rev = revs.get("sample-597d4cb8fd").await.unwrap();
+    let rev = revs.get("sample-d4d4fb5bd").await.unwrap();
     assert_eq!(rev.revision, 1);
     assert_eq!(rev.labels().get("app").map(String::as_str), Some("sample"));
-    assert_eq!(rev.labels().get(keys::CONTROLLER_REVISION_HASH_LABEL).map(String::as_str), Some("597d4cb8fd"));
+    assert_eq!(rev.labels().get(keys::CONTROLLER_REVISION_HASH_LABEL).map(String::as_str), Some("d4d4fb5bd"));
     assert_eq!(
         serde_json::to_value(&rev.data.clone().unwrap().0).unwrap(),
         json!({"spec": {"template": {"$patch": "replace", "metadata": {"creationTimestamp": null, "labels": {"app": "sample"}},
-            "spec": {"containers": [{"image": "nginx:alpine", "name": "nginx", "resources": {}}]}}}})
+            "spec": {"containers": [{"image": "nginx:alpine", "imagePullPolicy": "Always", "name": "nginx", "resources": {},
+                                     "terminationMessagePath": "/dev/termination-log", "terminationMessagePolicy": "File"}],
+                     "dnsPolicy": "ClusterFirst", "restartPolicy": "Always", "schedulerName": "default-scheduler",
+                     "securityContext": {}, "terminationGracePeriodSeconds": 30}}}})
     );
     assert_eq!(rev.owner_references()[0].name, "sample");
+}
+
+/// Kruise's `TemplateNoDefaults` gate: the template is hashed as written (`sample-597d4cb8fd`) and
+/// pods get only what the apiserver fills in (`IfNotPresent` for a tagged image).
+#[tokio::test]
+async fn template_no_defaults_hashes_the_template_as_written() {
+    let e = env_with("nodefaults", &["--feature-gates=TemplateNoDefaults=true"]).await;
+    let cs: CloneSet = serde_json::from_value(json!({
+        "apiVersion": "apps.kruise.io/v1alpha1", "kind": "CloneSet", "metadata": {"name": "sample"},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "sample"}},
+                 "template": {"metadata": {"labels": {"app": "sample"}}, "spec": {"containers": [{"name": "nginx", "image": "nginx:alpine"}]}}},
+    }))
+    .unwrap();
+    e.create(&cs).await;
+    let cs = e.wait_status("sample", "one ready pod", |cs| rolled_out(cs, 1)).await;
+    assert_eq!(st(&cs).update_revision, "sample-597d4cb8fd");
+    let pods = e.active_pods("sample").await;
+    assert_eq!(pods[0].spec.as_ref().unwrap().containers[0].image_pull_policy.as_deref(), Some("IfNotPresent"));
 }
 
 #[tokio::test]
@@ -508,18 +534,20 @@ async fn a_cloneset_kruise_made_is_taken_over_without_a_write() {
     install_api().await.unwrap();
     let ns = TestNamespace::create("takeover").await.unwrap();
     let (clonesets, pods, revs): (Api<CloneSet>, Api<Pod>, Api<ControllerRevision>) = (ns.api(), ns.api(), ns.api());
-    // Golden vector `defaulted-template` (e2e/revision-golden): what Kruise's webhook stores for
-    // this manifest, and the revision Kruise names after it.
-    let (name, hash) = ("defaulted-template", "59b8f57");
+    // The template exactly as Kruise v1.9.0 stored it for CloneSet `inplace`
+    // (tests/golden/kruise-v1.9.0-objects/cloneset-in-place.yaml, golden vector `defaulted-template`
+    // in e2e/revision-golden), and the hash Kruise named its revision after.
+    let (name, hash) = ("inplace", "b55cd4488");
     let revision = format!("{name}-{hash}");
-    let template = json!({"metadata": {"labels": {"app": "nginx"}}, "spec": {
-        "containers": [{"image": "nginx:1.25", "imagePullPolicy": "IfNotPresent", "name": "nginx", "resources": {},
+    let template = json!({"metadata": {"labels": {"app": "inplace"}}, "spec": {
+        "containers": [{"image": "nginx:1.26", "imagePullPolicy": "Always", "name": "main",
+                        "ports": [{"containerPort": 80, "protocol": "TCP"}], "resources": {},
                         "terminationMessagePath": "/dev/termination-log", "terminationMessagePolicy": "File"}],
         "dnsPolicy": "ClusterFirst", "restartPolicy": "Always", "schedulerName": "default-scheduler", "securityContext": {},
         "terminationGracePeriodSeconds": 30}});
     let cs: CloneSet =
         serde_json::from_value(json!({"apiVersion": "apps.kruise.io/v1alpha1", "kind": "CloneSet", "metadata": {"name": name},
-        "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "nginx"}}, "template": template,
+        "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "inplace"}}, "template": template,
                  "updateStrategy": {"type": "InPlaceIfPossible"}}}))
         .unwrap();
     let cs = clonesets.create(&PostParams::default(), &cs).await.unwrap();
@@ -529,13 +557,13 @@ async fn a_cloneset_kruise_made_is_taken_over_without_a_write() {
     data["spec"]["template"]["$patch"] = json!("replace");
     data["spec"]["template"]["metadata"]["creationTimestamp"] = Value::Null;
     let rev: ControllerRevision = serde_json::from_value(json!({"metadata": {"name": revision,
-        "labels": {"app": "nginx", keys::CONTROLLER_REVISION_HASH_LABEL: hash}, "ownerReferences": [owner]},
+        "labels": {"app": "inplace", keys::CONTROLLER_REVISION_HASH_LABEL: hash}, "ownerReferences": [owner]},
         "data": data, "revision": 1}))
     .unwrap();
     let rev_uid = revs.create(&PostParams::default(), &rev).await.unwrap().metadata.uid;
     for id in ["bb2xk", "dq45z", "hv8m7"] {
         let mut pod = json!({"metadata": {"name": format!("{name}-{id}"), "generateName": format!("{name}-"),
-            "labels": {"app": "nginx", keys::CONTROLLER_REVISION_HASH: revision, keys::POD_TEMPLATE_HASH: hash,
+            "labels": {"app": "inplace", keys::CONTROLLER_REVISION_HASH: revision, keys::POD_TEMPLATE_HASH: hash,
                        keys::CLONESET_INSTANCE_ID: id, keys::LIFECYCLE_STATE: "Normal"},
             "annotations": {keys::LIFECYCLE_TIMESTAMP: "2026-01-01T00:00:00Z"}, "ownerReferences": [owner]},
             "spec": template["spec"].clone()});
@@ -547,7 +575,7 @@ async fn a_cloneset_kruise_made_is_taken_over_without_a_write() {
     }
     let status = json!({"status": {"observedGeneration": 1, "replicas": 3, "readyReplicas": 3, "availableReplicas": 3,
         "updatedReplicas": 3, "updatedReadyReplicas": 3, "updatedAvailableReplicas": 3, "expectedUpdatedReplicas": 3,
-        "currentRevision": revision, "updateRevision": revision, "collisionCount": 0, "labelSelector": "app=nginx"}});
+        "currentRevision": revision, "updateRevision": revision, "collisionCount": 0, "labelSelector": "app=inplace"}});
     clonesets.patch_status(name, &PatchParams::default(), &Patch::Merge(status)).await.unwrap();
     wait_until(T, "Kruise's pods Ready", || async {
         let list = pods.list(&ListParams::default()).await?.items;
@@ -574,12 +602,15 @@ async fn a_cloneset_kruise_made_is_taken_over_without_a_write() {
     assert_eq!(all_revs.len(), 1, "Kruise's revision was recognised, not duplicated");
     assert_eq!(all_revs[0].metadata.uid, rev_uid);
 
-    // And it keeps working: an in-place rollout of the taken-over pods.
+    // And it keeps working: the bare manifest re-applied with a new image (the merge patch replaces
+    // the defaulted container with the one the user wrote) is an in-place rollout of the
+    // taken-over pods, to the revision Kruise's webhook would have produced.
     clonesets
         .patch(
             name,
             &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"template": {"spec": {"containers": [{"name": "nginx", "image": "nginx:1.26"}]}}}})),
+            &Patch::Merge(json!({"spec": {"template": {"spec": {"containers": [
+                {"name": "main", "image": "nginx:1.27", "ports": [{"containerPort": 80}]}]}}}})),
         )
         .await
         .unwrap();
@@ -588,7 +619,12 @@ async fn a_cloneset_kruise_made_is_taken_over_without_a_write() {
     })
     .await
     .unwrap();
-    assert_ne!(st(&e_cs).update_revision, revision);
+    let mut kruise_stored = template.clone();
+    kruise_stored["spec"]["containers"][0]["image"] = json!("nginx:1.27");
+    let data = cloneset_operator::core::revision::revision_data(&kruise_stored);
+    let kruise_revision =
+        cloneset_operator::core::revision::revision_name(name, &cloneset_operator::core::revision::hash_revision(&data, 0));
+    assert_eq!(st(&e_cs).update_revision, kruise_revision);
     let names_after: BTreeSet<String> = pods.list(&ListParams::default()).await.unwrap().items.iter().map(|p| p.name_any()).collect();
     assert_eq!(names_after, before.iter().map(|(n, _)| n.clone()).collect(), "updated in place: the same pods");
     drop(op);

@@ -311,7 +311,11 @@ async fn sync_revisions(ctx: &Context, cs: &CloneSet) -> Result<Revisions, Recon
     let existing = owned_revisions(ctx, cs);
     let mut sorted: Vec<RevisionView> = existing.iter().map(|r| view(r)).collect();
     history::sort_revisions(&mut sorted);
-    let template = serde_json::to_value(&cs.spec.template).map_err(|e| ReconcileError::Revision(e.to_string()))?;
+    let mut template = serde_json::to_value(&cs.spec.template).map_err(|e| ReconcileError::Revision(e.to_string()))?;
+    // Kruise hashes (and builds pods from) the template its webhook defaulted, unless TemplateNoDefaults.
+    if !ctx.config.gates.template_no_defaults {
+        template = crate::core::defaults::default_pod_template(&template);
+    }
     let data = revision::revision_data(&template);
     let mut collision_count = cs.status.as_ref().and_then(|s| s.collision_count).unwrap_or(0);
     let vct = vct_hash(cs);

@@ -50,7 +50,15 @@ use serde_json::{Map, Number, Value};
 /// it has no `"$patch"` key.
 pub fn normalize_pod_template(template: &Value) -> Value {
     let schema = &*SCHEMA;
-    schema.convert(&schema.root, Some(template)).0
+    schema.convert(&schema.root, Some(template), Numbers::Float64).0
+}
+
+/// The pod template decoded into the typed Go `PodTemplateSpec` and encoded again, as Kruise's
+/// webhook writes it back into the CloneSet: like [`normalize_pod_template`] but without the
+/// generic decode, so integers keep every digit and raw fields stay as they are.
+pub fn typed_round_trip_pod_template(template: &Value) -> Value {
+    let schema = &*SCHEMA;
+    schema.convert(&schema.root, Some(template), Numbers::Exact).0
 }
 
 /// Go's `json.Marshal` of a generic value (`map[string]interface{}` and friends): object keys sorted
@@ -154,6 +162,21 @@ pub fn format_float(f: f64) -> String {
 /// `"1536Mi"`). `None` when Go rejects the string.
 pub fn canonical_quantity(s: &str) -> Option<String> {
     quantity::marshal(s)
+}
+
+/// What Kruise's webhook stores for one value of a container's `resources.limits`/`requests`:
+/// the JSON value decoded as a `resource.Quantity`, rounded up to milli-units
+/// (`SetDefaults_ResourceList`: `Quantity.RoundUp(-3)`) and encoded again. `100u` becomes `1m`;
+/// a value already at milli precision or coarser keeps its spelling when Go would (`"0.1"` is
+/// then encoded `"100m"`, as always). JSON `null` decodes as zero. `None`: not a quantity (the
+/// webhook would reject the object).
+pub fn quantity_rounded_up_to_milli(value: &Value) -> Option<String> {
+    match value {
+        Value::String(s) => quantity::marshal_json_string_rounded_up_to_milli(s),
+        Value::Number(n) => quantity::marshal_rounded_up_to_milli(&apiserver_number_text(n)),
+        Value::Null => Some("0".into()),
+        _ => None,
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -294,6 +317,14 @@ struct RawField {
     ty: String,
 }
 
+/// How [`Schema::convert`] writes numbers and raw fields: as Go's generic decode leaves them
+/// (float64), or as the typed encode writes them.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Numbers {
+    Float64,
+    Exact,
+}
+
 impl Schema {
     fn parse(text: &str) -> Result<Self, String> {
         let raw: RawSchema = serde_json::from_str(text).map_err(|e| e.to_string())?;
@@ -322,7 +353,9 @@ impl Schema {
 
     /// Decodes `input` (absent when `None`) into a Go value of kind `kind` and encodes it again.
     /// Returns the generic JSON of the encoding and whether the Go value is "empty" for omitempty.
-    fn convert(&self, kind: &Kind, input: Option<&Value>) -> (Value, bool) {
+    fn convert(&self, kind: &Kind, input: Option<&Value>, numbers: Numbers) -> (Value, bool) {
+        let int_value = |n: i64| if numbers == Numbers::Exact { Value::from(n) } else { float_value(n as f64) };
+        let raw_value = |v: &Value| if numbers == Numbers::Exact { v.clone() } else { generic(v) };
         match kind {
             Kind::String => match input {
                 Some(Value::String(s)) => (Value::String(s.clone()), s.is_empty()),
@@ -337,14 +370,14 @@ impl Schema {
                     Some(Value::Number(n)) => parse_int(&apiserver_number_text(n), *bits).unwrap_or(0),
                     _ => 0,
                 };
-                (float_value(n as f64), n == 0)
+                (int_value(n), n == 0)
             }
             Kind::Uint(bits) => {
                 let n = match input {
                     Some(Value::Number(n)) => parse_uint(&apiserver_number_text(n), *bits).unwrap_or(0),
                     _ => 0,
                 };
-                (float_value(n as f64), n == 0)
+                (if numbers == Numbers::Exact { Value::from(n) } else { float_value(n as f64) }, n == 0)
             }
             Kind::Quantity => {
                 let text = match input {
@@ -368,26 +401,26 @@ impl Schema {
             }
             Kind::Any => match input {
                 None | Some(Value::Null) => (Value::Null, true),
-                Some(v) => (generic(v), false),
+                Some(v) => (raw_value(v), false),
             },
             Kind::RawStruct => match input {
                 None | Some(Value::Null) => (Value::Null, false),
-                Some(v) => (generic(v), false),
+                Some(v) => (raw_value(v), false),
             },
             Kind::Ptr(elem) => match input {
                 None | Some(Value::Null) => (Value::Null, true),
                 // A non-null token allocates the pointee even when its decode then fails.
-                Some(v) => (self.convert(elem, Some(v)).0, false),
+                Some(v) => (self.convert(elem, Some(v), numbers).0, false),
             },
             Kind::Slice(elem) => match input {
                 Some(Value::Array(items)) => {
-                    (Value::Array(items.iter().map(|item| self.convert(elem, Some(item)).0).collect()), items.is_empty())
+                    (Value::Array(items.iter().map(|item| self.convert(elem, Some(item), numbers).0).collect()), items.is_empty())
                 }
                 _ => (Value::Null, true),
             },
             Kind::Map(elem) => match input {
                 Some(Value::Object(map)) => {
-                    (Value::Object(map.iter().map(|(k, v)| (k.clone(), self.convert(elem, Some(v)).0)).collect()), map.is_empty())
+                    (Value::Object(map.iter().map(|(k, v)| (k.clone(), self.convert(elem, Some(v), numbers).0)).collect()), map.is_empty())
                 }
                 _ => (Value::Null, true),
             },
@@ -398,7 +431,7 @@ impl Schema {
                 };
                 let mut out = Map::new();
                 for field in &self.structs[*index] {
-                    let (value, empty) = self.convert(&field.kind, object.and_then(|m| m.get(&field.name)));
+                    let (value, empty) = self.convert(&field.kind, object.and_then(|m| m.get(&field.name)), numbers);
                     if !(field.omit_empty && empty) {
                         out.insert(field.name.clone(), value);
                     }
@@ -841,10 +874,34 @@ mod quantity {
     /// The same for a JSON string. `UnmarshalJSON` sees the string still escaped as the apiserver
     /// wrote it; any character `encoding/json` escapes makes the quantity invalid.
     pub(super) fn marshal_json_string(s: &str) -> Option<String> {
-        if s.chars().any(|c| matches!(c, '\0'..='\u{1f}' | '"' | '\\' | '<' | '>' | '&' | '\u{2028}' | '\u{2029}')) {
+        if !json_string_is_plain(s) {
             return None;
         }
         marshal(s)
+    }
+
+    fn json_string_is_plain(s: &str) -> bool {
+        !s.chars().any(|c| matches!(c, '\0'..='\u{1f}' | '"' | '\\' | '<' | '>' | '&' | '\u{2028}' | '\u{2029}'))
+    }
+
+    /// `UnmarshalJSON`, `RoundUp(-3)`, `MarshalJSON`. `RoundUp` leaves a quantity alone (and keeps
+    /// its remembered spelling) when its int64 scale is already -3 or coarser; otherwise it forgets
+    /// the spelling and rounds the value up, away from zero. Values parsed by the arbitrary-precision
+    /// path never had a spelling to keep.
+    pub(super) fn marshal_rounded_up_to_milli(raw: &str) -> Option<String> {
+        let mut parsed = parse_quantity(raw.trim_matches(super::is_go_space))?;
+        if parsed.value.exp < -3 {
+            parsed.verbatim = None;
+            parsed.value.round_up_to_exp(-3);
+        }
+        Some(canonical(parsed))
+    }
+
+    pub(super) fn marshal_json_string_rounded_up_to_milli(s: &str) -> Option<String> {
+        if !json_string_is_plain(s) {
+            return None;
+        }
+        marshal_rounded_up_to_milli(s)
     }
 }
 

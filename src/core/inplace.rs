@@ -52,8 +52,8 @@ pub fn in_place_spec(old_data: Option<&[u8]>, new_data: &[u8], new_revision: &st
     let (mut old_spec, mut new_spec) = (old.get("spec").cloned().unwrap_or(json!({})), new.get("spec").cloned().unwrap_or(json!({})));
     // Kruise's webhook defaults every stored template, so a default spelled out on one side only
     // is no change there; it must not force a recreate here.
-    defaults::fill_pod_spec_defaults(&mut old_spec);
-    defaults::fill_pod_spec_defaults(&mut new_spec);
+    defaults::set_default_pod_spec(&mut old_spec);
+    defaults::set_default_pod_spec(&mut new_spec);
 
     // Images: same containers in the same order, differing only in `image`.
     let mut images = BTreeMap::new();
@@ -321,21 +321,51 @@ mod tests {
         json!({"metadata": {"labels": labels}, "spec": {"containers": [c, {"name": "side", "image": "busybox:1"}]}})
     }
 
-    /// After taking over a CloneSet Kruise created (its template defaulted by Kruise's webhook),
-    /// re-applying the bare manifest with a new image is still an image-only change.
-    #[test]
-    fn defaults_spelled_out_on_one_side_only_do_not_prevent_in_place() {
-        let kruise_stored = json!({"metadata": {"labels": {"app": "nginx"}}, "spec": {
-            "containers": [{"image": "nginx:1.25", "imagePullPolicy": "IfNotPresent", "name": "nginx", "resources": {},
+    /// The template Kruise v1.9.0 stored for CloneSet `inplace` (tests/golden/kruise-v1.9.0-objects/
+    /// cloneset-in-place.yaml), whose manifest was `containers: [{name: main, image: nginx:1.25,
+    /// ports: [{containerPort: 80}]}]` with the image later changed to nginx:1.26.
+    fn kruise_stored_in_place_template() -> Value {
+        json!({"metadata": {"creationTimestamp": null, "labels": {"app": "inplace"}}, "spec": {
+            "containers": [{"image": "nginx:1.26", "imagePullPolicy": "Always", "name": "main",
+                            "ports": [{"containerPort": 80, "protocol": "TCP"}], "resources": {},
                             "terminationMessagePath": "/dev/termination-log", "terminationMessagePolicy": "File"}],
             "dnsPolicy": "ClusterFirst", "restartPolicy": "Always", "schedulerName": "default-scheduler", "securityContext": {},
-            "terminationGracePeriodSeconds": 30}});
-        let bare =
-            |image: &str| json!({"metadata": {"labels": {"app": "nginx"}}, "spec": {"containers": [{"name": "nginx", "image": image}]}});
-        let spec = in_place_spec(Some(&data(kruise_stored.clone())), &data(bare("nginx:1.26")), "cs-new", 0).unwrap();
-        assert_eq!(spec.container_images, BTreeMap::from([("nginx".to_string(), "nginx:1.26".to_string())]));
-        // `nginx` (latest) defaults to imagePullPolicy Always: a real change, as under Kruise.
-        assert_eq!(in_place_spec(Some(&data(kruise_stored)), &data(bare("nginx")), "cs-new", 0), None);
+            "terminationGracePeriodSeconds": 30}})
+    }
+
+    fn bare_in_place_manifest(image: &str) -> Value {
+        json!({"metadata": {"labels": {"app": "inplace"}}, "spec": {"containers": [{"name": "main", "image": image, "ports": [{"containerPort": 80}]}]}})
+    }
+
+    /// After taking over a CloneSet Kruise created (its template defaulted by Kruise's webhook),
+    /// re-applying the bare manifest with a new image is an image-only change, whether the new
+    /// revision was recorded without defaults (TemplateNoDefaults, or by an older version of this
+    /// operator) or with them.
+    #[test]
+    fn kruise_stored_template_to_the_bare_manifest_with_a_new_image_is_in_place() {
+        let old = data(kruise_stored_in_place_template());
+        let bare = bare_in_place_manifest("nginx:1.27");
+        let want = BTreeMap::from([("main".to_string(), "nginx:1.27".to_string())]);
+        for new in [data(bare.clone()), data(defaults::default_pod_template(&bare))] {
+            let spec = in_place_spec(Some(&old), &new, "inplace-new", 0).expect("in place");
+            assert_eq!(spec.container_images, want);
+            assert_eq!(spec.meta_data_patch, None);
+        }
+        // Spelling out a value other than Kruise's default is a real change: recreate.
+        let mut not_default = bare;
+        not_default["spec"]["containers"][0]["imagePullPolicy"] = json!("IfNotPresent");
+        assert_eq!(in_place_spec(Some(&old), &data(not_default), "inplace-new", 0), None);
+    }
+
+    /// Kruise pulls every regular container `Always` unless told otherwise, tagged or not (not
+    /// Kubernetes' `IfNotPresent` for a tagged image): a template that spells out `Always` and
+    /// one that leaves it out are the same.
+    #[test]
+    fn kruise_default_pull_policy_is_always_for_tagged_images_too() {
+        let mut always = bare_in_place_manifest("nginx:1.25");
+        always["spec"]["containers"][0]["imagePullPolicy"] = json!("Always");
+        let spec = in_place_spec(Some(&data(always)), &data(bare_in_place_manifest("nginx:1.26")), "r", 0).expect("in place");
+        assert_eq!(spec.container_images, BTreeMap::from([("main".to_string(), "nginx:1.26".to_string())]));
     }
 
     #[test]

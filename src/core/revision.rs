@@ -103,6 +103,9 @@ mod tests {
         json!({"metadata": {"labels": {"app": "sample"}}, "spec": {"containers": [{"name": "nginx", "image": "nginx:alpine"}]}})
     }
 
+    /// The template encoded as given: Kruise's name for it when its webhook leaves templates
+    /// alone (`TemplateNoDefaults`); defaulted, the same manifest is `sample-d4d4fb5bd`
+    /// (tests/kruise_revisions.rs).
     #[test]
     fn known_answer() {
         let data = revision_data(&sample_template());
