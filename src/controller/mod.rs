@@ -6,6 +6,7 @@
 //! once (fail-stop: workers are aborted and `run` returns an error, so the process exits non-zero
 //! and restarts as a standby), as controller-runtime does.
 
+mod cloneset_cache;
 pub mod queue;
 mod reconcile;
 mod writes;
@@ -31,16 +32,28 @@ use crate::core::expectations::{ResourceVersionExpectations, ScaleExpectations};
 use crate::leader::LeaderElector;
 use crate::metrics::{Metrics, ReconcileResult};
 use crate::server::Health;
+use cloneset_cache::CachedCloneSet;
 use queue::WorkQueue;
 
 /// The caches a reconcile reads. Every one has finished its first list before any reconcile.
 #[derive(Clone)]
 pub struct Stores {
-    pub clonesets: Store<CloneSet>,
+    /// Decoded or not: one undecodable CloneSet must not fail the list of all of them.
+    pub clonesets: Store<CachedCloneSet>,
     pub pods: Store<Pod>,
     pub pvcs: Store<PersistentVolumeClaim>,
     pub revisions: Store<ControllerRevision>,
     pub nodes: Store<Node>,
+}
+
+impl Stores {
+    /// The CloneSet `ns/name` if it is cached and decodes (the worker handles one that does not).
+    pub fn cloneset(&self, ns: &str, name: &str) -> Option<Arc<CloneSet>> {
+        match cached(&self.clonesets, ns, name)?.as_ref() {
+            CachedCloneSet::Decoded(cs) => Some(cs.clone()),
+            CachedCloneSet::Undecodable(_) => None,
+        }
+    }
 }
 
 /// Everything a reconcile needs, passed explicitly (no globals).
@@ -181,14 +194,14 @@ pub async fn run(client: Client, config: ControllerConfig, runtime: Runtime, shu
     let Runtime { metrics, health, mut elector } = runtime;
     let ns = config.namespace.clone();
     let ns = ns.as_deref();
-    let (cs_reader, cs_writer) = reflector::store::<CloneSet>();
+    let (cs_reader, cs_writer) = reflector::store::<CachedCloneSet>();
     let (pod_reader, pod_writer) = reflector::store::<Pod>();
     let (pvc_reader, pvc_writer) = reflector::store::<PersistentVolumeClaim>();
     let (rev_reader, rev_writer) = reflector::store::<ControllerRevision>();
     let (node_reader, node_writer) = reflector::store::<Node>();
     // Only what a CloneSet can own: pods and PVCs carry the instance-id label, revisions the hash label.
     let owned = watcher::Config::default().labels(keys::CLONESET_INSTANCE_ID).page_size(LIST_PAGE_SIZE);
-    let cs_events = cache(api::<CloneSet>(&client, ns), watcher::Config::default(), cs_writer, |_| {});
+    let cs_events = cache(api::<CachedCloneSet>(&client, ns), watcher::Config::default(), cs_writer, |_| {});
     let pod_events = cache(api::<Pod>(&client, ns), owned.clone(), pod_writer, strip_pod);
     let pvc_events = cache(api::<PersistentVolumeClaim>(&client, ns), owned, pvc_writer, |_| {});
     let rev_events = cache(
@@ -351,7 +364,14 @@ async fn worker(ctx: Arc<Context>) {
         let active = ActiveWorker::start(&ctx.metrics);
         let started = Instant::now();
         // Every log line of this reconcile (ours, kube's, the event recorder's) carries the key.
-        let outcome = reconcile::reconcile(&ctx, &key).instrument(tracing::info_span!("reconcile", cloneset = %key)).await;
+        let outcome = async {
+            match cloneset_cache::before_reconcile(&ctx, &key).await {
+                Some(handled) => handled,
+                None => reconcile::reconcile(&ctx, &key).await,
+            }
+        }
+        .instrument(tracing::info_span!("reconcile", cloneset = %key))
+        .await;
         let result = match &outcome {
             Ok(None) => ReconcileResult::Success,
             Ok(Some(after)) if after.is_zero() => ReconcileResult::Requeue,

@@ -51,7 +51,7 @@ const AFTER_FORCED_EXPECTATIONS: Duration = Duration::from_secs(10);
 
 pub async fn reconcile(ctx: &Arc<Context>, key: &str) -> Result<Option<Duration>, ReconcileError> {
     let (ns, name) = key.split_once('/').unwrap_or(("", key));
-    let Some(cs) = cached(&ctx.stores.clonesets, ns, name) else {
+    let Some(cs) = ctx.stores.cloneset(ns, name) else {
         ctx.scale_expectations.lock().unwrap_or_else(|e| e.into_inner()).forget(key);
         return Ok(None);
     };
