@@ -88,6 +88,26 @@ async fn template_no_defaults_hashes_the_template_as_written() {
     assert_eq!(st(&cs).update_revision, "sample-597d4cb8fd");
     let pods = e.active_pods("sample").await;
     assert_eq!(pods[0].spec.as_ref().unwrap().containers[0].image_pull_policy.as_deref(), Some("IfNotPresent"));
+
+    // Turning defaulting on (an upgrade from a version without it) changes nothing until the
+    // template changes: Kruise's webhook defaults a template only when it is written.
+    let mut e = e;
+    e.operator.stop();
+    let op = Operator::start(&e.ns.name, &[]).await.unwrap();
+    wait_until(T, "the CloneSet reconciled and the queue empty", || async {
+        Ok(e2e::bench::reconciled_and_idle(&op.metrics().await?, 1.0))
+    })
+    .await
+    .unwrap();
+    let writes = e2e::bench::Requests::from_metrics(&op.metrics().await.unwrap());
+    assert_eq!(writes.writes(), 0.0, "defaulting on wrote something: {writes:?}\n{}", op.log_tail(30));
+    assert_eq!(st(&e.clonesets.get("sample").await.unwrap()).update_revision, "sample-597d4cb8fd");
+    e.operator = op;
+    e.patch("sample", json!({"template": {"spec": {"containers": [{"name": "nginx", "image": "nginx:1.27"}]}}})).await;
+    let cs = e.wait_status("sample", "rolled out to the changed template", |cs| rolled_out(cs, 1)).await;
+    let revs: Api<ControllerRevision> = e.ns.api();
+    let data = serde_json::to_value(&revs.get(&st(&cs).update_revision).await.unwrap().data.unwrap().0).unwrap();
+    assert_eq!(data["spec"]["template"]["spec"]["containers"][0]["imagePullPolicy"], "Always", "the changed template is defaulted");
 }
 
 #[tokio::test]

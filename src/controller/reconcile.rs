@@ -311,16 +311,18 @@ async fn sync_revisions(ctx: &Context, cs: &CloneSet) -> Result<Revisions, Recon
     let existing = owned_revisions(ctx, cs);
     let mut sorted: Vec<RevisionView> = existing.iter().map(|r| view(r)).collect();
     history::sort_revisions(&mut sorted);
-    let mut template = serde_json::to_value(&cs.spec.template).map_err(|e| ReconcileError::Revision(e.to_string()))?;
+    let stored = serde_json::to_value(&cs.spec.template).map_err(|e| ReconcileError::Revision(e.to_string()))?;
+    let stored_data = revision::revision_data(&stored);
     // Kruise hashes (and builds pods from) the template its webhook defaulted, unless TemplateNoDefaults.
-    if !ctx.config.gates.template_no_defaults {
-        template = crate::core::defaults::default_pod_template(&template);
-    }
-    let data = revision::revision_data(&template);
+    let data = if ctx.config.gates.template_no_defaults {
+        stored_data.clone()
+    } else {
+        revision::revision_data(&crate::core::defaults::default_pod_template(&stored))
+    };
     let mut collision_count = cs.status.as_ref().and_then(|s| s.collision_count).unwrap_or(0);
     let vct = vct_hash(cs);
 
-    let update = match history::plan_update_revision(&sorted, &data) {
+    let update = match history::plan_update_revision(&sorted, &data, &stored_data) {
         UpdateRevisionPlan::Existing { name } => name,
         UpdateRevisionPlan::Reuse { name, revision } => {
             writes::bump_revision(ctx, &ns, &name, revision, &vct).await?;

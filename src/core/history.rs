@@ -32,13 +32,21 @@ pub enum UpdateRevisionPlan {
     Create { revision: i64 },
 }
 
-/// Chooses the update revision for `candidate_data` among `sorted` (oldest first).
-pub fn plan_update_revision(sorted: &[RevisionView], candidate_data: &[u8]) -> UpdateRevisionPlan {
+/// Chooses the update revision for `candidate_data` (the defaulted template's revision data)
+/// among `sorted` (oldest first). `stored_data` is the revision data of the template as stored:
+/// Kruise's webhook defaults a template only when it is created or changed, so when no revision
+/// has the defaulted data but the newest one has the stored template exactly (made without
+/// defaults: by `TemplateNoDefaults`, or by a version of this operator that did not default),
+/// that template has not changed since and the newest revision stays the update revision.
+pub fn plan_update_revision(sorted: &[RevisionView], candidate_data: &[u8], stored_data: &[u8]) -> UpdateRevisionPlan {
     let next = sorted.last().map_or(1, |r| r.revision + 1);
     match sorted.iter().rposition(|r| r.data == candidate_data) {
         Some(i) if i == sorted.len() - 1 => UpdateRevisionPlan::Existing { name: sorted[i].name.clone() },
         Some(i) => UpdateRevisionPlan::Reuse { name: sorted[i].name.clone(), revision: next },
-        None => UpdateRevisionPlan::Create { revision: next },
+        None => match sorted.last() {
+            Some(newest) if newest.data == stored_data => UpdateRevisionPlan::Existing { name: newest.name.clone() },
+            _ => UpdateRevisionPlan::Create { revision: next },
+        },
     }
 }
 
@@ -61,20 +69,35 @@ mod tests {
     fn newest_equal_revision_is_used_as_is() {
         // Kruise TestGetActiveRevisions: "equal immediately-prior revision is reused".
         let revs = [rev("a", 1, "x"), rev("b", 2, "y")];
-        assert_eq!(plan_update_revision(&revs, b"y"), UpdateRevisionPlan::Existing { name: "b".into() });
+        assert_eq!(plan_update_revision(&revs, b"y", b"y"), UpdateRevisionPlan::Existing { name: "b".into() });
     }
 
     #[test]
     fn an_older_equal_revision_is_bumped_on_rollback() {
         let revs = [rev("a", 1, "x"), rev("b", 2, "y"), rev("c", 3, "z")];
-        assert_eq!(plan_update_revision(&revs, b"x"), UpdateRevisionPlan::Reuse { name: "a".into(), revision: 4 });
+        assert_eq!(plan_update_revision(&revs, b"x", b"x"), UpdateRevisionPlan::Reuse { name: "a".into(), revision: 4 });
     }
 
     #[test]
     fn a_new_template_creates_the_next_revision() {
         // Kruise TestGetActiveRevisions: "a new revision is created when none is equal" and "empty list".
-        assert_eq!(plan_update_revision(&[], b"x"), UpdateRevisionPlan::Create { revision: 1 });
-        assert_eq!(plan_update_revision(&[rev("a", 7, "x")], b"q"), UpdateRevisionPlan::Create { revision: 8 });
+        assert_eq!(plan_update_revision(&[], b"x", b"x"), UpdateRevisionPlan::Create { revision: 1 });
+        assert_eq!(plan_update_revision(&[rev("a", 7, "x")], b"q", b"q"), UpdateRevisionPlan::Create { revision: 8 });
+    }
+
+    #[test]
+    fn kruise_defaults_a_template_only_when_it_changes() {
+        // The newest revision was made from the template as stored, without defaults: unchanged
+        // since, so no new revision (and no rollout) just because defaulting is on now.
+        let revs = [rev("old", 1, "D"), rev("undefaulted", 2, "s")];
+        assert_eq!(plan_update_revision(&revs, b"s+defaults", b"s"), UpdateRevisionPlan::Existing { name: "undefaulted".into() });
+        // An older undefaulted revision is not the stored template "unchanged": a change back to
+        // it is a change, and gets the defaulted revision.
+        let revs = [rev("undefaulted", 1, "s"), rev("newer", 2, "t")];
+        assert_eq!(plan_update_revision(&revs, b"s+defaults", b"s"), UpdateRevisionPlan::Create { revision: 3 });
+        // The defaulted revision wins whenever it exists.
+        let revs = [rev("defaulted", 1, "s+defaults"), rev("undefaulted", 2, "s")];
+        assert_eq!(plan_update_revision(&revs, b"s+defaults", b"s"), UpdateRevisionPlan::Reuse { name: "defaulted".into(), revision: 3 });
     }
 
     #[test]
