@@ -28,13 +28,15 @@ pub struct PodLedger {
     pub events: usize,
     /// Every pod ever seen: UID → name. One UID is one create.
     pub pods: BTreeMap<String, String>,
-    /// Pods seen deleted (or gone at a relist), by UID.
+    /// Pods seen terminating or deleted (or gone at a relist), by UID.
     pub deleted: BTreeSet<String>,
     /// The most live (not terminating) pods at one moment.
     pub max_live: usize,
     /// The fewest / most Ready live pods at one moment (`None` before the first complete state).
     pub min_ready: Option<usize>,
     pub max_ready: usize,
+    /// The most live pods that were not Ready at one moment.
+    pub max_unready: usize,
     /// Pods that were Ready and later seen not Ready, terminating or gone, by name.
     pub lost_ready: BTreeSet<String>,
     /// Watch errors and the relists after them (e.g. while the apiserver was down).
@@ -62,13 +64,14 @@ impl PodLedger {
         let per_name = self.creates_per_name();
         let most = per_name.values().copied().max().unwrap_or(0);
         format!(
-            "{} pod events, {} pods (UIDs) watched, {} deleted; max live {}, min/max Ready {}/{}; max creates per pod name {}; {} watch errors, {} relists",
+            "{} pod events, {} pods (UIDs) watched, {} deleted; max live {}, min/max Ready {}/{}, max not Ready {}; max creates per pod name {}; {} watch errors, {} relists",
             self.events,
             self.pods.len(),
             self.deleted.len(),
             self.max_live,
             self.min_ready.map_or("-".into(), |m| m.to_string()),
             self.max_ready,
+            self.max_unready,
             most,
             self.watch_errors,
             self.relists
@@ -117,6 +120,9 @@ impl PodWatch {
                         l.events += 1;
                         let uid = p.uid().unwrap_or_default();
                         l.pods.entry(uid.clone()).or_insert_with(|| p.name_any());
+                        if p.metadata.deletion_timestamp.is_some() {
+                            l.deleted.insert(uid.clone());
+                        }
                         relisting.get_or_insert_with(BTreeMap::new).insert(uid, p);
                         continue;
                     }
@@ -137,6 +143,9 @@ impl PodWatch {
                         l.events += 1;
                         let uid = p.uid().unwrap_or_default();
                         l.pods.entry(uid.clone()).or_insert_with(|| p.name_any());
+                        if p.metadata.deletion_timestamp.is_some() {
+                            l.deleted.insert(uid.clone());
+                        }
                         current.insert(uid, p);
                     }
                     Ok(Event::Delete(p)) => {
@@ -156,6 +165,7 @@ impl PodWatch {
                 }
                 was_ready = ready;
                 l.max_live = l.max_live.max(live);
+                l.max_unready = l.max_unready.max(live - was_ready.len());
                 l.max_ready = l.max_ready.max(was_ready.len());
                 l.min_ready = Some(l.min_ready.map_or(was_ready.len(), |m| m.min(was_ready.len())));
             }
@@ -186,7 +196,7 @@ impl Drop for PodWatch {
 /// but the kills do not fall on the same phase of the operator's work each time.
 pub fn kill_interval(k: u32, lo: Duration, hi: Duration) -> Duration {
     let span = hi.saturating_sub(lo).as_millis().max(1) as u64;
-    lo + Duration::from_millis((u64::from(k) * 7919 + 1543) % span)
+    lo + Duration::from_millis((u64::from(k) * 1237 + 300) % span)
 }
 
 // ---------------------------------------------------------------------------------------------

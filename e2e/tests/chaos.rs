@@ -22,12 +22,19 @@ use kube::{Api, ResourceExt as _};
 use serde_json::{Value, json};
 
 /// How long a simulated container takes to start: long enough that a scale-up or rollout spans
-/// several kills, short enough to keep the file within its time budget.
-const STARTUP_DELAY: &str = "1500ms";
+/// several faults, short enough to keep the file within its time budget.
+const STARTUP_DELAY: &str = "2s";
+/// Slower still where the operator is killed every 2–4 s, so the work spans several kills.
+const STARTUP_DELAY_UNDER_KILLS: &str = "6s";
 
-/// `manifest` with slow-starting pods.
+/// `manifest` with pods that take [`STARTUP_DELAY`] to start.
 fn slow(name: &str, replicas: i32, image: &str, extra_spec: Value) -> CloneSet {
-    let mut spec = json!({"template": {"metadata": {"annotations": {(e2e::simkubelet::ANNOTATION_STARTUP_DELAY): STARTUP_DELAY}}}});
+    starting_in(STARTUP_DELAY, name, replicas, image, extra_spec)
+}
+
+/// `manifest` with pods that take `delay` to start.
+fn starting_in(delay: &str, name: &str, replicas: i32, image: &str, extra_spec: Value) -> CloneSet {
+    let mut spec = json!({"template": {"metadata": {"annotations": {(e2e::simkubelet::ANNOTATION_STARTUP_DELAY): delay}}}});
     json_patch::merge(&mut spec, &extra_spec);
     manifest(name, replicas, image, spec)
 }
@@ -137,7 +144,8 @@ fn report(test: &str, started: Instant, faults: &str, l: &PodLedger) {
 // ---------------------------------------------------------------------------------------------
 // 1. SIGKILL every few seconds
 
-/// A scale-up from 0 to 12, paced by `scaleStrategy.maxUnavailable` so it spans several kills,
+/// A scale-up from 0 to 12, paced by `scaleStrategy.maxUnavailable` (2 starting at a time) so it
+/// spans several kills,
 /// while the operator is SIGKILLed every 2–4 s: each new instance picks up where the last one
 /// stopped, no pod is created twice, none is lost.
 #[tokio::test]
@@ -151,7 +159,7 @@ async fn a_scale_up_survives_the_operator_being_sigkilled_every_few_seconds() {
     let watch = PodWatch::start(pods.clone(), "app=web").await.unwrap();
 
     clonesets
-        .create(&PostParams::default(), &slow("web", 12, "nginx:1.27", json!({"scaleStrategy": {"maxUnavailable": 3}})))
+        .create(&PostParams::default(), &slow("web", 12, "nginx:1.27", json!({"scaleStrategy": {"maxUnavailable": 2}})))
         .await
         .unwrap();
     let kills = kill_until(&mut op, &ns.name, &opts, &clonesets, "web", 8, |cs| converged(cs, 12)).await;
@@ -160,6 +168,7 @@ async fn a_scale_up_survives_the_operator_being_sigkilled_every_few_seconds() {
 
     assert!(kills >= 2, "the scale-up ended before the second kill; the test proves nothing: {}", l.summary());
     assert!(l.max_live <= 12, "{} live pods at once for 12 replicas", l.max_live);
+    assert!(l.max_unready <= 2, "scaleStrategy.maxUnavailable 2 caps the pods starting at once: {}", l.summary());
     assert!(l.lost_ready.is_empty(), "a scale-up must not take Ready pods away: {:?}", l.lost_ready);
     assert_eq!(l.pods.len(), 12, "exactly one create per replica across {kills} restarts: {}", l.summary());
     assert!(l.deleted.is_empty(), "a scale-up deletes nothing: {}", l.summary());
@@ -176,7 +185,10 @@ async fn a_recreate_rollout_survives_the_operator_being_sigkilled_every_few_seco
     let opts = OperatorOptions::default();
     let mut op = Operator::start_with(&ns.name, opts.clone()).await.unwrap();
     let (clonesets, pods): (Api<CloneSet>, Api<Pod>) = (ns.api(), ns.api());
-    clonesets.create(&PostParams::default(), &slow("web", 8, "nginx:1.27", recreate(2, 2))).await.unwrap();
+    clonesets
+        .create(&PostParams::default(), &starting_in(STARTUP_DELAY_UNDER_KILLS, "web", 8, "nginx:1.27", recreate(2, 2)))
+        .await
+        .unwrap();
     watch_until(&clonesets, "web", T, |cs| converged(cs, 8)).await.unwrap_or_else(|e| panic!("{e:#}\n{}", op.log_tail(40)));
     let before = uids(&active_pods(&pods, "web").await);
     let watch = PodWatch::start(pods.clone(), "app=web").await.unwrap();
