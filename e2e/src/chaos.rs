@@ -207,6 +207,9 @@ pub fn kill_interval(k: u32, lo: Duration, hi: Duration) -> Duration {
 /// are a subresource and still pass.
 pub struct PodWriteDenial {
     client: Client,
+    /// For a client of its own on drop: a client belongs to the runtime it was made on, and that
+    /// runtime is blocked while a value is being dropped.
+    kubeconfig: PathBuf,
     pub name: String,
     lifted: bool,
 }
@@ -215,9 +218,10 @@ pub struct PodWriteDenial {
 pub const DENIAL_MESSAGE: &str = "chaos test: pod writes are denied for a while";
 
 impl PodWriteDenial {
-    /// Installs the denial and waits until the apiserver enforces it (a dry-run patch of
-    /// `probe_pod` is rejected).
-    pub async fn install(client: &Client, namespace: &str, probe_pod: &str) -> anyhow::Result<Self> {
+    /// Installs the denial on the cluster of `kubeconfig` and waits until the apiserver enforces
+    /// it (a dry-run patch of `probe_pod` is rejected).
+    pub async fn install(kubeconfig: &std::path::Path, namespace: &str, probe_pod: &str) -> anyhow::Result<Self> {
+        let client = &cluster::client_for(kubeconfig).await?;
         let name = format!("chaos-deny-pod-updates-{namespace}");
         let policy: ValidatingAdmissionPolicy = serde_json::from_value(json!({
             "metadata": {"name": name},
@@ -234,7 +238,7 @@ impl PodWriteDenial {
             "metadata": {"name": name},
             "spec": {"policyName": name, "validationActions": ["Deny"]},
         }))?;
-        let denial = Self { client: client.clone(), name: name.clone(), lifted: false };
+        let denial = Self { client: client.clone(), kubeconfig: kubeconfig.to_path_buf(), name: name.clone(), lifted: false };
         Api::<ValidatingAdmissionPolicy>::all(client.clone()).create(&PostParams::default(), &policy).await?;
         Api::<ValidatingAdmissionPolicyBinding>::all(client.clone()).create(&PostParams::default(), &binding).await?;
         let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
@@ -277,10 +281,13 @@ impl Drop for PodWriteDenial {
             return;
         }
         // A failed test must not leave pod writes denied: remove it on a runtime of its own.
-        let (client, name) = (self.client.clone(), self.name.clone());
+        let (kubeconfig, name) = (self.kubeconfig.clone(), self.name.clone());
         let _ = std::thread::spawn(move || {
             let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().ok()?;
-            rt.block_on(async { PodWriteDenial { client, name, lifted: true }.remove().await.ok() })
+            rt.block_on(async {
+                let client = cluster::client_for(&kubeconfig).await.ok()?;
+                PodWriteDenial { client, kubeconfig, name, lifted: true }.remove().await.ok()
+            })
         })
         .join();
     }
