@@ -45,6 +45,11 @@ pub struct ProcessRecord {
     pub pid: i32,
     /// The executable's file name, checked before signalling so a reused PID is never killed.
     pub exe_name: String,
+    /// The command line it was started with, so [`start_component`] can start it again.
+    #[serde(default)]
+    pub exe: PathBuf,
+    #[serde(default)]
+    pub args: Vec<String>,
 }
 
 /// What `up` leaves behind in `state.json`.
@@ -244,6 +249,39 @@ pub fn down(dir: &Path) -> anyhow::Result<bool> {
     stop_recorded(&layout)
 }
 
+/// Stops one component (e.g. `kube-apiserver`) of the cluster in `dir` by its recorded PID,
+/// leaving the others running: a fault to inject, undone by [`start_component`].
+pub fn stop_component(dir: &Path, name: &str) -> anyhow::Result<()> {
+    let layout = Layout { root: dir.to_path_buf() };
+    let _lock = FileLock::acquire(&layout.lock_file())?;
+    let state = read_state(dir)?.with_context(|| format!("no cluster recorded in {}", dir.display()))?;
+    let rec = state.processes.iter().find(|p| p.name == name).with_context(|| format!("no {name} recorded in {}", dir.display()))?;
+    stop_process(rec);
+    if process_alive(rec) {
+        bail!("{name} (pid {}) is still running", rec.pid);
+    }
+    Ok(())
+}
+
+/// Starts a component stopped by [`stop_component`] again, with the command line it was first
+/// started with, and records its new PID. A component that is still running is left alone.
+/// Readiness is the caller's to wait for (for the apiserver: [`wait_ready`]).
+pub fn start_component(dir: &Path, name: &str) -> anyhow::Result<()> {
+    let layout = Layout { root: dir.to_path_buf() };
+    let _lock = FileLock::acquire(&layout.lock_file())?;
+    let mut state = read_state(dir)?.with_context(|| format!("no cluster recorded in {}", dir.display()))?;
+    let i = state.processes.iter().position(|p| p.name == name).with_context(|| format!("no {name} recorded in {}", dir.display()))?;
+    let old = &state.processes[i];
+    if process_alive(old) {
+        return Ok(());
+    }
+    if old.args.is_empty() {
+        bail!("{name} was recorded without its command line (started by an older local-cluster); restart the cluster");
+    }
+    state.processes[i] = spawn_detached(name, &old.exe, &old.args, &layout.logs())?;
+    write_state(&layout, &state)
+}
+
 fn stop_recorded(layout: &Layout) -> anyhow::Result<bool> {
     let Some(state) = read_state(&layout.root)? else { return Ok(false) };
     // Reverse start order: clients first, etcd last.
@@ -380,7 +418,7 @@ fn spawn_detached(name: &str, exe: &Path, args: &[String], logs: &Path) -> anyho
         .spawn()
         .with_context(|| format!("starting {name} ({})", exe.display()))?;
     let exe_name = exe.file_name().and_then(|s| s.to_str()).unwrap_or(name).to_string();
-    Ok(ProcessRecord { name: name.to_string(), pid: child.id() as i32, exe_name })
+    Ok(ProcessRecord { name: name.to_string(), pid: child.id() as i32, exe_name, exe: exe.to_path_buf(), args: args.to_vec() })
 }
 
 fn process_alive(rec: &ProcessRecord) -> bool {

@@ -2,6 +2,7 @@
 //! simulated kubelet ([`simkubelet`]), and helpers for tests against them ([`testenv`]).
 
 pub mod bench;
+pub mod chaos;
 pub mod cluster;
 pub mod simkubelet;
 pub mod testenv;

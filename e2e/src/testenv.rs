@@ -68,46 +68,47 @@ static API_INSTALLED: OnceCell<()> = OnceCell::const_new();
 /// `crds/`) once per test binary, and waits until both are enforced: the CRD Established and a
 /// dry-run of a CloneSet that only the policy rejects being rejected.
 pub async fn install_api() -> anyhow::Result<()> {
-    API_INSTALLED
-        .get_or_try_init(|| async {
-            use cloneset_operator::api::crd;
-            use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-            use kube::api::{Patch, PatchParams};
-            let client = client().await?;
-            let ssa = PatchParams::apply("cloneset-e2e").force();
-            let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-            let def = crd::crd();
-            let name = def.metadata.name.clone().unwrap_or_default();
-            crds.patch(&name, &ssa, &Patch::Apply(&def)).await?;
-            let (policy, binding) = crd::admission_policy();
-            let policies: Api<k8s_openapi::api::admissionregistration::v1::ValidatingAdmissionPolicy> = Api::all(client.clone());
-            policies.patch(crd::POLICY_NAME, &ssa, &Patch::Apply(&policy)).await?;
-            let bindings: Api<k8s_openapi::api::admissionregistration::v1::ValidatingAdmissionPolicyBinding> = Api::all(client.clone());
-            bindings.patch(crd::POLICY_NAME, &ssa, &Patch::Apply(&binding)).await?;
+    API_INSTALLED.get_or_try_init(|| async { install_api_on(&client().await?).await }).await.copied()
+}
 
-            wait_until(Duration::from_secs(30), "the CloneSet CRD to be Established", || async {
-                let c = crds.get(&name).await?;
-                Ok(c.status.and_then(|s| s.conditions).unwrap_or_default().iter().any(|c| c.type_ == "Established" && c.status == "True"))
-            })
-            .await?;
-            let probe: kube::api::DynamicObject = serde_json::from_value(serde_json::json!({
-                "apiVersion": "apps.kruise.io/v1alpha1", "kind": "CloneSet",
-                "metadata": {"name": "policy-probe", "namespace": "default"},
-                "spec": {"selector": {"matchLabels": {"app": "a"}},
-                         "template": {"metadata": {"labels": {"app": "b"}}, "spec": {"containers": [{"name": "c", "image": "i"}]}}},
-            }))?;
-            let dyn_api = clonesets_dynamic(&client, "default");
-            let dry = PostParams { dry_run: true, ..Default::default() };
-            wait_until(Duration::from_secs(60), "the admission policy to be enforced", || async {
-                match dyn_api.create(&dry, &probe).await {
-                    Err(kube::Error::Api(e)) if e.message.contains(crd::POLICY_NAME) => Ok(true),
-                    _ => Ok(false),
-                }
-            })
-            .await
-        })
-        .await
-        .copied()
+/// Installs the CloneSet CRD and admission policy on the cluster `client` talks to, and waits
+/// until both are enforced (see [`install_api`]); for a test's own private control plane.
+pub async fn install_api_on(client: &Client) -> anyhow::Result<()> {
+    use cloneset_operator::api::crd;
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    use kube::api::{Patch, PatchParams};
+    let client = client.clone();
+    let ssa = PatchParams::apply("cloneset-e2e").force();
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let def = crd::crd();
+    let name = def.metadata.name.clone().unwrap_or_default();
+    crds.patch(&name, &ssa, &Patch::Apply(&def)).await?;
+    let (policy, binding) = crd::admission_policy();
+    let policies: Api<k8s_openapi::api::admissionregistration::v1::ValidatingAdmissionPolicy> = Api::all(client.clone());
+    policies.patch(crd::POLICY_NAME, &ssa, &Patch::Apply(&policy)).await?;
+    let bindings: Api<k8s_openapi::api::admissionregistration::v1::ValidatingAdmissionPolicyBinding> = Api::all(client.clone());
+    bindings.patch(crd::POLICY_NAME, &ssa, &Patch::Apply(&binding)).await?;
+
+    wait_until(Duration::from_secs(30), "the CloneSet CRD to be Established", || async {
+        let c = crds.get(&name).await?;
+        Ok(c.status.and_then(|s| s.conditions).unwrap_or_default().iter().any(|c| c.type_ == "Established" && c.status == "True"))
+    })
+    .await?;
+    let probe: kube::api::DynamicObject = serde_json::from_value(serde_json::json!({
+        "apiVersion": "apps.kruise.io/v1alpha1", "kind": "CloneSet",
+        "metadata": {"name": "policy-probe", "namespace": "default"},
+        "spec": {"selector": {"matchLabels": {"app": "a"}},
+                 "template": {"metadata": {"labels": {"app": "b"}}, "spec": {"containers": [{"name": "c", "image": "i"}]}}},
+    }))?;
+    let dyn_api = clonesets_dynamic(&client, "default");
+    let dry = PostParams { dry_run: true, ..Default::default() };
+    wait_until(Duration::from_secs(60), "the admission policy to be enforced", || async {
+        match dyn_api.create(&dry, &probe).await {
+            Err(kube::Error::Api(e)) if e.message.contains(crd::POLICY_NAME) => Ok(true),
+            _ => Ok(false),
+        }
+    })
+    .await
 }
 
 /// An untyped CloneSet API, for manifests the typed struct cannot express (invalid ones).
