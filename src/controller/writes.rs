@@ -65,16 +65,32 @@ pub async fn event(ctx: &Context, cs: &CloneSet, type_: EventType, reason: &str,
         tracing::debug!(reason, note, "event dropped by the per-CloneSet spam filter");
         return;
     }
-    let ev = Event { type_, reason: reason.into(), note: Some(note), action: reason.into(), secondary: None };
+    let ev = Event { type_, reason: reason.into(), note: Some(within_note_limit(note)), action: reason.into(), secondary: None };
     let reference: ObjectReference = cs.object_ref(&());
     let recorder = ctx.recorder.clone();
     let reason = reason.to_string();
     tokio::spawn(async move {
         let Ok(_permit) = IN_FLIGHT.acquire().await else { return };
         if let Err(e) = recorder.publish(&ev, &reference).await {
-            tracing::debug!(error = %e, reason, "could not publish event");
+            tracing::warn!(error = %plain_kube_message(&e), reason, "could not publish event");
         }
     });
+}
+
+/// The Events API refuses a note longer than this (in bytes).
+const MAX_NOTE_BYTES: usize = 1024;
+
+/// `note` cut to what the Events API accepts, on a character boundary, marked as cut.
+fn within_note_limit(mut note: String) -> String {
+    if note.len() > MAX_NOTE_BYTES {
+        let mut end = MAX_NOTE_BYTES - 3;
+        while !note.is_char_boundary(end) {
+            end -= 1;
+        }
+        note.truncate(end);
+        note.push_str("...");
+    }
+    note
 }
 
 /// Events sent concurrently (the rest wait for a slot in their own tasks).
@@ -317,6 +333,14 @@ pub async fn delete_revision(ctx: &Context, ns: &str, name: &str) -> Result<(), 
 mod tests {
     use super::*;
     use std::time::{Duration, Instant};
+
+    #[test]
+    fn event_notes_fit_the_events_api_limit() {
+        assert_eq!(within_note_limit("short".into()), "short");
+        let long = "é".repeat(1000);
+        let cut = within_note_limit(long);
+        assert!(cut.len() <= MAX_NOTE_BYTES && cut.ends_with("..."), "{}", cut.len());
+    }
 
     #[test]
     fn the_event_spam_filter_allows_a_burst_then_one_per_refill() {
