@@ -47,6 +47,9 @@ pub struct SimConfig {
     pub max_grace_period: Duration,
     /// An image reference containing this string cannot be pulled.
     pub unpullable_marker: String,
+    /// Tags the simulated registry resolves to the digest of another tag (normalized reference →
+    /// normalized reference), as two tags of one image can share a digest in a real registry.
+    pub same_digest: BTreeMap<String, String>,
     pub pods_per_node: u32,
     pub workers: u16,
 }
@@ -59,6 +62,7 @@ impl Default for SimConfig {
             restart_delay: Duration::from_millis(500),
             max_grace_period: Duration::from_secs(5),
             unpullable_marker: "unpullable".into(),
+            same_digest: BTreeMap::new(),
             pods_per_node: 2000,
             workers: 16,
         }
@@ -137,13 +141,13 @@ pub fn desired_status(pod: &Pod, cfg: &SimConfig, node: &NodeSlot<'_>, pending: 
                     let due = noticed + signed(cfg.restart_delay);
                     if now >= due {
                         pending.remove(&key);
-                        restarted(&uid, old, &image, !never_ready, now)
+                        restarted(cfg, &uid, old, &image, !never_ready, now)
                     } else {
                         recheck_at(duration_between(now, due));
                         old.clone()
                     }
                 }
-                None => running(&uid, &c.name, &image, restart_count, !never_ready, now),
+                None => running(cfg, &uid, &c.name, &image, restart_count, !never_ready, now),
             }
         };
         statuses.push(status);
@@ -158,7 +162,7 @@ pub fn desired_status(pod: &Pod, cfg: &SimConfig, node: &NodeSlot<'_>, pending: 
             old.cloned().unwrap_or_else(|| ContainerStatus {
                 name: c.name.clone(),
                 image: image.clone(),
-                image_id: image_id(&image),
+                image_id: cfg.image_id(&image),
                 container_id: Some(container_id(&uid, &c.name, 0)),
                 ready: true,
                 started: Some(false),
@@ -276,11 +280,11 @@ fn waiting(name: &str, image: &str, restart_count: i32, reason: &str, message: &
     }
 }
 
-fn running(uid: &str, name: &str, image: &str, restart_count: i32, ready: bool, now: Timestamp) -> ContainerStatus {
+fn running(cfg: &SimConfig, uid: &str, name: &str, image: &str, restart_count: i32, ready: bool, now: Timestamp) -> ContainerStatus {
     ContainerStatus {
         name: name.into(),
         image: image.into(),
-        image_id: image_id(image),
+        image_id: cfg.image_id(image),
         container_id: Some(container_id(uid, name, restart_count)),
         ready,
         started: Some(true),
@@ -290,8 +294,8 @@ fn running(uid: &str, name: &str, image: &str, restart_count: i32, ready: bool, 
     }
 }
 
-fn restarted(uid: &str, old: &ContainerStatus, image: &str, ready: bool, now: Timestamp) -> ContainerStatus {
-    let mut s = running(uid, &old.name, image, old.restart_count + 1, ready, now);
+fn restarted(cfg: &SimConfig, uid: &str, old: &ContainerStatus, image: &str, ready: bool, now: Timestamp) -> ContainerStatus {
+    let mut s = running(cfg, uid, &old.name, image, old.restart_count + 1, ready, now);
     s.last_state = Some(ContainerState {
         terminated: Some(ContainerStateTerminated {
             exit_code: 0,
@@ -307,6 +311,46 @@ fn restarted(uid: &str, old: &ContainerStatus, image: &str, ready: bool, now: Ti
 }
 
 /// A deterministic, digest-shaped image ID: equal images give equal IDs, different images differ.
+impl SimConfig {
+    /// The imageID a pulled `image` reports, through the registry's shared digests.
+    pub fn image_id(&self, image: &str) -> String {
+        match self.same_digest.get(&normalize_image(image)) {
+            Some(target) => image_id(target),
+            None => image_id(image),
+        }
+    }
+}
+
+/// Parses `--same-digest` values `TAG=OTHER` (e.g. `nginx:mainline-alpine=nginx:alpine`).
+pub fn parse_same_digest(pairs: &[String]) -> Result<BTreeMap<String, String>, String> {
+    pairs
+        .iter()
+        .map(|p| {
+            let (a, b) = p.split_once('=').ok_or_else(|| format!("--same-digest {p:?}: expected IMAGE=IMAGE"))?;
+            Ok((normalize_image(a), normalize_image(b)))
+        })
+        .collect()
+}
+
+/// A reference as the runtime names it: registry and `library/` filled in, `:latest` for no tag.
+pub fn normalize_image(image: &str) -> String {
+    let (name, digest) = match image.split_once('@') {
+        Some((n, d)) => (n, Some(d)),
+        None => (image, None),
+    };
+    let (repo, tag) = match name.rsplit_once(':') {
+        Some((r, t)) if !t.contains('/') => (r, Some(t)),
+        _ => (name, None),
+    };
+    let repo = if repo.contains('/') { repo.to_string() } else { format!("library/{repo}") };
+    let repo = if repo.split('/').next().is_some_and(|h| h.contains('.') || h.contains(':')) { repo } else { format!("docker.io/{repo}") };
+    match (tag, digest) {
+        (_, Some(d)) => format!("{repo}@{d}"),
+        (Some(t), None) => format!("{repo}:{t}"),
+        (None, None) => format!("{repo}:latest"),
+    }
+}
+
 pub fn image_id(image: &str) -> String {
     let repo = image.split('@').next().unwrap_or(image);
     let repo = match repo.rsplit_once(':') {
@@ -315,7 +359,9 @@ pub fn image_id(image: &str) -> String {
     };
     let repo = if repo.contains('/') { repo.to_string() } else { format!("library/{repo}") };
     let repo = if repo.split('/').next().is_some_and(|h| h.contains('.') || h.contains(':')) { repo } else { format!("docker.io/{repo}") };
-    format!("{repo}@sha256:{}", hex_sha256(image))
+    // One digest per normalized reference: `nginx:alpine` and `docker.io/library/nginx:alpine`
+    // are the same image.
+    format!("{repo}@sha256:{}", hex_sha256(&normalize_image(image)))
 }
 
 fn container_id(uid: &str, name: &str, restart_count: i32) -> String {
@@ -739,6 +785,18 @@ mod tests {
         assert!(image_id("nginx:alpine").starts_with("docker.io/library/nginx@sha256:"));
         assert!(image_id("registry.k8s.io/pause:3.9").starts_with("registry.k8s.io/pause@sha256:"));
         assert!(image_id("localhost:5000/app").starts_with("localhost:5000/app@sha256:"));
+    }
+
+    #[test]
+    fn tags_the_registry_shares_a_digest_between_report_one_image_id() {
+        let cfg = SimConfig {
+            same_digest: parse_same_digest(&["nginx:mainline-alpine=docker.io/library/nginx:alpine".into()]).unwrap(),
+            ..SimConfig::default()
+        };
+        assert_eq!(cfg.image_id("docker.io/library/nginx:mainline-alpine"), cfg.image_id("nginx:alpine"));
+        assert_ne!(cfg.image_id("nginx:1.27"), cfg.image_id("nginx:alpine"));
+        assert_eq!(normalize_image("nginx"), "docker.io/library/nginx:latest");
+        assert!(parse_same_digest(&["nope".into()]).is_err());
     }
 
     #[test]

@@ -164,6 +164,24 @@ async fn image_change_restarts_the_container_in_place() {
     assert!(restart_took >= TEST_RESTART_DELAY.mul_f64(0.9), "restart came after the configured delay (took {restart_took:?})");
 }
 
+/// Two tags of one digest (the test profile's registry has `nginx:mainline-alpine` share
+/// `nginx:alpine`'s, as Kruise's e2e spec "in-place update images with the same imageID" needs):
+/// the container restarts for the new tag, but its imageID stays.
+#[tokio::test]
+async fn a_tag_sharing_the_digest_restarts_the_container_with_the_same_image_id() {
+    let ns = TestNamespace::create("samedigest").await.unwrap();
+    let pods: Api<Pod> = ns.api();
+    pods.create(&PostParams::default(), &simple_pod("p", "docker.io/library/nginx:alpine")).await.unwrap();
+    let before = watch_until(&pods, "p", T, |p| is_running(p) && is_ready(p)).await.unwrap();
+    let patch = json!({"spec": {"containers": [{"name": "app", "image": "docker.io/library/nginx:mainline-alpine"}]}});
+    pods.patch("p", &PatchParams::default(), &Patch::Strategic(patch)).await.unwrap();
+    let after = watch_until(&pods, "p", T, |p| statuses(p)[0].image == "docker.io/library/nginx:mainline-alpine").await.unwrap();
+    let (old, new) = (&statuses(&before)[0], &statuses(&after)[0]);
+    assert_eq!(new.restart_count, 1, "the container restarted for the new tag");
+    assert_ne!(new.container_id, old.container_id);
+    assert_eq!(new.image_id, old.image_id, "one digest, one imageID");
+}
+
 #[tokio::test]
 async fn deleted_pod_goes_away_after_its_grace_period() {
     let ns = TestNamespace::create("grace").await.unwrap();

@@ -29,6 +29,10 @@ struct Args {
     /// Images whose reference contains this string fail to pull.
     #[arg(long, default_value = "unpullable")]
     unpullable_marker: String,
+    /// Two tags the simulated registry resolves to one digest, `IMAGE=OTHER` (repeatable): a pod
+    /// of IMAGE reports OTHER's imageID.
+    #[arg(long = "same-digest")]
+    same_digest: Vec<String>,
     /// Pod capacity of each node.
     #[arg(long, default_value_t = 2000)]
     pods_per_node: u32,
@@ -51,6 +55,7 @@ async fn main() -> anyhow::Result<()> {
         restart_delay: a.restart_delay,
         max_grace_period: a.max_grace_period,
         unpullable_marker: a.unpullable_marker,
+        same_digest: simkubelet::parse_same_digest(&a.same_digest).map_err(anyhow::Error::msg)?,
         pods_per_node: a.pods_per_node,
         workers: a.workers,
     };
