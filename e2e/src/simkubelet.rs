@@ -150,6 +150,19 @@ pub fn desired_status(pod: &Pod, cfg: &SimConfig, node: &NodeSlot<'_>, pending: 
                 None => running(cfg, &uid, &c.name, &image, restart_count, !never_ready, now),
             }
         };
+        // The kubelet runs a postStart hook before it counts the container started: a hook of
+        // `sleep N` keeps the container unready for N seconds after each start.
+        let mut status = status;
+        if let (Some(hold), Some(started)) =
+            (post_start_sleep(c), status.state.as_ref().and_then(|s| s.running.as_ref()?.started_at.clone()))
+        {
+            let until = started.0 + signed(hold);
+            if now < until {
+                status.ready = false;
+                status.started = Some(false);
+                recheck_at(duration_between(now, until));
+            }
+        }
         statuses.push(status);
     }
     let init_statuses: Vec<ContainerStatus> = spec
@@ -257,6 +270,19 @@ fn set_condition(conds: &mut Vec<PodCondition>, type_: &str, status: bool, reaso
     match existing {
         Some(i) => conds[i] = cond,
         None => conds.push(cond),
+    }
+}
+
+/// The duration of a `sleep N` postStart exec hook (`["sleep", "N"]` or `sh -c "sleep N"`).
+fn post_start_sleep(c: &k8s_openapi::api::core::v1::Container) -> Option<Duration> {
+    let command = c.lifecycle.as_ref()?.post_start.as_ref()?.exec.as_ref()?.command.as_ref()?;
+    let words: Vec<&str> = match command.as_slice() {
+        [shell, flag, script] if shell.ends_with("sh") && flag == "-c" => script.split_whitespace().collect(),
+        other => other.iter().map(String::as_str).collect(),
+    };
+    match words.as_slice() {
+        [sleep, n] if sleep.ends_with("sleep") => n.parse::<f64>().ok().map(Duration::from_secs_f64),
+        _ => None,
     }
 }
 
@@ -763,6 +789,25 @@ mod tests {
         assert_ne!(s.image_id, first.image_id);
         assert_ne!(s.container_id, first.container_id);
         assert_eq!(p.status.as_ref().unwrap().pod_ip.as_deref(), Some("10.64.0.2"));
+    }
+
+    #[test]
+    fn a_post_start_sleep_keeps_the_container_unready_that_long() {
+        let cfg = SimConfig::default();
+        let mut pending = PendingRestarts::new();
+        let t0 = Timestamp::now();
+        let mut p = base_pod();
+        p.spec.as_mut().unwrap().containers[0].lifecycle =
+            serde_json::from_value(serde_json::json!({"postStart": {"exec": {"command": ["sleep", "10"]}}})).unwrap();
+        let plan = desired_status(&p, &cfg, &NODE, &mut pending, t0);
+        assert_eq!(plan.recheck_after, Some(Duration::from_secs(10)), "look again when the hook is done");
+        apply(&mut p, &plan);
+        assert!(!p.status.as_ref().unwrap().container_statuses.as_ref().unwrap()[0].ready, "hook still running");
+        let later = t0 + SignedDuration::from_secs(10);
+        let plan = desired_status(&p, &cfg, &NODE, &mut pending, later);
+        apply(&mut p, &plan);
+        assert!(p.status.as_ref().unwrap().container_statuses.as_ref().unwrap()[0].ready, "ready once the hook returned");
+        assert_eq!(cond(&p, "ContainersReady").status, "True");
     }
 
     #[test]
