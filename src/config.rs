@@ -264,6 +264,31 @@ pub const KRUISE_FLAGS_WITHOUT_EFFECT: &[(&str, FlagKind)] = &[
     ("log_backtrace_at", FlagKind::Text),
 ];
 
+/// Kruise's own manager arguments, which must start this operator unchanged (unit and e2e
+/// tests feed them): openkruise/charts versions/kruise/1.9.0-alpha.3 templates/manager.yaml with
+/// its values.yaml defaults (the newest 1.9 chart; 1.9.0-alpha.4 adds the rest-config flags).
+pub const KRUISE_CHART_ARGS: &[&str] = &[
+    "--enable-leader-election",
+    "--metrics-addr=:8080",
+    "--health-probe-addr=:8000",
+    "--logtostderr=true",
+    "--leader-election-namespace=kruise-system",
+    "--v=4",
+    "--feature-gates=ImagePullJobGate=true",
+    "--sync-period=0",
+    "--rest-config-qps=30",
+    "--rest-config-burst=50",
+];
+
+/// openkruise/kruise v1.9.0 config/manager/manager.yaml, which its scripts/deploy_kind.sh
+/// installs for Kruise's e2e runs.
+pub const KRUISE_E2E_ARGS: &[&str] = &[
+    "--enable-leader-election",
+    "--logtostderr=true",
+    "--v=5",
+    "--feature-gates=AllAlpha=true,AllBeta=true,EnableExternalCerts=false,TemplateNoDefaults=false",
+];
+
 /// The retry backoff of the work queue: controller-runtime's default rate limiter with Kruise's
 /// `--rate-limiter-*` flags (the larger of a per-key exponential backoff and an overall bucket).
 #[derive(Clone, Copy, Debug, PartialEq)]

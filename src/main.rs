@@ -350,39 +350,16 @@ mod tests {
         parse_args(std::iter::once("cloneset-operator").chain(args.iter().copied()))
     }
 
-    /// openkruise/charts versions/kruise/1.9.0-alpha.3 templates/manager.yaml with its
-    /// values.yaml defaults (1.9.0-alpha.4 adds the two rest-config flags).
-    const KRUISE_CHART_ARGS: &[&str] = &[
-        "--enable-leader-election",
-        "--metrics-addr=:8080",
-        "--health-probe-addr=:8000",
-        "--logtostderr=true",
-        "--leader-election-namespace=kruise-system",
-        "--v=4",
-        "--feature-gates=ImagePullJobGate=true",
-        "--sync-period=0",
-        "--rest-config-qps=30",
-        "--rest-config-burst=50",
-    ];
-
-    /// openkruise/kruise v1.9.0 config/manager/manager.yaml, which scripts/deploy_kind.sh installs for e2e.
-    const KRUISE_E2E_ARGS: &[&str] = &[
-        "--enable-leader-election",
-        "--logtostderr=true",
-        "--v=5",
-        "--feature-gates=AllAlpha=true,AllBeta=true,EnableExternalCerts=false,TemplateNoDefaults=false",
-    ];
-
     #[test]
     fn kruise_s_chart_and_e2e_arguments_parse() {
-        let (cli, matches) = parse(KRUISE_CHART_ARGS).unwrap();
+        let (cli, matches) = parse(config::KRUISE_CHART_ARGS).unwrap();
         assert!(cli.run.enable_leader_election);
         assert_eq!(cli.run.leader_election_namespace, "kruise-system");
         assert_eq!(cli.verbosity, 4);
         assert_eq!(cli.run.sync_period, Some(Duration::ZERO));
         assert_eq!(cli.run.controller_config().sync_period, None, "--sync-period=0: no periodic resync");
         assert_eq!(given_compat_flags(&matches), ["--logtostderr=true"]);
-        let (cli, _) = parse(KRUISE_E2E_ARGS).unwrap();
+        let (cli, _) = parse(config::KRUISE_E2E_ARGS).unwrap();
         assert!(cli.run.controller_config().gates.cloneset_short_hash);
         assert_eq!(cli.verbosity, 5);
     }
