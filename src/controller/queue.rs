@@ -335,7 +335,9 @@ mod tests {
             let item = q.get().await.unwrap();
             arrivals.push((item.key, Instant::now() - start));
         }
-        // a and b take the bucket's two tokens and wait their backoff; c waits for the next token (1 s at 1/s).
+        // a and b (due together, in either order) take the bucket's two tokens and wait their
+        // backoff; c waits for the next token (1 s at 1/s).
+        arrivals.sort_by(|x, y| (x.1, &x.0).cmp(&(y.1, &y.0)));
         let expected = [("a", 500), ("b", 500), ("c", 1000)].map(|(k, t)| (k.to_string(), ms(t)));
         assert_eq!(arrivals, expected);
         q.add_rate_limited("d");
