@@ -19,14 +19,22 @@ build: toolchain ## Build the operator, the local control-plane tool and the sim
 	$(CARGO) build --workspace --bins
 
 .PHONY: run
-run: build ## Run the operator against the current kubeconfig context, or against a local control plane it starts
-	@if kubectl --request-timeout=5s get --raw=/readyz >/dev/null 2>&1; then \
-	  echo "make run: using the current kubeconfig context: $$(kubectl config current-context 2>/dev/null || echo in-cluster)"; \
-	else \
-	  echo "make run: no reachable cluster is configured; starting the local control plane in $(CLUSTER_DIR)"; \
-	  eval "$$($(LOCAL_CLUSTER) --dir $(CLUSTER_DIR) up)" || exit 1; \
-	  echo "make run: point kubectl at it with:"; \
+# Safe by default: the local control plane in $(CLUSTER_DIR), started if needed. Another cluster
+# only when named: CLUSTER=current (the current kubeconfig context) or CLUSTER=<context name>;
+# the CRD and admission policy are then applied there, and the context is named first.
+CLUSTER ?=
+run: build ## Run the operator on the local control plane (started if needed); CLUSTER=current or CLUSTER=<context> to use another cluster
+	@set -e; \
+	if [ -z "$(CLUSTER)" ]; then \
+	  eval "$$($(LOCAL_CLUSTER) --dir $(CLUSTER_DIR) up)"; \
+	  echo "make run: on the local control plane in $(CLUSTER_DIR); point kubectl at it with:"; \
 	  echo "    export KUBECONFIG=$$KUBECONFIG"; \
+	else \
+	  if [ "$(CLUSTER)" = current ]; then ctx=$$(kubectl config current-context); else ctx="$(CLUSTER)"; fi; \
+	  mkdir -p target; kc=target/run-kubeconfig; \
+	  kubectl config view --minify --flatten --context="$$ctx" > $$kc || { echo "make run: no kubeconfig context $$ctx"; exit 1; }; \
+	  export KUBECONFIG=$$PWD/$$kc; \
+	  echo "make run: CLUSTER=$(CLUSTER): applying the CloneSet CRD and admission policy to context $$ctx and running the operator there"; \
 	fi; \
 	kubectl apply --server-side --force-conflicts -f crds/ >/dev/null && echo "make run: CloneSet CRD and admission policy applied"; \
 	exec $(OPERATOR) run

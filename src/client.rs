@@ -1,6 +1,7 @@
 //! The Kubernetes client: kube's default stack plus what client-go has and kube lacks — a
-//! client-side token bucket (Kruise's `--rest-config-qps` / `--rest-config-burst`) and a count of
-//! every request by status code and method (`rest_client_requests_total`).
+//! client-side token bucket (Kruise's `--rest-config-qps` / `--rest-config-burst`), a count of
+//! every request by status code, host and method (`rest_client_requests_total`), and a
+//! User-Agent naming the operator ([`USER_AGENT`]) on every request.
 //!
 //! The stack, outermost first:
 //!
@@ -91,16 +92,23 @@ impl TokenBucket {
     }
 }
 
+/// The User-Agent of every request, `<binary>/<version>` as client-go starts its own. The
+/// apiserver names the field manager of every non-apply write after its first segment, so
+/// managedFields show `cloneset-operator` (not `unknown`), as do audit logs.
+pub const USER_AGENT: &str = concat!("cloneset-operator/", env!("CARGO_PKG_VERSION"));
+
 /// A [`Layer`] that makes every request wait for a token and counts it in `rest_client_requests_total`.
 #[derive(Clone)]
 pub struct ThrottleLayer {
     bucket: Arc<TokenBucket>,
     metrics: Arc<Metrics>,
+    /// The apiserver's `host:port` (requests here carry only a path; kube adds the host below).
+    host: Arc<str>,
 }
 
 impl ThrottleLayer {
-    pub fn new(limit: RateLimit, metrics: Arc<Metrics>) -> Self {
-        Self { bucket: Arc::new(TokenBucket::new(limit)), metrics }
+    pub fn new(limit: RateLimit, metrics: Arc<Metrics>, host: &str) -> Self {
+        Self { bucket: Arc::new(TokenBucket::new(limit)), metrics, host: host.into() }
     }
 }
 
@@ -108,7 +116,7 @@ impl<S> Layer<S> for ThrottleLayer {
     type Service = Throttle<S>;
 
     fn layer(&self, inner: S) -> Throttle<S> {
-        Throttle { inner, bucket: self.bucket.clone(), metrics: self.metrics.clone() }
+        Throttle { inner, bucket: self.bucket.clone(), metrics: self.metrics.clone(), host: self.host.clone() }
     }
 }
 
@@ -118,6 +126,7 @@ pub struct Throttle<S> {
     inner: S,
     bucket: Arc<TokenBucket>,
     metrics: Arc<Metrics>,
+    host: Arc<str>,
 }
 
 type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
@@ -144,12 +153,13 @@ where
         let inner = std::mem::replace(&mut self.inner, clone);
         let bucket = self.bucket.clone();
         let metrics = self.metrics.clone();
+        let host = self.host.clone();
         Box::pin(async move {
             bucket.acquire().await;
             let method = req.method().clone();
             let path = req.uri().path().to_string();
             let res = inner.oneshot(req).await;
-            metrics.request(&method, &path, res.as_ref().ok().map(|r| r.status()));
+            metrics.request(&host, &method, &path, res.as_ref().ok().map(|r| r.status()));
             res
         })
     }
@@ -162,11 +172,20 @@ where
 /// creations (and both count in the same `rest_client_requests_total`).
 pub fn build(mut config: kube::Config, limit: RateLimit, metrics: Arc<Metrics>) -> kube::Result<Client> {
     let retry = std::mem::replace(&mut config.default_retry, false);
+    if !config.headers.iter().any(|(name, _)| name == http::header::USER_AGENT) {
+        config.headers.push((http::header::USER_AGENT, http::HeaderValue::from_static(USER_AGENT)));
+    }
+    let host = apiserver_host(&config.cluster_url);
     let builder = ClientBuilder::try_from(config)?
         // Makes kube's boxed stack cloneable, so a request can wait for its token first.
         .with_layer(&BufferLayer::new(1024))
-        .with_layer(&ThrottleLayer::new(limit, metrics));
+        .with_layer(&ThrottleLayer::new(limit, metrics, &host));
     Ok(if retry { builder.with_layer(&RetryLayer::new(RetryPolicy::server_retry())).build() } else { builder.build() })
+}
+
+/// client-go's `host` label: the URL's host and port as written (`req.URL.Host`).
+pub fn apiserver_host(url: &http::Uri) -> String {
+    url.authority().map_or_else(String::new, |a| a.as_str().rsplit('@').next().unwrap_or_default().to_string())
 }
 
 #[cfg(test)]
@@ -225,16 +244,36 @@ mod tests {
         }
     }
 
+    #[test]
+    fn the_host_label_is_the_url_host_and_port() {
+        assert_eq!(apiserver_host(&"https://10.96.0.1:443".parse().unwrap()), "10.96.0.1:443");
+        assert_eq!(apiserver_host(&"https://kubernetes.default.svc".parse().unwrap()), "kubernetes.default.svc");
+        assert_eq!(apiserver_host(&"https://[::1]:6443/".parse().unwrap()), "[::1]:6443");
+    }
+
+    #[test]
+    fn the_user_agent_names_the_operator_first() {
+        // The apiserver's field manager for non-apply writes is the User-Agent up to its first '/'.
+        assert_eq!(USER_AGENT.split('/').next(), Some("cloneset-operator"));
+        assert!(http::HeaderValue::from_str(USER_AGENT).is_ok());
+    }
+
     #[tokio::test(start_paused = true)]
     async fn the_layer_waits_for_tokens_and_counts_requests() {
         let metrics = Arc::new(Metrics::new());
         let inner = tower::service_fn(|_req: Request<()>| async { Ok::<_, std::convert::Infallible>(Response::new(())) });
-        let mut svc = ThrottleLayer::new(RateLimit { qps: 2.0, burst: 1 }, metrics.clone()).layer(inner);
+        let mut svc = ThrottleLayer::new(RateLimit { qps: 2.0, burst: 1 }, metrics.clone(), "127.0.0.1:6443").layer(inner);
         let start = Instant::now();
         for _ in 0..3 {
             svc.ready().await.unwrap().call(Request::new(())).await.unwrap();
         }
         assert_eq!(Instant::now() - start, Duration::from_secs(1), "1 from the burst, then 2 at 2/s");
-        assert!(metrics.encode().contains("rest_client_requests_total{code=\"200\",method=\"GET\",resource=\"\",subresource=\"\"} 3"));
+        let text = metrics.encode();
+        assert!(
+            text.contains(
+                "rest_client_requests_total{code=\"200\",host=\"127.0.0.1:6443\",method=\"GET\",resource=\"\",subresource=\"\"} 3"
+            ),
+            "{text}"
+        );
     }
 }

@@ -26,49 +26,132 @@ pub struct FeatureGates {
 /// Where a gate's value lives in [`FeatureGates`].
 type GateField = fn(&mut FeatureGates) -> &mut bool;
 
-/// Gate names exactly as Kruise spells them, with where each lives.
-const GATES: &[(&str, GateField)] = &[
-    ("CloneSetShortHash", |g| &mut g.cloneset_short_hash),
-    ("CloneSetPartitionRollback", |g| &mut g.cloneset_partition_rollback),
-    ("PreparingUpdateAsUpdate", |g| &mut g.preparing_update_as_update),
-    ("RecreatePodWhenChangeVCTInCloneSetGate", |g| &mut g.recreate_pod_when_change_vct),
-    ("InPlaceWorkloadVerticalScaling", |g| &mut g.in_place_workload_vertical_scaling),
-    ("ForceDeleteTimeoutExpectationGate", |g| &mut g.force_delete_timeout_expectation),
-    ("TemplateNoDefaults", |g| &mut g.template_no_defaults),
+/// A gate's maturity in Kruise, which decides what `AllAlpha` / `AllBeta` turn on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stage {
+    Alpha,
+    Beta,
+}
+
+/// One of Kruise v1.9.0's feature gates (`pkg/features/kruise_features.go`).
+pub struct Gate {
+    /// The name exactly as Kruise spells it on the command line.
+    pub name: &'static str,
+    pub stage: Stage,
+    /// Where it lives in [`FeatureGates`]; `None`: accepted, but nothing here depends on it.
+    field: Option<GateField>,
+}
+
+const fn gate(name: &'static str, stage: Stage, field: Option<GateField>) -> Gate {
+    Gate { name, stage, field }
+}
+
+/// All 34 of Kruise v1.9.0's gates. Those with a field change CloneSet behaviour here; the
+/// others belong to kruise-daemon, Kruise's pod webhook or its other workloads.
+pub const KRUISE_GATES: &[Gate] = &[
+    gate("PodWebhook", Stage::Beta, None),
+    gate("KruiseDaemon", Stage::Beta, None),
+    gate("DaemonWatchingPod", Stage::Beta, None),
+    gate("CloneSetShortHash", Stage::Alpha, Some(|g| &mut g.cloneset_short_hash)),
+    gate("KruisePodReadinessGate", Stage::Alpha, None),
+    gate("PreDownloadImageForInPlaceUpdate", Stage::Alpha, None),
+    gate("CloneSetPartitionRollback", Stage::Alpha, Some(|g| &mut g.cloneset_partition_rollback)),
+    gate("ResourcesDeletionProtection", Stage::Beta, None),
+    gate("WorkloadSpread", Stage::Beta, None),
+    gate("PodUnavailableBudgetDeleteGate", Stage::Beta, None),
+    gate("PodUnavailableBudgetUpdateGate", Stage::Alpha, None),
+    gate("TemplateNoDefaults", Stage::Alpha, Some(|g| &mut g.template_no_defaults)),
+    gate("InPlaceUpdateEnvFromMetadata", Stage::Beta, None),
+    gate("StatefulSetAutoDeletePVC", Stage::Beta, None),
+    gate("SidecarSetPatchPodMetadataDefaultsAllowed", Stage::Alpha, None),
+    gate("SidecarTerminator", Stage::Alpha, None),
+    gate("PodProbeMarkerGate", Stage::Beta, None),
+    gate("PreDownloadImageForDaemonSetUpdate", Stage::Alpha, None),
+    gate("CloneSetEventHandlerOptimization", Stage::Alpha, None),
+    gate("PreparingUpdateAsUpdate", Stage::Alpha, Some(|g| &mut g.preparing_update_as_update)),
+    gate("ImagePullJobGate", Stage::Alpha, None),
+    gate("ResourceDistributionGate", Stage::Alpha, None),
+    gate("DeletionProtectionForCRDCascadingGate", Stage::Alpha, None),
+    gate("EnhancedLivenessProbe", Stage::Alpha, None),
+    gate("RecreatePodWhenChangeVCTInCloneSetGate", Stage::Alpha, Some(|g| &mut g.recreate_pod_when_change_vct)),
+    gate("StatefulSetStartOrdinal", Stage::Alpha, None),
+    gate("PodIndexLabel", Stage::Beta, None),
+    gate("EnableExternalCerts", Stage::Alpha, None),
+    gate("StatefulSetAutoResizePVCGate", Stage::Alpha, None),
+    gate("ForceDeleteTimeoutExpectationGate", Stage::Alpha, Some(|g| &mut g.force_delete_timeout_expectation)),
+    gate("InPlaceWorkloadVerticalScaling", Stage::Alpha, Some(|g| &mut g.in_place_workload_vertical_scaling)),
+    gate("EnablePodProbeMarkerOnServerless", Stage::Alpha, None),
+    gate("EnableSortSidecarContainerByName", Stage::Alpha, None),
+    gate("InPlacePodVerticalScaling", Stage::Alpha, None),
 ];
 
-/// Kruise gates this operator accepts but which do not change anything here (no kruise-daemon,
-/// no pod webhook, no other workloads): accepted so Kruise's flag values can be reused unchanged.
-const ACCEPTED_WITHOUT_EFFECT: &[&str] = &[
-    "AllAlpha",
-    "AllBeta",
-    "PreDownloadImageForInPlaceUpdate",
-    "CloneSetEventHandlerOptimization",
-    "PodUnavailableBudgetUpdateGate",
-    "KruisePodReadinessGate",
-    "ResourcesDeletionProtection",
-    "InPlaceUpdateEnvFromMetadata",
-    "KruiseDaemon",
-    "EnableExternalCerts",
-];
+/// CloneSet gates whose behaviour is not implemented yet: turning one on is accepted (so Kruise's
+/// `AllAlpha=true` works) and logged, and CloneSets behave as with the gate off.
+pub const NOT_IMPLEMENTED_GATES: &[&str] = &["RecreatePodWhenChangeVCTInCloneSetGate", "InPlaceWorkloadVerticalScaling"];
 
-impl FeatureGates {
-    /// Parses Kruise's `--feature-gates` syntax: `A=true,B=false`.
+/// Go's `strconv.ParseBool`, which Kruise's flags and gates use.
+pub fn parse_go_bool(s: &str) -> Result<bool, String> {
+    match s {
+        "1" | "t" | "T" | "TRUE" | "true" | "True" => Ok(true),
+        "0" | "f" | "F" | "FALSE" | "false" | "False" => Ok(false),
+        _ => Err(format!("{s:?} is not a boolean (true or false)")),
+    }
+}
+
+/// `--feature-gates` as given: the CloneSet gates in effect, and what was said about the others.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct GateSettings {
+    pub gates: FeatureGates,
+    /// Gates set on the command line (by name or by `AllAlpha`/`AllBeta`) that change nothing
+    /// here, with their values, in Kruise's order.
+    pub without_effect: Vec<(&'static str, bool)>,
+    /// [`NOT_IMPLEMENTED_GATES`] that are on.
+    pub not_implemented: Vec<&'static str>,
+}
+
+impl GateSettings {
+    /// Parses Kruise's `--feature-gates` syntax, `A=true,B=false`, as component-base does:
+    /// unknown names are an error; `AllAlpha=<v>` / `AllBeta=<v>` set every alpha / beta gate
+    /// not named explicitly (explicit values win whatever their position); a name given twice
+    /// takes its last value.
     pub fn parse(s: &str) -> Result<Self, String> {
-        let mut gates = Self::default();
+        let mut explicit: Vec<(&'static str, bool)> = Vec::new();
+        let (mut all_alpha, mut all_beta) = (None, None);
         for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
             let (name, value) = part.split_once('=').ok_or_else(|| format!("--feature-gates: {part:?} is not NAME=true|false"))?;
-            let value: bool =
-                value.trim().parse().map_err(|_| format!("--feature-gates: {name}={value:?}: the value must be true or false"))?;
             let name = name.trim();
-            if let Some((_, field)) = GATES.iter().find(|(n, _)| *n == name) {
-                *field(&mut gates) = value;
-            } else if !ACCEPTED_WITHOUT_EFFECT.contains(&name) {
-                let known: Vec<&str> = GATES.iter().map(|(n, _)| *n).collect();
-                return Err(format!("--feature-gates: unknown gate {name:?}; CloneSet gates are {}", known.join(", ")));
+            let value = parse_go_bool(value.trim()).map_err(|e| format!("--feature-gates: {name}: {e}"))?;
+            match name {
+                "AllAlpha" => all_alpha = Some(value),
+                "AllBeta" => all_beta = Some(value),
+                _ => {
+                    let Some(known) = KRUISE_GATES.iter().find(|g| g.name == name) else {
+                        return Err(format!("--feature-gates: unrecognized feature gate {name:?} (Kruise v1.9.0's gates are accepted)"));
+                    };
+                    explicit.retain(|(n, _)| *n != known.name);
+                    explicit.push((known.name, value));
+                }
             }
         }
-        Ok(gates)
+        let mut out = Self::default();
+        for g in KRUISE_GATES {
+            let value = match explicit.iter().find(|(n, _)| *n == g.name) {
+                Some((_, v)) => Some(*v),
+                None => match g.stage {
+                    Stage::Alpha => all_alpha,
+                    Stage::Beta => all_beta,
+                },
+            };
+            let Some(value) = value else { continue };
+            match g.field {
+                Some(field) => *field(&mut out.gates) = value,
+                None => out.without_effect.push((g.name, value)),
+            }
+            if value && NOT_IMPLEMENTED_GATES.contains(&g.name) {
+                out.not_implemented.push(g.name);
+            }
+        }
+        Ok(out)
     }
 }
 
@@ -101,6 +184,130 @@ pub fn parse_go_duration(s: &str) -> Result<Duration, String> {
         rest = tail;
     }
     Ok(Duration::from_secs_f64(total))
+}
+
+/// How a flag's value is written, as Go's `flag`/`pflag` types read it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FlagKind {
+    /// `--name`, `--name=true|false` (Go's `ParseBool` spellings); never `--name false`.
+    Bool,
+    Int,
+    Uint,
+    /// A Go duration (`90s`, `1m30s`).
+    Duration,
+    Text,
+}
+
+impl FlagKind {
+    /// Checks `value` the way Go would parse it, so a typo fails here as it would in Kruise.
+    pub fn check(self, value: &str) -> Result<(), String> {
+        match self {
+            Self::Bool => parse_go_bool(value).map(|_| ()),
+            Self::Int => value.parse::<i64>().map(|_| ()).map_err(|_| format!("{value:?} is not an integer")),
+            Self::Uint => value.parse::<u64>().map(|_| ()).map_err(|_| format!("{value:?} is not a non-negative integer")),
+            Self::Duration => parse_go_duration(value).map(|_| ()),
+            Self::Text => Ok(()),
+        }
+    }
+}
+
+/// Every other flag `kruise-manager` v1.9.0 registers (its main.go, its controllers' `init`s,
+/// klog's and component-base's logging flags): none has a meaning here (no other controllers,
+/// no webhook, no pprof, logs always go to stderr), so each is accepted with Kruise's syntax and
+/// named once in the start-up log.
+pub const KRUISE_FLAGS_WITHOUT_EFFECT: &[(&str, FlagKind)] = &[
+    ("allow-privileged", FlagKind::Bool),
+    ("enable-pprof", FlagKind::Bool),
+    ("pprof-addr", FlagKind::Text),
+    ("webhook-initialize-timeout", FlagKind::Duration),
+    ("default-ttlseconds-for-always-nodeimage", FlagKind::Int),
+    ("ws-enabled-versioned-status", FlagKind::Text),
+    ("protection-log-path", FlagKind::Text),
+    ("disable-no-deepcopy", FlagKind::Bool),
+    ("assign-bcj-pods-by-scheduler", FlagKind::Bool),
+    ("assign-pods-by-scheduler", FlagKind::Bool),
+    ("nodeimage-creation-delay", FlagKind::Duration),
+    ("advancedcronjob-workers", FlagKind::Int),
+    ("broadcastjob-workers", FlagKind::Int),
+    ("crr-workers", FlagKind::Int),
+    ("daemonset-workers", FlagKind::Int),
+    ("imagepulljob-workers", FlagKind::Int),
+    ("nodeimage-workers", FlagKind::Int),
+    ("nodepodprobe-workers", FlagKind::Int),
+    ("persistentpodstate-workers", FlagKind::Int),
+    ("podprobemarker-workers", FlagKind::Int),
+    ("podunavailablebudget-workers", FlagKind::Int),
+    ("resourcedistribution-workers", FlagKind::Int),
+    ("sidecarset-workers", FlagKind::Int),
+    ("sidecarterminator-workers", FlagKind::Int),
+    ("statefulset-workers", FlagKind::Int),
+    ("uniteddeployment-workers", FlagKind::Int),
+    ("workloadspread-workers", FlagKind::Int),
+    // component-base logging (Kruise calls logsapi.AddFlags)
+    ("log-flush-frequency", FlagKind::Duration),
+    ("vmodule", FlagKind::Text),
+    ("log-text-split-stream", FlagKind::Bool),
+    ("log-text-info-buffer-size", FlagKind::Text),
+    ("log-json-split-stream", FlagKind::Bool),
+    ("log-json-info-buffer-size", FlagKind::Text),
+    // klog (klog.InitFlags)
+    ("logtostderr", FlagKind::Bool),
+    ("alsologtostderr", FlagKind::Bool),
+    ("log_dir", FlagKind::Text),
+    ("log_file", FlagKind::Text),
+    ("log_file_max_size", FlagKind::Uint),
+    ("add_dir_header", FlagKind::Bool),
+    ("skip_headers", FlagKind::Bool),
+    ("skip_log_headers", FlagKind::Bool),
+    ("one_output", FlagKind::Bool),
+    ("stderrthreshold", FlagKind::Text),
+    ("log_backtrace_at", FlagKind::Text),
+];
+
+/// Kruise's own manager arguments, which must start this operator unchanged (unit and e2e
+/// tests feed them): openkruise/charts versions/kruise/1.9.0-alpha.3 templates/manager.yaml with
+/// its values.yaml defaults (the newest 1.9 chart; 1.9.0-alpha.4 adds the rest-config flags).
+pub const KRUISE_CHART_ARGS: &[&str] = &[
+    "--enable-leader-election",
+    "--metrics-addr=:8080",
+    "--health-probe-addr=:8000",
+    "--logtostderr=true",
+    "--leader-election-namespace=kruise-system",
+    "--v=4",
+    "--feature-gates=ImagePullJobGate=true",
+    "--sync-period=0",
+    "--rest-config-qps=30",
+    "--rest-config-burst=50",
+];
+
+/// openkruise/kruise v1.9.0 config/manager/manager.yaml, which its scripts/deploy_kind.sh
+/// installs for Kruise's e2e runs.
+pub const KRUISE_E2E_ARGS: &[&str] = &[
+    "--enable-leader-election",
+    "--logtostderr=true",
+    "--v=5",
+    "--feature-gates=AllAlpha=true,AllBeta=true,EnableExternalCerts=false,TemplateNoDefaults=false",
+];
+
+/// The retry backoff of the work queue: controller-runtime's default rate limiter with Kruise's
+/// `--rate-limiter-*` flags (the larger of a per-key exponential backoff and an overall bucket).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RetryLimits {
+    /// `--rate-limiter-base-delay`: a key's first retry waits this long, doubling per failure.
+    pub base_delay: Duration,
+    /// `--rate-limiter-max-delay`: the per-key backoff's cap.
+    pub max_delay: Duration,
+    /// `--rate-limiter-qps`: retries per second over all keys.
+    pub qps: f64,
+    /// `--rate-limiter-bucket-size`: retries allowed at once above that rate.
+    pub burst: u32,
+}
+
+impl Default for RetryLimits {
+    /// Kruise's defaults (`pkg/util/ratelimiter`).
+    fn default() -> Self {
+        Self { base_delay: Duration::from_millis(5), max_delay: Duration::from_secs(1000), qps: 10.0, burst: 100 }
+    }
 }
 
 /// Where `--metrics-addr` / `--health-probe-addr` listen: Go's `host:port` with an optional
@@ -159,12 +366,12 @@ impl std::fmt::Display for ListenAddr {
     }
 }
 
-/// The tracing filter for `-v N` (klog's verbosity, 0–5), used when `RUST_LOG` is not set:
+/// The tracing filter for `-v N` (klog's verbosity; 5 and above are all trace), used when `RUST_LOG` is not set:
 /// 0–1 info; 2 adds this operator's debug lines; 3 debug everywhere (kube's requests too);
 /// 4 adds this operator's trace lines; 5 trace everywhere.
-pub fn verbosity_filter(v: u8) -> &'static str {
+pub fn verbosity_filter(v: i32) -> &'static str {
     match v {
-        0 | 1 => "info",
+        ..=1 => "info",
         2 => "info,cloneset_operator=debug",
         3 => "debug",
         4 => "debug,cloneset_operator=trace",
@@ -186,6 +393,8 @@ pub struct ControllerConfig {
     pub cache_sync_timeout: Duration,
     /// `--sync-period`: queue every CloneSet this often (none: only on changes).
     pub sync_period: Option<Duration>,
+    /// `--rate-limiter-*`: how failed CloneSets are retried.
+    pub retry: RetryLimits,
 }
 
 impl Default for ControllerConfig {
@@ -198,6 +407,7 @@ impl Default for ControllerConfig {
             exclude_preparing_delete: false,
             cache_sync_timeout: Duration::from_secs(120),
             sync_period: None,
+            retry: RetryLimits::default(),
         }
     }
 }
@@ -208,15 +418,68 @@ mod tests {
 
     #[test]
     fn feature_gates_use_kruise_syntax_and_defaults() {
-        assert_eq!(FeatureGates::parse("").unwrap(), FeatureGates::default());
-        let g = FeatureGates::parse("CloneSetShortHash=true, CloneSetPartitionRollback=true,AllAlpha=false").unwrap();
+        assert_eq!(GateSettings::parse("").unwrap(), GateSettings::default());
+        let g = GateSettings::parse("CloneSetShortHash=true, CloneSetPartitionRollback=true,AllAlpha=false").unwrap().gates;
         assert!(g.cloneset_short_hash && g.cloneset_partition_rollback && !g.preparing_update_as_update);
         assert!(!g.template_no_defaults, "Kruise defaults templates unless told not to");
-        assert!(FeatureGates::parse("TemplateNoDefaults=true").unwrap().template_no_defaults);
-        let err = FeatureGates::parse("NoSuchGate=true").unwrap_err();
+        assert!(GateSettings::parse("TemplateNoDefaults=true").unwrap().gates.template_no_defaults);
+        let err = GateSettings::parse("NoSuchGate=true").unwrap_err();
         assert!(err.contains("--feature-gates") && err.contains("NoSuchGate"), "{err}");
-        assert!(FeatureGates::parse("CloneSetShortHash").unwrap_err().contains("NAME=true|false"));
-        assert!(FeatureGates::parse("CloneSetShortHash=yes").unwrap_err().contains("true or false"));
+        assert!(GateSettings::parse("CloneSetShortHash").unwrap_err().contains("NAME=true|false"));
+        assert!(GateSettings::parse("CloneSetShortHash=yes").unwrap_err().contains("true or false"));
+        // Go's ParseBool spellings.
+        assert!(GateSettings::parse("CloneSetShortHash=1").unwrap().gates.cloneset_short_hash);
+        assert!(GateSettings::parse("CloneSetShortHash=True").unwrap().gates.cloneset_short_hash);
+        assert!(
+            !GateSettings::parse("CloneSetShortHash=true,CloneSetShortHash=F").unwrap().gates.cloneset_short_hash,
+            "the last value wins"
+        );
+    }
+
+    #[test]
+    fn every_kruise_v1_9_0_gate_is_accepted() {
+        assert_eq!(KRUISE_GATES.len(), 34);
+        for g in KRUISE_GATES {
+            assert!(GateSettings::parse(&format!("{}=true", g.name)).is_ok(), "{}", g.name);
+        }
+        // Kruise's chart default, and a gate spelled as Kruise's Go constant rather than its flag name.
+        let chart = GateSettings::parse("ImagePullJobGate=true").unwrap();
+        assert_eq!((chart.gates, chart.without_effect), (FeatureGates::default(), vec![("ImagePullJobGate", true)]));
+        assert!(GateSettings::parse("EnhancedLivenessProbeGate=true").is_err(), "Kruise's flag name is EnhancedLivenessProbe");
+    }
+
+    #[test]
+    fn all_alpha_and_all_beta_set_the_gates_of_their_stage_unless_named() {
+        // Kruise's e2e install (config/manager/manager.yaml at v1.9.0).
+        let e2e = GateSettings::parse("AllAlpha=true,AllBeta=true,EnableExternalCerts=false,TemplateNoDefaults=false").unwrap();
+        let on = FeatureGates {
+            cloneset_short_hash: true,
+            cloneset_partition_rollback: true,
+            preparing_update_as_update: true,
+            recreate_pod_when_change_vct: true,
+            in_place_workload_vertical_scaling: true,
+            force_delete_timeout_expectation: true,
+            template_no_defaults: false,
+        };
+        assert_eq!(e2e.gates, on);
+        assert!(e2e.without_effect.contains(&("EnableExternalCerts", false)) && e2e.without_effect.contains(&("PodWebhook", true)));
+        assert_eq!(e2e.not_implemented, NOT_IMPLEMENTED_GATES);
+        // Explicit values win wherever they stand.
+        assert!(!GateSettings::parse("CloneSetShortHash=false,AllAlpha=true").unwrap().gates.cloneset_short_hash);
+        assert!(GateSettings::parse("AllAlpha=false,CloneSetShortHash=true").unwrap().gates.cloneset_short_hash);
+        // Every CloneSet gate is alpha in Kruise v1.9.0: AllBeta alone turns none on.
+        assert_eq!(GateSettings::parse("AllBeta=true").unwrap().gates, FeatureGates::default());
+        assert_eq!(GateSettings::parse("AllAlpha=true").unwrap().gates, FeatureGates { template_no_defaults: true, ..on });
+    }
+
+    #[test]
+    fn kruise_only_flag_values_are_checked_as_go_parses_them() {
+        assert_eq!(FlagKind::Bool.check("true"), Ok(()));
+        assert!(FlagKind::Bool.check("yes").is_err());
+        assert!(FlagKind::Int.check("-3").is_ok() && FlagKind::Int.check("three").is_err());
+        assert!(FlagKind::Uint.check("1800").is_ok() && FlagKind::Uint.check("-1").is_err());
+        assert!(FlagKind::Duration.check("1m30s").is_ok() && FlagKind::Duration.check("90").is_err());
+        assert!(FlagKind::Text.check("anything").is_ok());
     }
 
     #[test]
@@ -238,6 +501,7 @@ mod tests {
         assert_eq!(verbosity_filter(0), "info");
         assert_eq!(verbosity_filter(2), "info,cloneset_operator=debug");
         assert_eq!(verbosity_filter(5), "trace");
+        assert_eq!(verbosity_filter(10), "trace", "klog accepts any level");
     }
 
     #[test]

@@ -25,7 +25,8 @@ use kube::api::{ObjectMeta, PostParams};
 use kube::{Api, Client};
 use tokio::time::Instant;
 
-/// The Lease's name (Kruise's is `kruise-manager`; a different name lets both run side by side).
+/// The Lease's default name (`--leader-election-id`). Kruise's is `kruise-manager`; running both
+/// managers at once is prevented by [`crate::kruise_guard`], not by sharing a Lease.
 pub const LEASE_NAME: &str = "cloneset-operator-leader";
 
 /// Namespace of the Lease when `--leader-election-namespace` is empty and the operator does not
@@ -55,6 +56,29 @@ impl ElectionConfig {
             renew_deadline: Duration::from_secs(10),
             retry_period: Duration::from_secs(2),
         }
+    }
+
+    /// client-go's checks (`NewLeaderElector`): a candidate must wait longer than a leader
+    /// keeps trying, and a leader must get more than one jittered retry within its deadline.
+    pub fn validate(&self) -> Result<(), String> {
+        let (lease, renew, retry) = (self.lease_duration, self.renew_deadline, self.retry_period);
+        if retry.is_zero() || renew.is_zero() || lease.is_zero() {
+            return Err(
+                "--leader-election-lease-duration, --leader-election-renew-deadline and --leader-election-retry-period must be positive"
+                    .into(),
+            );
+        }
+        if lease <= renew {
+            return Err(format!(
+                "--leader-election-lease-duration ({lease:?}) must be greater than --leader-election-renew-deadline ({renew:?})"
+            ));
+        }
+        if renew <= retry.mul_f64(1.2) {
+            return Err(format!(
+                "--leader-election-renew-deadline ({renew:?}) must be greater than 1.2 × --leader-election-retry-period ({retry:?})"
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -327,6 +351,21 @@ mod tests {
         let (a, b) = (new_identity(), new_identity());
         assert_ne!(a, b);
         assert!(a.contains('_'));
+    }
+
+    #[test]
+    fn timings_are_checked_as_client_go_checks_them() {
+        let with = |lease: u64, renew: u64, retry: u64| ElectionConfig {
+            lease_duration: Duration::from_secs(lease),
+            renew_deadline: Duration::from_secs(renew),
+            retry_period: Duration::from_secs(retry),
+            ..ElectionConfig::new("ns", "me")
+        };
+        assert_eq!(with(15, 10, 2).validate(), Ok(()));
+        assert_eq!(with(60, 40, 5).validate(), Ok(()));
+        assert!(with(10, 10, 2).validate().unwrap_err().contains("lease-duration"));
+        assert!(with(15, 10, 9).validate().unwrap_err().contains("1.2"));
+        assert!(with(15, 10, 0).validate().unwrap_err().contains("positive"));
     }
 
     #[test]

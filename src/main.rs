@@ -2,11 +2,12 @@ use anyhow::Context as _;
 use std::sync::Arc;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Arg, ArgAction, ArgMatches, Args, CommandFactory as _, FromArgMatches as _, Parser, Subcommand};
 use cloneset_operator::api::crd;
 use cloneset_operator::client::{self, RateLimit};
-use cloneset_operator::config::{self, ControllerConfig, FeatureGates, ListenAddr};
+use cloneset_operator::config::{self, ControllerConfig, FlagKind, GateSettings, ListenAddr, RetryLimits};
 use cloneset_operator::controller;
+use cloneset_operator::kruise_guard::KruiseGuard;
 use cloneset_operator::leader::{self, ElectionConfig, LeaderElector};
 use cloneset_operator::metrics::Metrics;
 use cloneset_operator::server::{self, Health};
@@ -29,10 +30,10 @@ struct Cli {
     #[arg(global = true, long = "logging-format", value_enum, default_value = "text")]
     logging_format: LogFormat,
 
-    /// Log verbosity, 0-5 (klog's -v): 0-1 info, 2 this operator's debug lines, 3 debug, 4 this
-    /// operator's trace lines, 5 trace. RUST_LOG, when set, takes precedence.
-    #[arg(global = true, short = 'v', long = "v", default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=5))]
-    verbosity: u8,
+    /// Log verbosity (klog's -v): 0-1 info, 2 this operator's debug lines, 3 debug, 4 this
+    /// operator's trace lines, 5 and above trace. RUST_LOG, when set, takes precedence.
+    #[arg(global = true, short = 'v', long = "v", default_value_t = 0, allow_negative_numbers = true)]
+    verbosity: i32,
 }
 
 #[derive(Subcommand, Debug)]
@@ -57,20 +58,22 @@ struct RunArgs {
     /// How long to wait for the cache to show our own writes before counting a leak.
     #[arg(global = true, long = "expectation-timeout", default_value = "5m", value_parser = parse_duration)]
     expectation_timeout: Option<Duration>,
-    /// Kruise feature gates, e.g. `CloneSetShortHash=true,CloneSetPartitionRollback=true`.
-    #[arg(global = true, long = "feature-gates", default_value = "", value_parser = FeatureGates::parse)]
-    feature_gates: Option<FeatureGates>,
+    /// Kruise feature gates, e.g. `CloneSetShortHash=true,CloneSetPartitionRollback=true`; all of
+    /// Kruise v1.9.0's gates, `AllAlpha` and `AllBeta` are accepted.
+    #[arg(global = true, long = "feature-gates", default_value = "", value_parser = GateSettings::parse)]
+    feature_gates: GateSettings,
     /// Only watch this namespace (default: all).
     #[arg(global = true, long = "namespace", default_value = "")]
     namespace: String,
     /// Do not count PreparingDelete pods as replicas, for every CloneSet.
-    #[arg(global = true, long = "cloneset-scaling-exclude-preparing-delete", default_value_t = false)]
+    #[arg(global = true, long = "cloneset-scaling-exclude-preparing-delete", default_value = "false", value_parser = config::parse_go_bool,
+          num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     exclude_preparing_delete: bool,
     /// How long the caches may take to list everything at start-up.
     #[arg(global = true, long = "controller-cache-sync-timeout", default_value = "2m", value_parser = parse_duration)]
     cache_sync_timeout: Option<Duration>,
     /// Queue every CloneSet this often (e.g. 10m); unset or 0: only on changes.
-    #[arg(global = true, long = "sync-period", value_parser = parse_duration)]
+    #[arg(global = true, long = "sync-period", value_parser = parse_optional_duration)]
     sync_period: Option<Duration>,
     /// Client-side limit on apiserver requests per second (a token bucket on every request).
     #[arg(global = true, long = "rest-config-qps", default_value_t = 30, value_parser = clap::value_parser!(u32).range(1..))]
@@ -79,13 +82,47 @@ struct RunArgs {
     #[arg(global = true, long = "rest-config-burst", default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..))]
     rest_config_burst: u32,
     /// Run only while holding a Lease, so several replicas can run with one active.
-    #[arg(global = true, long = "enable-leader-election", default_value_t = true, action = clap::ArgAction::Set,
+    #[arg(global = true, long = "enable-leader-election", default_value = "true", value_parser = config::parse_go_bool,
           num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     enable_leader_election: bool,
-    /// Namespace of the leader-election Lease `cloneset-operator-leader`; empty: $POD_NAMESPACE,
-    /// else the in-cluster namespace, else kube-system.
+    /// Namespace of the leader-election Lease; empty: $POD_NAMESPACE, else the in-cluster
+    /// namespace, else kube-system.
     #[arg(global = true, long = "leader-election-namespace", default_value = "")]
     leader_election_namespace: String,
+    /// Name of the leader-election Lease.
+    #[arg(global = true, long = "leader-election-id", default_value = leader::LEASE_NAME)]
+    leader_election_id: String,
+    /// How long a standby waits, after the Lease last changed, before taking it.
+    #[arg(global = true, long = "leader-election-lease-duration", default_value = "15s", value_parser = parse_duration)]
+    leader_election_lease_duration: Duration,
+    /// How long a leader keeps trying to renew before it stops.
+    #[arg(global = true, long = "leader-election-renew-deadline", default_value = "10s", value_parser = parse_duration)]
+    leader_election_renew_deadline: Duration,
+    /// How often the Lease is renewed or tried.
+    #[arg(global = true, long = "leader-election-retry-period", default_value = "2s", value_parser = parse_duration)]
+    leader_election_retry_period: Duration,
+    /// The lock object: only `leases` (client-go has no other since v0.27).
+    #[arg(global = true, long = "leader-election-resource-lock", default_value = "leases", value_parser = ["leases"])]
+    leader_election_resource_lock: String,
+    /// The Lease of Kruise's manager, `<namespace>/<name>`: while its holder renews it, this
+    /// operator stands by instead of reconciling. Empty: do not check.
+    #[arg(global = true, long = "kruise-manager-lease", default_value = "kruise-system/kruise-manager", value_parser = check_lease_ref)]
+    kruise_manager_lease: String,
+    /// Base delay of a failed CloneSet's retry, doubling per consecutive failure.
+    #[arg(global = true, long = "rate-limiter-base-delay", default_value = "5ms", value_parser = parse_duration)]
+    rate_limiter_base_delay: Duration,
+    /// Cap of that per-CloneSet retry delay.
+    #[arg(global = true, long = "rate-limiter-max-delay", default_value = "1000s", value_parser = parse_duration)]
+    rate_limiter_max_delay: Duration,
+    /// Retries per second over all CloneSets.
+    #[arg(global = true, long = "rate-limiter-qps", default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..))]
+    rate_limiter_qps: u32,
+    /// Retries allowed at once above --rate-limiter-qps.
+    #[arg(global = true, long = "rate-limiter-bucket-size", default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..))]
+    rate_limiter_bucket_size: u32,
+    /// A kubeconfig file to use instead of $KUBECONFIG / ~/.kube/config / the in-cluster account.
+    #[arg(global = true, long = "kubeconfig", default_value = "")]
+    kubeconfig: String,
     /// Where /metrics is served (host:port; an empty host means every interface; 0 disables).
     #[arg(global = true, long = "metrics-addr", default_value = ":8080", value_parser = ListenAddr::parse)]
     metrics_addr: ListenAddr,
@@ -98,18 +135,93 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
     config::parse_go_duration(s)
 }
 
+/// Kruise's `--sync-period`: a Go duration, or empty for none.
+fn parse_optional_duration(s: &str) -> Result<Duration, String> {
+    if s.is_empty() { Ok(Duration::ZERO) } else { config::parse_go_duration(s) }
+}
+
+/// `<namespace>/<name>`, or empty for none.
+fn check_lease_ref(s: &str) -> Result<String, String> {
+    match s.split_once('/') {
+        _ if s.is_empty() => Ok(String::new()),
+        Some((ns, name)) if !ns.is_empty() && !name.is_empty() && !name.contains('/') => Ok(s.to_string()),
+        _ => Err(format!("{s:?} is not <namespace>/<name>")),
+    }
+}
+
+/// A kruise-manager flag with no meaning here: parsed with Kruise's syntax, hidden from --help.
+fn compat_arg(name: &'static str, kind: FlagKind) -> Arg {
+    let arg = Arg::new(name)
+        .long(name)
+        .global(true)
+        .hide(true)
+        .action(ArgAction::Set)
+        .value_parser(move |v: &str| kind.check(v).map(|()| v.to_string()));
+    if kind == FlagKind::Bool { arg.num_args(0..=1).require_equals(true).default_missing_value("true") } else { arg }
+}
+
+/// Parses the command line as Go's flag packages would: every kruise-manager flag is known, and
+/// a flag given twice takes its last value.
+fn parse_args<I, T>(args: I) -> Result<(Cli, ArgMatches), clap::Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let mut command = Cli::command().args_override_self(true);
+    for (name, kind) in config::KRUISE_FLAGS_WITHOUT_EFFECT {
+        command = command.arg(compat_arg(name, *kind));
+    }
+    let mut matches = command.try_get_matches_from(args)?;
+    let cli = Cli::from_arg_matches_mut(&mut matches)?;
+    Ok((cli, matches))
+}
+
+/// The Kruise-only flags given on the command line, as `name=value`.
+fn given_compat_flags(matches: &ArgMatches) -> Vec<String> {
+    let sub = matches.subcommand().map(|(_, m)| m);
+    config::KRUISE_FLAGS_WITHOUT_EFFECT
+        .iter()
+        .filter_map(|(name, _)| {
+            let value = sub.and_then(|m| m.get_one::<String>(name)).or_else(|| matches.get_one::<String>(name))?;
+            Some(format!("--{name}={value}"))
+        })
+        .collect()
+}
+
 impl RunArgs {
     fn controller_config(&self) -> ControllerConfig {
         let d = ControllerConfig::default();
         ControllerConfig {
             workers: usize::from(self.cloneset_workers.max(1)),
             expectation_timeout: self.expectation_timeout.unwrap_or(d.expectation_timeout),
-            gates: self.feature_gates.unwrap_or_default(),
+            gates: self.feature_gates.gates,
             namespace: (!self.namespace.is_empty()).then(|| self.namespace.clone()),
             exclude_preparing_delete: self.exclude_preparing_delete,
             cache_sync_timeout: self.cache_sync_timeout.unwrap_or(d.cache_sync_timeout),
             sync_period: self.sync_period.filter(|p| !p.is_zero()),
+            retry: RetryLimits {
+                base_delay: self.rate_limiter_base_delay,
+                max_delay: self.rate_limiter_max_delay,
+                qps: f64::from(self.rate_limiter_qps),
+                burst: self.rate_limiter_bucket_size,
+            },
         }
+    }
+
+    /// `--kruise-manager-lease` as (namespace, name); `None` when empty.
+    fn kruise_lease(&self) -> Option<(&str, &str)> {
+        self.kruise_manager_lease.split_once('/')
+    }
+
+    fn election(&self) -> Result<ElectionConfig, String> {
+        let cfg = ElectionConfig {
+            lease_name: self.leader_election_id.clone(),
+            lease_duration: self.leader_election_lease_duration,
+            renew_deadline: self.leader_election_renew_deadline,
+            retry_period: self.leader_election_retry_period,
+            ..ElectionConfig::new(leader::resolve_namespace(&self.leader_election_namespace), leader::new_identity())
+        };
+        cfg.validate().map(|()| cfg)
     }
 
     fn rate_limit(&self) -> RateLimit {
@@ -119,10 +231,16 @@ impl RunArgs {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
+    let (cli, matches) = parse_args(std::env::args_os()).unwrap_or_else(|e| e.exit());
     telemetry::init(cli.logging_format, config::verbosity_filter(cli.verbosity));
     match cli.command.unwrap_or(Command::Run) {
-        Command::Run => run(cli.run).await,
+        Command::Run => {
+            let ignored = given_compat_flags(&matches);
+            if !ignored.is_empty() {
+                tracing::info!(flags = %ignored.join(" "), "kruise-manager flags accepted for compatibility; they have no effect here");
+            }
+            run(cli.run).await
+        }
         Command::Crd => {
             print!("{}", crd::generated_crd_file()?);
             Ok(())
@@ -141,6 +259,8 @@ async fn main() -> anyhow::Result<()> {
 async fn run(args: RunArgs) -> anyhow::Result<()> {
     let shutdown = shutdown_signal()?;
     let config = args.controller_config();
+    let election = args.election().map_err(anyhow::Error::msg)?;
+    log_gates(&args.feature_gates);
     let metrics = Arc::new(Metrics::new());
     let health = Arc::new(Health::default());
 
@@ -152,15 +272,13 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         tokio::spawn(server::serve_health(listener, health.clone()));
     }
 
-    let kube_config = kube::Config::infer()
-        .await
-        .context("no usable Kubernetes configuration (set KUBECONFIG, a current context, or run in a cluster)")?;
+    let kube_config = kube_config(&args.kubeconfig).await?;
     let client = client::build(kube_config.clone(), args.rate_limit(), metrics.clone()).context("building the Kubernetes client")?;
     let version = client.apiserver_version().await.context("cannot reach the Kubernetes apiserver")?;
     tracing::info!(server_version = %version.git_version, platform = %version.platform, "connected to Kubernetes");
 
+    let guard = args.kruise_lease().map(|(ns, name)| KruiseGuard::new(client.clone(), ns, name, &election.identity, election.retry_period));
     let elector = if args.enable_leader_election {
-        let election = ElectionConfig::new(leader::resolve_namespace(&args.leader_election_namespace), leader::new_identity());
         // Its own token bucket, so renewals never wait behind the controller's writes.
         let lease_client = client::build(kube_config, args.rate_limit(), metrics.clone()).context("building the leader-election client")?;
         Some(LeaderElector::new(lease_client, election))
@@ -169,10 +287,34 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         None
     };
 
-    let runtime = controller::Runtime { metrics, health, elector };
+    let runtime = controller::Runtime { metrics, health, elector, guard };
     controller::run(client, config, runtime, shutdown).await?;
     tracing::info!("shut down");
     Ok(())
+}
+
+/// `--kubeconfig` if given, else kube's inference ($KUBECONFIG, ~/.kube/config, in-cluster).
+async fn kube_config(path: &str) -> anyhow::Result<kube::Config> {
+    if path.is_empty() {
+        return kube::Config::infer()
+            .await
+            .context("no usable Kubernetes configuration (set KUBECONFIG, a current context, or run in a cluster)");
+    }
+    let file = kube::config::Kubeconfig::read_from(path).with_context(|| format!("--kubeconfig={path}: cannot read it"))?;
+    kube::Config::from_custom_kubeconfig(file, &kube::config::KubeConfigOptions::default())
+        .await
+        .with_context(|| format!("--kubeconfig={path}: not a usable kubeconfig"))
+}
+
+/// Says once which of the given gates change nothing here.
+fn log_gates(settings: &GateSettings) {
+    if !settings.without_effect.is_empty() {
+        let list: Vec<String> = settings.without_effect.iter().map(|(n, v)| format!("{n}={v}")).collect();
+        tracing::info!(gates = %list.join(","), "Kruise feature gates without a CloneSet meaning here are ignored");
+    }
+    if !settings.not_implemented.is_empty() {
+        tracing::warn!(gates = %settings.not_implemented.join(","), "feature gates turned on whose CloneSet behaviour is not implemented here: CloneSets behave as with them off");
+    }
 }
 
 /// Binds a server's address, or `None` when the flag disables it.
@@ -198,4 +340,95 @@ fn shutdown_signal() -> anyhow::Result<impl Future<Output = ()>> {
             _ = int.recv() => {}
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<(Cli, ArgMatches), clap::Error> {
+        parse_args(std::iter::once("cloneset-operator").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn kruise_s_chart_and_e2e_arguments_parse() {
+        let (cli, matches) = parse(config::KRUISE_CHART_ARGS).unwrap();
+        assert!(cli.run.enable_leader_election);
+        assert_eq!(cli.run.leader_election_namespace, "kruise-system");
+        assert_eq!(cli.verbosity, 4);
+        assert_eq!(cli.run.sync_period, Some(Duration::ZERO));
+        assert_eq!(cli.run.controller_config().sync_period, None, "--sync-period=0: no periodic resync");
+        assert_eq!(given_compat_flags(&matches), ["--logtostderr=true"]);
+        let (cli, _) = parse(config::KRUISE_E2E_ARGS).unwrap();
+        assert!(cli.run.controller_config().gates.cloneset_short_hash);
+        assert_eq!(cli.verbosity, 5);
+    }
+
+    #[test]
+    fn every_kruise_manager_flag_parses_with_go_syntax() {
+        let mut args: Vec<String> = config::KRUISE_FLAGS_WITHOUT_EFFECT
+            .iter()
+            .map(|(name, kind)| match kind {
+                FlagKind::Bool => format!("--{name}=false"),
+                FlagKind::Int | FlagKind::Uint => format!("--{name}=2"),
+                FlagKind::Duration => format!("--{name}=90s"),
+                FlagKind::Text => format!("--{name}=x"),
+            })
+            .collect();
+        args.extend(
+            [
+                "--cloneset-scaling-exclude-preparing-delete=true",
+                "--leader-election-id=cs-leader",
+                "--leader-election-lease-duration=30s",
+                "--leader-election-renew-deadline=20s",
+                "--leader-election-retry-period=4s",
+                "--leader-election-resource-lock=leases",
+                "--rate-limiter-base-delay=10ms",
+                "--rate-limiter-max-delay=5m",
+                "--rate-limiter-qps=20",
+                "--rate-limiter-bucket-size=200",
+                "--kubeconfig=/dev/null",
+                "--controller-cache-sync-timeout=3m",
+                "--expectation-timeout=2m",
+                "--cloneset-workers=5",
+                "--namespace=default",
+                "--logging-format=json",
+            ]
+            .map(String::from),
+        );
+        let (cli, matches) = parse(&args.iter().map(String::as_str).collect::<Vec<_>>()).unwrap();
+        assert_eq!(given_compat_flags(&matches).len(), config::KRUISE_FLAGS_WITHOUT_EFFECT.len());
+        let run = &cli.run;
+        assert!(run.exclude_preparing_delete);
+        let election = run.election().unwrap();
+        assert_eq!(
+            (election.lease_name.as_str(), election.lease_duration, election.renew_deadline, election.retry_period),
+            ("cs-leader", Duration::from_secs(30), Duration::from_secs(20), Duration::from_secs(4))
+        );
+        assert_eq!(
+            run.controller_config().retry,
+            RetryLimits { base_delay: Duration::from_millis(10), max_delay: Duration::from_secs(300), qps: 20.0, burst: 200 }
+        );
+        assert_eq!(run.kubeconfig, "/dev/null");
+    }
+
+    #[test]
+    fn go_flag_rules_hold() {
+        // Booleans: bare or with '='; a separate word is not a value (and is rejected here as a stray argument).
+        assert!(!parse(&["--cloneset-scaling-exclude-preparing-delete=false"]).unwrap().0.run.exclude_preparing_delete);
+        assert!(parse(&["--cloneset-scaling-exclude-preparing-delete"]).unwrap().0.run.exclude_preparing_delete);
+        assert!(parse(&["--logtostderr", "false"]).is_err());
+        // The last of a repeated flag wins, as with Go's flag package.
+        assert_eq!(parse(&["--cloneset-workers=2", "--cloneset-workers=7"]).unwrap().0.run.cloneset_workers, 7);
+        // Unknown flags and bad values still fail, naming the flag.
+        assert!(parse(&["--no-such-flag=1"]).is_err());
+        let err = parse(&["--daemonset-workers=many"]).unwrap_err().to_string();
+        assert!(err.contains("daemonset-workers"), "{err}");
+        assert!(parse(&["--leader-election-resource-lock=configmaps"]).is_err(), "client-go only has leases");
+        assert!(parse(&["--leader-election-lease-duration=5s"]).unwrap().0.run.election().is_err(), "not longer than the renew deadline");
+        // The Kruise guard's Lease: the default, another one, or none.
+        assert_eq!(parse(&[]).unwrap().0.run.kruise_lease(), Some(("kruise-system", "kruise-manager")));
+        assert_eq!(parse(&["--kruise-manager-lease="]).unwrap().0.run.kruise_lease(), None);
+        assert!(parse(&["--kruise-manager-lease=no-slash"]).is_err());
+    }
 }

@@ -16,14 +16,19 @@
 //! | `workqueue_queue_duration_seconds` | histogram | `name`, `controller` |
 //! | `workqueue_work_duration_seconds` | histogram | `name`, `controller` |
 //! | `workqueue_retries_total` | counter | `name`, `controller` |
-//! | `rest_client_requests_total` | counter | `code` (HTTP status, or `<error>`), `method`, `resource`, `subresource` |
+//! | `workqueue_unfinished_work_seconds` | gauge | `name`, `controller` |
+//! | `workqueue_longest_running_processor_seconds` | gauge | `name`, `controller` |
+//! | `rest_client_requests_total` | counter | `code` (HTTP status, or `<error>`), `host`, `method`, `resource`, `subresource` |
 //! | `cloneset_scale_expectation_leakage` | gauge (see below) | `namespace`, `name` |
 //! | `kruise_manager_is_leader` | gauge | — |
+//! | `leader_election_master_status` | gauge | `name` (the Lease) |
+//! | `cloneset_operator_standing_by_for_kruise` | gauge | — |
+//! | `process_cpu_seconds_total`, `process_open_fds`, `process_max_fds`, `process_resident_memory_bytes`, `process_virtual_memory_bytes`, `process_virtual_memory_max_bytes`, `process_start_time_seconds` | counter / gauges | — |
 //!
-//! `rest_client_requests_total` keeps controller-runtime's name and its `code` and `method`
+//! `rest_client_requests_total` keeps client-go's name and its `code`, `host` and `method`
 //! labels; `resource` and `subresource` (from the request path, e.g. `pods` + `status` for a pod
 //! status write) are added so pod writes and status writes can be told apart. Queries that
-//! select only on `code`/`method` (summing over the rest) work unchanged.
+//! select only on client-go's labels (summing over the rest) work unchanged.
 //!
 //! `cloneset_scale_expectation_leakage` is a counter in Kruise, exposed there without a `_total`
 //! suffix. OpenMetrics requires counter samples to end in `_total`, so to keep Kruise's exact
@@ -36,6 +41,9 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
+use std::sync::atomic::AtomicU64;
+
+use crate::procfs::ProcessCollector;
 
 /// The `controller` label value (controller-runtime uses the controller's name; Kruise's is `cloneset`).
 pub const CONTROLLER: &str = "cloneset";
@@ -63,11 +71,18 @@ pub struct QueueLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RequestLabels {
     pub code: String,
+    /// The apiserver's `host:port`.
+    pub host: String,
     pub method: String,
     /// The API resource (`pods`, `clonesets`, `events`, …; `""` for non-resource paths).
     pub resource: String,
     /// The subresource (`status`, `scale`, …; `""` for the object itself).
     pub subresource: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct NameLabels {
+    pub name: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -124,7 +139,14 @@ pub struct QueueMetrics {
     pub retries: Counter,
     pub queue_duration: Histogram,
     pub work_duration: Histogram,
+    /// Seconds of work in progress that has not been observed in `work_duration` yet.
+    pub unfinished_work: SecondsGauge,
+    /// How long the longest-running processor has been at its key.
+    pub longest_running: SecondsGauge,
 }
+
+/// A gauge of seconds (a float).
+pub type SecondsGauge = Gauge<f64, AtomicU64>;
 
 impl Default for QueueMetrics {
     fn default() -> Self {
@@ -134,6 +156,8 @@ impl Default for QueueMetrics {
             retries: Counter::default(),
             queue_duration: queue_histogram(),
             work_duration: queue_histogram(),
+            unfinished_work: SecondsGauge::default(),
+            longest_running: SecondsGauge::default(),
         }
     }
 }
@@ -151,9 +175,13 @@ pub struct Metrics {
     queue_retries: Family<QueueLabels, Counter>,
     queue_duration: HistogramFamily<QueueLabels>,
     work_duration: HistogramFamily<QueueLabels>,
+    unfinished_work: Family<QueueLabels, SecondsGauge>,
+    longest_running: Family<QueueLabels, SecondsGauge>,
     rest_requests: Family<RequestLabels, Counter>,
     expectation_leakage: Family<ObjectLabels, Gauge>,
     is_leader: Gauge,
+    master_status: Family<NameLabels, Gauge>,
+    standing_by_for_kruise: Gauge,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -181,9 +209,13 @@ impl Metrics {
         let queue_retries = Family::<QueueLabels, Counter>::default();
         let queue_duration: HistogramFamily<QueueLabels> = Family::new_with_constructor(queue_histogram);
         let work_duration: HistogramFamily<QueueLabels> = Family::new_with_constructor(queue_histogram);
+        let unfinished_work = Family::<QueueLabels, SecondsGauge>::default();
+        let longest_running = Family::<QueueLabels, SecondsGauge>::default();
         let rest_requests = Family::<RequestLabels, Counter>::default();
         let expectation_leakage = Family::<ObjectLabels, Gauge>::default();
         let is_leader = Gauge::default();
+        let master_status = Family::<NameLabels, Gauge>::default();
+        let standing_by_for_kruise = Gauge::default();
 
         // Counters are registered without `_total`: the encoder appends it.
         registry.register("controller_runtime_reconcile", "Total number of reconciliations per controller", reconcile_total.clone());
@@ -217,8 +249,18 @@ impl Metrics {
         );
         registry.register("workqueue_retries", "Total number of retries handled by workqueue", queue_retries.clone());
         registry.register(
+            "workqueue_unfinished_work_seconds",
+            "How many seconds of work has been done that is in progress and hasn't been observed by work_duration. Large values indicate stuck threads. One can deduce the number of stuck threads by observing the rate at which this increases.",
+            unfinished_work.clone(),
+        );
+        registry.register(
+            "workqueue_longest_running_processor_seconds",
+            "How many seconds has the longest running processor for workqueue been running.",
+            longest_running.clone(),
+        );
+        registry.register(
             "rest_client_requests",
-            "Number of HTTP requests to the apiserver, partitioned by status code and method",
+            "Number of HTTP requests, partitioned by status code, method, and host.",
             rest_requests.clone(),
         );
         registry.register(
@@ -227,6 +269,17 @@ impl Metrics {
             expectation_leakage.clone(),
         );
         registry.register("kruise_manager_is_leader", "Whether this manager is the leader (1) or not (0)", is_leader.clone());
+        registry.register(
+            "leader_election_master_status",
+            "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master. 'name' is the string used to identify the lease. Please make sure to group by name.",
+            master_status.clone(),
+        );
+        registry.register(
+            "cloneset_operator_standing_by_for_kruise",
+            "1 while a running Kruise manager (its renewed leader-election Lease) keeps this operator from reconciling",
+            standing_by_for_kruise.clone(),
+        );
+        registry.register_collector(Box::new(ProcessCollector));
 
         Self {
             registry,
@@ -240,9 +293,13 @@ impl Metrics {
             queue_retries,
             queue_duration,
             work_duration,
+            unfinished_work,
+            longest_running,
             rest_requests,
             expectation_leakage,
             is_leader,
+            master_status,
+            standing_by_for_kruise,
         }
     }
 
@@ -263,6 +320,8 @@ impl Metrics {
             retries: self.queue_retries.get_or_create_owned(&l),
             queue_duration: self.queue_duration.get_or_create_owned(&l),
             work_duration: self.work_duration.get_or_create_owned(&l),
+            unfinished_work: self.unfinished_work.get_or_create_owned(&l),
+            longest_running: self.longest_running.get_or_create_owned(&l),
         }
     }
 
@@ -294,13 +353,18 @@ impl Metrics {
         self.reconcile_time.get_or_create(&Self::controller()).observe(took.as_secs_f64());
     }
 
-    /// Counts one apiserver request (every attempt, retries included) by status code, method
-    /// and the resource and subresource of `path` (see [`resource_of`]).
-    pub fn request(&self, method: &http::Method, path: &str, status: Option<http::StatusCode>) {
+    /// Counts one request to the apiserver at `host` (every attempt, retries included) by
+    /// status code, method and the resource and subresource of `path` (see [`resource_of`]).
+    pub fn request(&self, host: &str, method: &http::Method, path: &str, status: Option<http::StatusCode>) {
         let code = status.map_or_else(|| "<error>".to_string(), |s| s.as_u16().to_string());
         let (resource, subresource) = resource_of(path);
-        let labels =
-            RequestLabels { code, method: method.as_str().to_string(), resource: resource.into(), subresource: subresource.into() };
+        let labels = RequestLabels {
+            code,
+            host: host.to_string(),
+            method: method.as_str().to_string(),
+            resource: resource.into(),
+            subresource: subresource.into(),
+        };
         self.rest_requests.get_or_create(&labels).inc();
     }
 
@@ -310,8 +374,17 @@ impl Metrics {
         self.expectation_leakage.get_or_create(&ObjectLabels { namespace: namespace.to_string(), name: name.to_string() }).inc();
     }
 
-    pub fn set_leader(&self, leader: bool) {
+    /// Whether this instance leads; `lease`: the leader-election Lease's name, when there is one
+    /// (`leader_election_master_status` exists only with leader election, as in client-go).
+    pub fn set_leader(&self, leader: bool, lease: Option<&str>) {
         self.is_leader.set(i64::from(leader));
+        if let Some(name) = lease {
+            self.master_status.get_or_create(&NameLabels { name: name.to_string() }).set(i64::from(leader));
+        }
+    }
+
+    pub fn set_standing_by_for_kruise(&self, standing_by: bool) {
+        self.standing_by_for_kruise.set(i64::from(standing_by));
     }
 }
 
@@ -352,10 +425,13 @@ mod tests {
         q.adds.inc();
         q.depth.set(2);
         q.queue_duration.observe(0.5);
-        m.request(&http::Method::POST, "/api/v1/namespaces/ns/pods", Some(http::StatusCode::CREATED));
-        m.request(&http::Method::GET, "/apis/apps.kruise.io/v1alpha1/clonesets?watch=true", None);
+        m.request("10.0.0.1:6443", &http::Method::POST, "/api/v1/namespaces/ns/pods", Some(http::StatusCode::CREATED));
+        m.request("10.0.0.1:6443", &http::Method::GET, "/apis/apps.kruise.io/v1alpha1/clonesets?watch=true", None);
         m.expectation_leaked("ns/web");
-        m.set_leader(true);
+        m.set_leader(true, Some("cloneset-operator-leader"));
+        m.set_standing_by_for_kruise(true);
+        q.unfinished_work.set(1.5);
+        q.longest_running.set(0.75);
         let text = m.encode();
         for line in [
             "controller_runtime_reconcile_total{controller=\"cloneset\",result=\"success\"} 1",
@@ -369,10 +445,14 @@ mod tests {
             "workqueue_retries_total{name=\"cloneset\",controller=\"cloneset\"} 0",
             "workqueue_queue_duration_seconds_count{name=\"cloneset\",controller=\"cloneset\"} 1",
             "workqueue_work_duration_seconds_count{name=\"cloneset\",controller=\"cloneset\"} 0",
-            "rest_client_requests_total{code=\"201\",method=\"POST\",resource=\"pods\",subresource=\"\"} 1",
-            "rest_client_requests_total{code=\"<error>\",method=\"GET\",resource=\"clonesets\",subresource=\"\"} 1",
+            "workqueue_unfinished_work_seconds{name=\"cloneset\",controller=\"cloneset\"} 1.5",
+            "workqueue_longest_running_processor_seconds{name=\"cloneset\",controller=\"cloneset\"} 0.75",
+            "rest_client_requests_total{code=\"201\",host=\"10.0.0.1:6443\",method=\"POST\",resource=\"pods\",subresource=\"\"} 1",
+            "rest_client_requests_total{code=\"<error>\",host=\"10.0.0.1:6443\",method=\"GET\",resource=\"clonesets\",subresource=\"\"} 1",
             "cloneset_scale_expectation_leakage{namespace=\"ns\",name=\"web\"} 1",
             "kruise_manager_is_leader 1",
+            "leader_election_master_status{name=\"cloneset-operator-leader\"} 1",
+            "cloneset_operator_standing_by_for_kruise 1",
         ] {
             assert!(text.lines().any(|l| l == line), "missing {line:?} in\n{text}");
         }

@@ -6,11 +6,13 @@
 //!   and 503 before. A standby of leader election syncs its caches too (so it can take over at
 //!   once), and is ready when they are: a healthy standby is ready, which lets a rolling update of
 //!   the Deployment proceed while the old leader still leads.
+//! - While a live Kruise manager keeps this operator from reconciling, `/readyz` answers 503 and
+//!   its body says so (see `kruise_guard`).
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -27,6 +29,8 @@ use crate::metrics::{self, Metrics};
 #[derive(Debug, Default)]
 pub struct Health {
     caches_synced: AtomicBool,
+    /// Why the operator stands by instead of reconciling, if it does.
+    standing_by: Mutex<Option<String>>,
 }
 
 impl Health {
@@ -34,8 +38,24 @@ impl Health {
         self.caches_synced.store(synced, Ordering::Release);
     }
 
+    /// Marks the operator as standing by (`Some(why)`) or not (`None`).
+    pub fn set_standing_by(&self, why: Option<String>) {
+        *self.standing_by.lock().unwrap_or_else(|e| e.into_inner()) = why;
+    }
+
+    /// `Ok` when ready, else why not.
+    pub fn readiness(&self) -> Result<(), String> {
+        if !self.caches_synced.load(Ordering::Acquire) {
+            return Err("caches not synced".into());
+        }
+        match self.standing_by.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+            Some(why) => Err(why.clone()),
+            None => Ok(()),
+        }
+    }
+
     pub fn ready(&self) -> bool {
-        self.caches_synced.load(Ordering::Acquire)
+        self.readiness().is_ok()
     }
 }
 
@@ -76,8 +96,10 @@ pub async fn serve_metrics(listener: TcpListener, metrics: Arc<Metrics>) {
 pub async fn serve_health(listener: TcpListener, health: Arc<Health>) {
     let routes: Routes = Arc::new(move |method, path| match (method, path) {
         (&Method::GET | &Method::HEAD, "/healthz" | "/livez") => text(StatusCode::OK, PLAIN, "ok\n"),
-        (&Method::GET | &Method::HEAD, "/readyz") if health.ready() => text(StatusCode::OK, PLAIN, "ok\n"),
-        (&Method::GET | &Method::HEAD, "/readyz") => text(StatusCode::SERVICE_UNAVAILABLE, PLAIN, "caches not synced\n"),
+        (&Method::GET | &Method::HEAD, "/readyz") => match health.readiness() {
+            Ok(()) => text(StatusCode::OK, PLAIN, "ok\n"),
+            Err(why) => text(StatusCode::SERVICE_UNAVAILABLE, PLAIN, format!("{why}\n")),
+        },
         _ => text(StatusCode::NOT_FOUND, PLAIN, "not found\n"),
     });
     serve(listener, routes).await

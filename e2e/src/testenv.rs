@@ -291,7 +291,7 @@ pub struct Operator {
 
 /// A local port nobody in this test process was given before (the kernel picks it; the port is
 /// released again for the operator to bind).
-fn free_local_addr() -> anyhow::Result<std::net::SocketAddr> {
+pub fn free_local_addr() -> anyhow::Result<std::net::SocketAddr> {
     static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
     for _ in 0..50 {
         let addr = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
@@ -346,7 +346,8 @@ impl Operator {
             Some(k) => k,
             None => kubeconfig().await?,
         };
-        let given = |flag: &str| opts.args.iter().find(|a| *a == flag || a.starts_with(&format!("{flag}="))).cloned();
+        // The last occurrence of a flag is the one the operator uses (Go's rule).
+        let given = |flag: &str| opts.args.iter().rev().find(|a| *a == flag || a.starts_with(&format!("{flag}="))).cloned();
         let mut args = vec![format!("--namespace={namespace}")];
         if given("--enable-leader-election").is_none() {
             args.push("--enable-leader-election=false".into());

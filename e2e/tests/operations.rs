@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use cloneset_operator::api::{CloneSet, keys};
+use cloneset_operator::config;
 use e2e::testenv::{Operator, OperatorOptions, TestNamespace, install_api, wait_until, watch_until};
 use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
 use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
@@ -192,6 +193,16 @@ async fn metrics_use_controller_runtime_names_and_count_reconciles() {
         ("rest_client_requests_total", &[("code", "200"), ("method", "GET")], |v| v >= 1.0),
         // Leader election is off: this instance leads.
         ("kruise_manager_is_leader", &[], |v| v == 1.0),
+        ("cloneset_operator_standing_by_for_kruise", &[], |v| v == 0.0),
+        ("workqueue_unfinished_work_seconds", &q, |v| v >= 0.0),
+        ("workqueue_longest_running_processor_seconds", &q, |v| v >= 0.0),
+        // The Prometheus process collector's set, for this process.
+        ("process_cpu_seconds_total", &[], |v| v > 0.0),
+        ("process_resident_memory_bytes", &[], |v| v > 1e6),
+        ("process_virtual_memory_bytes", &[], |v| v > 1e6),
+        ("process_open_fds", &[], |v| v >= 5.0),
+        ("process_max_fds", &[], |v| v >= 5.0),
+        ("process_start_time_seconds", &[], |v| v > 1.6e9),
     ];
     for (name, labels, ok) in expectations {
         let v = metric(&after, name, labels).unwrap_or_else(|| panic!("{name}{labels:?} missing from /metrics:\n{after}"));
@@ -204,8 +215,28 @@ async fn metrics_use_controller_runtime_names_and_count_reconciles() {
     assert_eq!(op.probe("/healthz").await.unwrap(), 200);
     assert_eq!(op.probe("/nope").await.unwrap(), 404);
 
+    // client-go's `host` label: the apiserver's host:port, on every series.
+    let apiserver = kubeconfig_host().await;
+    let series: Vec<Sample> = samples(&after).into_iter().filter(|s| s.name == "rest_client_requests_total").collect();
+    assert!(
+        !series.is_empty() && series.iter().all(|s| s.labels.get("host") == Some(&apiserver)),
+        "host={apiserver} on every series:\n{after}"
+    );
+    // Started within the last hour (the test's own clock).
+    let started = metric(&after, "process_start_time_seconds", &[]).unwrap();
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
+    assert!(started <= now + 1.0 && started > now - 3600.0, "process_start_time_seconds {started}, now {now}");
+
     let logs = json_log_lines(&op);
     assert!(logs.iter().any(|l| l["message"] == "caches synced"), "JSON log lines carry the message field");
+}
+
+/// The apiserver's `host:port` in the test kubeconfig.
+async fn kubeconfig_host() -> String {
+    let path = e2e::testenv::kubeconfig().await.unwrap();
+    let config =
+        kube::Config::from_custom_kubeconfig(kube::config::Kubeconfig::read_from(path).unwrap(), &Default::default()).await.unwrap();
+    cloneset_operator::client::apiserver_host(&config.cluster_url)
 }
 
 /// A scale expectation that can never be satisfied shows in `cloneset_scale_expectation_leakage`.
@@ -507,4 +538,170 @@ async fn rest_config_qps_caps_the_request_rate_of_a_scale_up() {
     assert!(made >= 50.0, "50 pod creations at least: {made}");
     assert!(made <= bound, "{made} requests in {window:.1} s exceed {QPS}/s with a burst of {BURST} (bound {bound:.1})");
     assert!(made / window <= QPS + BURST / window);
+}
+
+// ---- running where Kruise ran ----
+
+/// The arguments verbatim, then free local ports for metrics and probes (the last of a repeated
+/// flag wins, as in Kruise), so parallel tests do not fight over :8080 and :8000.
+fn with_local_ports(args: &[&str]) -> OperatorOptions {
+    let mut all: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    for flag in ["--metrics-addr", "--health-probe-addr"] {
+        all.push(format!("{flag}={}", e2e::testenv::free_local_addr().unwrap()));
+    }
+    OperatorOptions { args: all, kubeconfig: None }
+}
+
+/// Kruise's chart arguments and its e2e install arguments start the operator unchanged: it leads,
+/// reconciles, logs what it ignores, and `AllAlpha=true` turns on the short revision hash.
+/// Pods' managedFields name the operator (its User-Agent) instead of `unknown`.
+#[tokio::test]
+async fn kruise_s_chart_and_e2e_install_arguments_start_the_operator() {
+    install_api().await.unwrap();
+    let ns = TestNamespace::create("ops-kruise-args").await.unwrap();
+    let namespaces: Api<Namespace> = Api::all(ns.client.clone());
+    if namespaces.get_opt("kruise-system").await.unwrap().is_none() {
+        let kruise_system = serde_json::from_value(json!({"metadata": {"name": "kruise-system"}})).unwrap();
+        match namespaces.create(&PostParams::default(), &kruise_system).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 409 => {}
+            Err(e) => panic!("{e}"),
+        }
+    }
+    let clonesets: Api<CloneSet> = ns.api();
+    let pods: Api<Pod> = ns.api();
+    for (name, args, short_hash) in [("chart", config::KRUISE_CHART_ARGS, false), ("e2e", config::KRUISE_E2E_ARGS, true)] {
+        let mut op = Operator::start_with(&ns.name, with_local_ports(args)).await.unwrap();
+        wait_until(Duration::from_secs(60), "the instance to lead", || async { Ok(is_leader(&op.metrics().await?) == Some(1.0)) })
+            .await
+            .unwrap_or_else(|e| panic!("{name}: {e:#}\n{}", op.log_tail(30)));
+        let text = op.metrics().await.unwrap();
+        let master = metric(&text, "leader_election_master_status", &[("name", cloneset_operator::leader::LEASE_NAME)]);
+        assert_eq!(master, Some(1.0), "{name}: client-go's leader metric:\n{text}");
+        clonesets.create(&PostParams::default(), &cloneset(name, 2, "nginx:1.27", json!({}))).await.unwrap();
+        let cs = watch_until(&clonesets, name, T, |cs| observed(cs) && status(cs).replicas == 2).await.unwrap();
+        let update_revision = status(&cs).update_revision;
+        let hash = update_revision.strip_prefix(&format!("{name}-")).unwrap();
+        let list = pods.list(&kube::api::ListParams::default().labels(&format!("app={name}"))).await.unwrap();
+        for pod in &list.items {
+            let label = pod.labels().get(keys::CONTROLLER_REVISION_HASH).cloned().unwrap_or_default();
+            let want = if short_hash { hash.to_string() } else { update_revision.clone() };
+            assert_eq!(label, want, "{name}: CloneSetShortHash is {short_hash}");
+            // The object's own fields are the operator's; the simulated kubelet (no User-Agent) writes only status.
+            let fields = serde_json::to_string(pod.managed_fields()).unwrap();
+            let by = |sub: Option<&str>| -> Vec<&str> {
+                pod.managed_fields().iter().filter(|m| m.subresource.as_deref() == sub).filter_map(|m| m.manager.as_deref()).collect()
+            };
+            assert_eq!(by(None), ["cloneset-operator"], "{name}: the field manager is the operator's User-Agent: {fields}");
+            assert!(by(Some("status")).contains(&"cloneset-operator"), "{name}: its status writes too: {fields}");
+        }
+        let log = std::fs::read_to_string(&op.log).unwrap();
+        assert!(log.contains("--logtostderr=true") && log.contains("no effect here"), "{name}: ignored flags are logged:\n{log}");
+        let ignored_gate = if short_hash { "EnableExternalCerts=false" } else { "ImagePullJobGate=true" };
+        assert!(log.contains(ignored_gate) && log.contains("are ignored"), "{name}: ignored gates are logged:\n{log}");
+        op.stop();
+    }
+}
+
+/// A fake Kruise manager: renews `<ns>/kruise-manager` every second until dropped.
+struct FakeKruise {
+    renewer: tokio::task::JoinHandle<()>,
+    last_renewal: std::sync::Arc<std::sync::Mutex<Instant>>,
+}
+
+const FAKE_KRUISE_LEASE_SECONDS: u64 = 4;
+
+impl FakeKruise {
+    async fn start(ns: &TestNamespace) -> Self {
+        let leases: Api<k8s_openapi::api::coordination::v1::Lease> = ns.api();
+        let now = || k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(k8s_openapi::jiff::Timestamp::now());
+        let lease = serde_json::from_value(json!({
+            "metadata": {"name": "kruise-manager"},
+            "spec": {"holderIdentity": "kruise-manager-5b9c7d_0f1e", "leaseDurationSeconds": FAKE_KRUISE_LEASE_SECONDS,
+                     "acquireTime": now(), "renewTime": now()},
+        }))
+        .unwrap();
+        leases.create(&PostParams::default(), &lease).await.unwrap();
+        let last_renewal = std::sync::Arc::new(std::sync::Mutex::new(Instant::now()));
+        let last = last_renewal.clone();
+        let renewer = tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                let renew = json!({"spec": {"renewTime": now()}});
+                if leases.patch("kruise-manager", &PatchParams::default(), &Patch::Merge(renew)).await.is_ok() {
+                    *last.lock().unwrap() = Instant::now();
+                }
+            }
+        });
+        Self { renewer, last_renewal }
+    }
+
+    /// Stops renewing; returns when the last renewal was.
+    async fn stop(self) -> Instant {
+        self.renewer.abort();
+        let _ = self.renewer.await;
+        *self.last_renewal.lock().unwrap()
+    }
+}
+
+fn writes(text: &str) -> f64 {
+    ["POST", "PUT", "PATCH", "DELETE"].iter().filter_map(|m| metric(text, "rest_client_requests_total", &[("method", m)])).sum()
+}
+
+/// Never two controllers at once: while a (fake) Kruise manager renews its Lease, the operator
+/// writes nothing, says so on /readyz, in a metric and in its log; once the Lease lapses it
+/// takes over within one retry period of the lapse.
+#[tokio::test]
+async fn the_operator_stands_by_while_kruise_s_manager_renews_its_lease() {
+    install_api().await.unwrap();
+    let ns = TestNamespace::create("ops-kruise-guard").await.unwrap();
+    let clonesets: Api<CloneSet> = ns.api();
+    let pods: Api<Pod> = ns.api();
+    // Pods made earlier (by this operator, standing in for Kruise), then a change that needs writes.
+    let mut first = Operator::start(&ns.name, &[]).await.unwrap();
+    clonesets.create(&PostParams::default(), &cloneset("web", 2, "nginx:1.27", json!({}))).await.unwrap();
+    watch_until(&clonesets, "web", T, |cs| observed(cs) && status(cs).replicas == 2).await.unwrap();
+    first.stop();
+    let kruise = FakeKruise::start(&ns).await;
+    let patch = json!({"spec": {"replicas": 3, "template": {"spec": {"containers": [{"name": "main", "image": "nginx:1.28"}]}}}});
+    clonesets.patch("web", &PatchParams::default(), &Patch::Merge(patch)).await.unwrap();
+    let rvs =
+        |list: Vec<Pod>| -> BTreeMap<String, String> { list.into_iter().map(|p| (p.name_any(), p.resource_version().unwrap())).collect() };
+    let pods_before = rvs(pods.list(&Default::default()).await.unwrap().items);
+    let cs_before = clonesets.get("web").await.unwrap().resource_version();
+
+    let op = Operator::start(&ns.name, &[&format!("--kruise-manager-lease={}/kruise-manager", ns.name)]).await.unwrap();
+    let health = op.health_addr.unwrap();
+    wait_until(Duration::from_secs(60), "/readyz to say the operator stands by", || async {
+        let (code, body) = e2e::testenv::http_get(health, "/readyz").await?;
+        Ok(code == 503 && body.contains("standing by") && body.contains("kruise-manager"))
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e:#}\n{}", op.log_tail(30)));
+    // Nothing can be shown not to happen without watching for a while: three retry periods.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let text = op.metrics().await.unwrap();
+    assert_eq!(metric(&text, "cloneset_operator_standing_by_for_kruise", &[]), Some(1.0), "{text}");
+    assert_eq!(writes(&text), 0.0, "no write while Kruise runs:\n{text}");
+    assert_eq!(reconciles(&text), 0.0, "no reconcile while Kruise runs");
+    assert_eq!(rvs(pods.list(&Default::default()).await.unwrap().items), pods_before, "pods untouched");
+    assert_eq!(clonesets.get("web").await.unwrap().resource_version(), cs_before, "CloneSet untouched");
+    let log = std::fs::read_to_string(&op.log).unwrap();
+    assert!(log.contains("standing by") && log.contains("not reconciling"), "{log}");
+
+    // Kruise stops: the operator takes over once the Lease has gone unrenewed for its duration.
+    let last_renewal = kruise.stop().await;
+    wait_until(Duration::from_secs(30), "the operator to write after the Lease lapsed", || async {
+        Ok(writes(&op.metrics().await?) > 0.0)
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e:#}\n{}", op.log_tail(30)));
+    let took = last_renewal.elapsed();
+    println!("take-over: first write {took:?} after Kruise's last renewal (lease {FAKE_KRUISE_LEASE_SECONDS} s, retry 2 s)");
+    // Lapse (4 s after the last renewal the operator saw) + one retry period (2 s) + request and scrape slack.
+    assert!(took >= Duration::from_secs(FAKE_KRUISE_LEASE_SECONDS), "acted while the Lease was valid: {took:?}");
+    assert!(took <= Duration::from_secs(FAKE_KRUISE_LEASE_SECONDS + 2 + 2), "slow take-over: {took:?}");
+    watch_until(&clonesets, "web", T, |cs| observed(cs) && status(cs).replicas == 3).await.unwrap();
+    assert_eq!(op.probe("/readyz").await.unwrap(), 200);
+    assert_eq!(metric(&op.metrics().await.unwrap(), "cloneset_operator_standing_by_for_kruise", &[]), Some(0.0));
 }

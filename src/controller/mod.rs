@@ -29,6 +29,7 @@ use tracing::Instrument as _;
 use crate::api::{CloneSet, keys};
 use crate::config::ControllerConfig;
 use crate::core::expectations::{ResourceVersionExpectations, ScaleExpectations};
+use crate::kruise_guard::{KruiseGuard, KruiseState};
 use crate::leader::LeaderElector;
 use crate::metrics::{Metrics, ReconcileResult};
 use crate::server::Health;
@@ -99,6 +100,8 @@ pub struct Runtime {
     pub health: Arc<Health>,
     /// `None`: leader election is off and this instance always leads.
     pub elector: Option<LeaderElector>,
+    /// `None`: do not check for a running Kruise manager.
+    pub guard: Option<KruiseGuard>,
 }
 
 fn api<K>(client: &Client, namespace: Option<&str>) -> Api<K>
@@ -191,7 +194,9 @@ fn owner_key<K: Resource>(obj: &K) -> Option<String> {
 /// Runs the controller until `shutdown` resolves (`Ok`), or until this instance loses its
 /// leadership (`Err`: the caller must exit).
 pub async fn run(client: Client, config: ControllerConfig, runtime: Runtime, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
-    let Runtime { metrics, health, mut elector } = runtime;
+    let Runtime { metrics, health, mut elector, mut guard } = runtime;
+    let lease_name = elector.as_ref().map(|e| e.config().lease_name.clone());
+    let lease_name = lease_name.as_deref();
     let ns = config.namespace.clone();
     let ns = ns.as_deref();
     let (cs_reader, cs_writer) = reflector::store::<CachedCloneSet>();
@@ -215,7 +220,8 @@ pub async fn run(client: Client, config: ControllerConfig, runtime: Runtime, shu
     let recorder =
         Recorder::new(client.clone(), Reporter { controller: "cloneset-controller".into(), instance: std::env::var("POD_NAME").ok() });
     metrics.set_max_concurrent_reconciles(config.workers.max(1));
-    metrics.set_leader(false);
+    metrics.set_leader(false, lease_name);
+    let retry_limits = config.retry;
     let ctx = Arc::new(Context {
         client: client.clone(),
         stores: Stores { clonesets: cs_reader, pods: pod_reader, pvcs: pvc_reader, revisions: rev_reader, nodes: node_reader },
@@ -223,7 +229,7 @@ pub async fn run(client: Client, config: ControllerConfig, runtime: Runtime, shu
         scale_expectations: Mutex::new(ScaleExpectations::default()),
         rv_expectations: Mutex::new(ResourceVersionExpectations::default()),
         recorder,
-        queue: WorkQueue::with_metrics(metrics.queue()),
+        queue: WorkQueue::with_limits(retry_limits, metrics.queue()),
         metrics: metrics.clone(),
         event_budgets: Mutex::new(HashMap::new()),
         leading: AtomicBool::new(elector.is_none()),
@@ -247,6 +253,14 @@ pub async fn run(client: Client, config: ControllerConfig, runtime: Runtime, shu
         }));
     }
     tasks.spawn(node_events.for_each(|_| std::future::ready(())));
+    let c = ctx.clone();
+    tasks.spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_millis(500));
+        loop {
+            tick.tick().await;
+            c.queue.publish_unfinished_work();
+        }
+    });
 
     // Never act on a cache that has not finished its first list: an empty pod cache read as
     // truth would mean mass creation.
@@ -275,22 +289,42 @@ pub async fn run(client: Client, config: ControllerConfig, runtime: Runtime, shu
         }
     }
 
-    // A standby waits here with warm caches (and ready) until it is elected.
-    if let Some(elector) = elector.as_mut() {
-        tracing::info!(lease = %format!("{}/{}", elector.config().namespace, elector.config().lease_name), identity = %elector.config().identity, "waiting to be elected leader");
-        tokio::select! {
-            () = elector.acquire() => {}
-            _ = &mut shutdown => {
-                tracing::info!("shutdown requested while standing by");
-                tasks.abort_all();
-                // A take-over that raced with the signal must not keep the Lease until expiry.
-                elector.release().await;
-                return Ok(());
+    // A standby waits here with warm caches until Kruise's manager is not running and this
+    // instance is elected; a Kruise manager that appears during the election is waited out again.
+    loop {
+        if let Some(guard) = guard.as_mut() {
+            tokio::select! {
+                () = stand_by_while_kruise_runs(guard, &health, &metrics) => {}
+                _ = &mut shutdown => {
+                    tracing::info!("shutdown requested while standing by for Kruise's manager");
+                    tasks.abort_all();
+                    return Ok(());
+                }
             }
+        }
+        if let Some(elector) = elector.as_mut() {
+            tracing::info!(lease = %format!("{}/{}", elector.config().namespace, elector.config().lease_name), identity = %elector.config().identity, "waiting to be elected leader");
+            tokio::select! {
+                () = elector.acquire() => {}
+                _ = &mut shutdown => {
+                    tracing::info!("shutdown requested while standing by");
+                    tasks.abort_all();
+                    // A take-over that raced with the signal must not keep the Lease until expiry.
+                    elector.release().await;
+                    return Ok(());
+                }
+            }
+        }
+        let Some(guard) = guard.as_mut() else { break };
+        if !matches!(guard.check().await, Ok(KruiseState::Live { .. })) {
+            break;
+        }
+        if let Some(elector) = elector.as_mut() {
+            elector.release().await;
         }
     }
     ctx.leading.store(true, Ordering::Release);
-    metrics.set_leader(true);
+    metrics.set_leader(true, lease_name);
     // Everything a standby saw was not queued: start from the full cache.
     ctx.enqueue_all();
     if let Some(period) = ctx.config.sync_period.filter(|p| !p.is_zero()) {
@@ -310,36 +344,93 @@ pub async fn run(client: Client, config: ControllerConfig, runtime: Runtime, shu
         let c = ctx.clone();
         workers.spawn(async move { worker(c).await });
     }
+    let kruise_appeared = async {
+        match guard.as_mut() {
+            Some(guard) => until_kruise_runs(guard).await,
+            None => std::future::pending().await,
+        }
+    };
     let lost = match elector.as_mut() {
         Some(elector) => tokio::select! {
             () = &mut shutdown => None,
-            lost = elector.hold() => Some(lost),
+            lost = elector.hold() => Some(format!("lost leadership: {lost}")),
+            why = kruise_appeared => Some(why),
         },
-        None => {
-            shutdown.await;
-            None
-        }
+        None => tokio::select! {
+            () = &mut shutdown => None,
+            why = kruise_appeared => Some(why),
+        },
     };
     ctx.leading.store(false, Ordering::Release);
     if let Some(lost) = lost {
         // Fail-stop: nothing more may be written once another instance can be elected.
-        tracing::error!(error = %lost, "lost leadership: stopping at once");
-        metrics.set_leader(false);
+        tracing::error!(error = %lost, "stopping at once");
+        metrics.set_leader(false, lease_name);
         ctx.queue.shut_down();
         workers.abort_all();
         while workers.join_next().await.is_some() {}
         tasks.abort_all();
-        anyhow::bail!("leader election lost: {lost}");
+        // A Lease we still hold is handed on at once rather than at expiry.
+        if let Some(elector) = elector.as_mut() {
+            elector.release().await;
+        }
+        anyhow::bail!("{lost}");
     }
     tracing::info!("stopping workers");
     ctx.queue.shut_down();
     while workers.join_next().await.is_some() {}
     tasks.abort_all();
-    metrics.set_leader(false);
+    metrics.set_leader(false, lease_name);
     if let Some(elector) = elector.as_mut() {
         elector.release().await;
     }
     Ok(())
+}
+
+/// Returns once Kruise's manager Lease is not live, checking every retry period; meanwhile
+/// readiness, the standby metric and the log say why nothing is reconciled.
+async fn stand_by_while_kruise_runs(guard: &mut KruiseGuard, health: &Health, metrics: &Metrics) {
+    let mut announced = None;
+    loop {
+        match guard.check().await {
+            Ok(KruiseState::Live { holder }) => {
+                if announced.as_ref() != Some(&holder) {
+                    let why = format!(
+                        "standing by: Kruise's manager ({holder}) holds and renews the Lease {}; its CloneSet controller is running",
+                        guard.lease_ref()
+                    );
+                    tracing::warn!(lease = %guard.lease_ref(), %holder, "{why}; not reconciling until it stops");
+                    health.set_standing_by(Some(why));
+                    metrics.set_standing_by_for_kruise(true);
+                    announced = Some(holder);
+                }
+            }
+            Ok(state) => {
+                if announced.is_some() {
+                    tracing::info!(lease = %guard.lease_ref(), ?state, "Kruise's manager Lease lapsed: taking over");
+                }
+                health.set_standing_by(None);
+                metrics.set_standing_by_for_kruise(false);
+                return;
+            }
+            // Unknown: keep the current state and look again.
+            Err(e) => tracing::warn!(lease = %guard.lease_ref(), error = %e, "could not read Kruise's manager Lease; retrying"),
+        }
+        tokio::time::sleep(guard.retry_period).await;
+    }
+}
+
+/// Returns (why) once Kruise's manager Lease becomes live while this instance reconciles.
+async fn until_kruise_runs(guard: &mut KruiseGuard) -> String {
+    loop {
+        tokio::time::sleep(guard.retry_period).await;
+        if let Ok(KruiseState::Live { holder }) = guard.check().await {
+            return format!(
+                "Kruise's manager ({holder}) started renewing the Lease {}: two CloneSet controllers must not run at once",
+                guard.lease_ref()
+            );
+        }
+    }
 }
 
 /// Keeps `controller_runtime_active_workers` right even if a reconcile is aborted.

@@ -11,6 +11,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use crate::config::RetryLimits;
 use crate::metrics::QueueMetrics;
 
 /// Counters the metrics endpoint reads.
@@ -46,6 +47,7 @@ pub struct WorkQueue {
     state: Mutex<State>,
     wake: Notify,
     metrics: QueueMetrics,
+    limits: RetryLimits,
 }
 
 /// A key handed to a worker, with how long it waited in the queue.
@@ -54,34 +56,34 @@ pub struct Item {
     pub waited: Duration,
 }
 
-const BASE_BACKOFF: Duration = Duration::from_millis(5);
-const MAX_BACKOFF: Duration = Duration::from_secs(1000);
-/// The overall retry bucket: 10 retries a second, 100 at once (client-go's
-/// `DefaultControllerRateLimiter`), so many failing CloneSets cannot hammer the apiserver.
-const RETRY_QPS: f64 = 10.0;
-const RETRY_BURST: f64 = 100.0;
-
 /// A token bucket that hands out reservations, as `golang.org/x/time/rate` does: a retry past
 /// the burst is not refused but delayed until its token would have arrived.
 #[derive(Debug)]
 struct RetryBucket {
+    qps: f64,
+    burst: f64,
     tokens: f64,
     last: Option<Instant>,
 }
 
 impl Default for RetryBucket {
     fn default() -> Self {
-        Self { tokens: RETRY_BURST, last: None }
+        Self::new(&RetryLimits::default())
     }
 }
 
 impl RetryBucket {
+    fn new(limits: &RetryLimits) -> Self {
+        let burst = f64::from(limits.burst.max(1));
+        Self { qps: limits.qps.max(f64::MIN_POSITIVE), burst, tokens: burst, last: None }
+    }
+
     /// Takes a token, returning how long the retry must wait for it.
     fn reserve(&mut self, now: Instant) -> Duration {
         let elapsed = self.last.map_or(Duration::ZERO, |t| now.saturating_duration_since(t));
-        self.tokens = (self.tokens + elapsed.as_secs_f64() * RETRY_QPS).min(RETRY_BURST) - 1.0;
+        self.tokens = (self.tokens + elapsed.as_secs_f64() * self.qps).min(self.burst) - 1.0;
         self.last = Some(now);
-        if self.tokens >= 0.0 { Duration::ZERO } else { Duration::from_secs_f64(-self.tokens / RETRY_QPS) }
+        if self.tokens >= 0.0 { Duration::ZERO } else { Duration::from_secs_f64(-self.tokens / self.qps) }
     }
 }
 
@@ -92,13 +94,15 @@ impl Default for WorkQueue {
 }
 
 impl WorkQueue {
+    /// A queue with Kruise's default retry limits and unregistered metrics.
     pub fn new() -> Self {
-        Self::with_metrics(QueueMetrics::default())
+        Self::with_limits(RetryLimits::default(), QueueMetrics::default())
     }
 
-    /// A queue that reports into `metrics`.
-    pub fn with_metrics(metrics: QueueMetrics) -> Self {
-        Self { state: Mutex::new(State::default()), wake: Notify::new(), metrics }
+    /// A queue that retries failed keys within `limits` and reports into `metrics`.
+    pub fn with_limits(limits: RetryLimits, metrics: QueueMetrics) -> Self {
+        let state = State { retry_bucket: RetryBucket::new(&limits), ..State::default() };
+        Self { state: Mutex::new(state), wake: Notify::new(), metrics, limits }
     }
 
     /// Puts `key` in `ready` unless it is already pending; a key being processed is marked dirty
@@ -163,7 +167,7 @@ impl WorkQueue {
             self.metrics.retries.inc();
             let n = s.failures.entry(key.to_string()).or_insert(0);
             *n += 1;
-            let per_key = backoff(*n);
+            let per_key = backoff(&self.limits, *n);
             per_key.max(s.retry_bucket.reserve(Instant::now()))
         };
         self.add_after(key, delay);
@@ -228,6 +232,19 @@ impl WorkQueue {
         }
     }
 
+    /// Sets client-go's unfinished-work gauges: the seconds every key being processed has spent
+    /// so far, summed, and the longest of them (client-go refreshes them every 500 ms).
+    pub fn publish_unfinished_work(&self) {
+        let s = self.lock();
+        let now = Instant::now();
+        let (total, longest) = s.processing.values().fold((0.0f64, 0.0f64), |(total, longest), started| {
+            let secs = now.saturating_duration_since(*started).as_secs_f64();
+            (total + secs, longest.max(secs))
+        });
+        self.metrics.unfinished_work.set(total);
+        self.metrics.longest_running.set(longest);
+    }
+
     /// Stops handing out keys; waiting workers return `None`.
     pub fn shut_down(&self) {
         self.lock().shut_down = true;
@@ -240,10 +257,10 @@ impl WorkQueue {
     }
 }
 
-/// 5 ms doubling per failure, capped at 1000 s.
-fn backoff(failures: u32) -> Duration {
+/// The base delay doubling per failure, capped at the max delay (5 ms and 1000 s by default).
+fn backoff(limits: &RetryLimits, failures: u32) -> Duration {
     let exp = failures.saturating_sub(1).min(30);
-    (BASE_BACKOFF * 2u32.pow(exp)).min(MAX_BACKOFF)
+    limits.base_delay.saturating_mul(2u32.pow(exp)).min(limits.max_delay)
 }
 
 #[cfg(test)]
@@ -280,9 +297,10 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn failures_back_off_exponentially_and_forget_resets() {
-        assert_eq!(backoff(1), Duration::from_millis(5));
-        assert_eq!(backoff(4), Duration::from_millis(40));
-        assert_eq!(backoff(40), MAX_BACKOFF);
+        let kruise = RetryLimits::default();
+        assert_eq!(backoff(&kruise, 1), Duration::from_millis(5));
+        assert_eq!(backoff(&kruise, 4), Duration::from_millis(40));
+        assert_eq!(backoff(&kruise, 40), kruise.max_delay);
         let q = WorkQueue::new();
         q.add_rate_limited("k");
         q.add_rate_limited("k");
@@ -295,9 +313,36 @@ mod tests {
 
     #[test]
     fn backoff_reaches_kruise_s_1000_second_cap() {
-        assert_eq!(backoff(18), Duration::from_millis(5 * (1 << 17)));
-        assert_eq!(backoff(19), MAX_BACKOFF, "5 ms × 2^18 is past 1000 s");
-        assert_eq!(MAX_BACKOFF, Duration::from_secs(1000));
+        let kruise = RetryLimits::default();
+        assert_eq!(backoff(&kruise, 18), Duration::from_millis(5 * (1 << 17)));
+        assert_eq!(backoff(&kruise, 19), kruise.max_delay, "5 ms × 2^18 is past 1000 s");
+        assert_eq!(kruise.max_delay, Duration::from_secs(1000));
+    }
+
+    /// `--rate-limiter-base-delay=500ms --rate-limiter-max-delay=1500ms --rate-limiter-qps=1 --rate-limiter-bucket-size=2`.
+    #[tokio::test(start_paused = true)]
+    async fn retries_follow_the_rate_limiter_flags() {
+        let ms = Duration::from_millis;
+        let limits = RetryLimits { base_delay: ms(500), max_delay: ms(1500), qps: 1.0, burst: 2 };
+        assert_eq!([1, 2, 3, 4].map(|n| backoff(&limits, n)), [500, 1000, 1500, 1500].map(ms), "doubling from 500 ms, capped at 1.5 s");
+        let q = WorkQueue::with_limits(limits, QueueMetrics::default());
+        let start = Instant::now();
+        for key in ["a", "b", "c"] {
+            q.add_rate_limited(key);
+        }
+        let mut arrivals = Vec::new();
+        for _ in 0..3 {
+            let item = q.get().await.unwrap();
+            arrivals.push((item.key, Instant::now() - start));
+        }
+        // a and b (due together, in either order) take the bucket's two tokens and wait their
+        // backoff; c waits for the next token (1 s at 1/s).
+        arrivals.sort_by(|x, y| (x.1, &x.0).cmp(&(y.1, &y.0)));
+        let expected = [("a", 500), ("b", 500), ("c", 1000)].map(|(k, t)| (k.to_string(), ms(t)));
+        assert_eq!(arrivals, expected);
+        q.add_rate_limited("d");
+        let item = q.get().await.unwrap();
+        assert_eq!((item.key.as_str(), Instant::now() - start), ("d", ms(2000)), "d waits for a token too, past its backoff");
     }
 
     #[test]
@@ -329,7 +374,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn metrics_follow_the_queue() {
         let m = QueueMetrics::default();
-        let q = WorkQueue::with_metrics(m.clone());
+        let q = WorkQueue::with_limits(RetryLimits::default(), m.clone());
         q.add("a");
         q.add("a");
         q.add("b");
@@ -349,6 +394,24 @@ mod tests {
         q.get().await.unwrap(); // b
         q.get().await.unwrap(); // c, after its backoff
         assert_eq!((m.depth.get(), m.adds.get()), (0, 3));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn unfinished_work_counts_keys_still_being_processed() {
+        let m = QueueMetrics::default();
+        let q = WorkQueue::with_limits(RetryLimits::default(), m.clone());
+        q.add("slow");
+        q.get().await.unwrap();
+        tokio::time::advance(Duration::from_secs(3)).await;
+        q.add("fast");
+        q.get().await.unwrap();
+        tokio::time::advance(Duration::from_secs(1)).await;
+        q.publish_unfinished_work();
+        assert_eq!((m.unfinished_work.get(), m.longest_running.get()), (5.0, 4.0), "4 s + 1 s in progress; the longest 4 s");
+        q.done("slow");
+        q.done("fast");
+        q.publish_unfinished_work();
+        assert_eq!((m.unfinished_work.get(), m.longest_running.get()), (0.0, 0.0));
     }
 
     #[tokio::test]
