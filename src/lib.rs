@@ -10,5 +10,6 @@ pub mod controller;
 pub mod core;
 pub mod leader;
 pub mod metrics;
+pub mod migrate;
 pub mod server;
 pub mod telemetry;
