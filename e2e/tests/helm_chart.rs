@@ -262,6 +262,8 @@ fn helm_lint_passes_and_the_defaults_render_the_expected_objects() {
         "Deployment",
         "ValidatingAdmissionPolicy",
         "ValidatingAdmissionPolicyBinding",
+        "CustomResourceDefinition",
+        "PodDisruptionBudget",
     ]
     .into_iter()
     .map(String::from)
@@ -274,9 +276,15 @@ fn helm_lint_passes_and_the_defaults_render_the_expected_objects() {
     assert_eq!(ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"], "restricted");
     for d in &docs {
         let kind = d["kind"].as_str().unwrap();
-        let cluster_scoped =
-            ["Namespace", "ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]
-                .contains(&kind);
+        let cluster_scoped = [
+            "Namespace",
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding",
+            "CustomResourceDefinition",
+        ]
+        .contains(&kind);
         let expected_ns = if cluster_scoped { Value::Null } else { json!("cloneset-system") };
         assert_eq!(d["metadata"]["namespace"], expected_ns, "namespace of {kind}");
     }
@@ -305,6 +313,27 @@ fn helm_lint_passes_and_the_defaults_render_the_expected_objects() {
     let rendered: Vec<Value> =
         docs.iter().filter(|d| d["kind"].as_str().unwrap().starts_with("ValidatingAdmissionPolicy")).cloned().collect();
     assert_eq!(rendered, from_crds);
+
+    // The CRD is the one `make crds` writes, kept on uninstall.
+    let mut crd = one(&docs, "CustomResourceDefinition").clone();
+    assert_eq!(crd["metadata"]["annotations"]["helm.sh/resource-policy"], "keep");
+    let meta = crd["metadata"].as_object_mut().unwrap();
+    meta.remove("annotations");
+    meta.remove("labels");
+    let mut generated = parse_docs(&std::fs::read_to_string(repo_root().join("crds/apps.kruise.io_clonesets.yaml")).unwrap());
+    // Helm's fromYaml/toYaml writes `minimum: 0.0` as `0`: the same number to the apiserver.
+    numbers_as_f64(&mut crd);
+    generated.iter_mut().for_each(numbers_as_f64);
+    assert_eq!(vec![crd], generated);
+}
+
+fn numbers_as_f64(v: &mut Value) {
+    match v {
+        Value::Number(n) => *v = json!(n.as_f64().unwrap()),
+        Value::Array(items) => items.iter_mut().for_each(numbers_as_f64),
+        Value::Object(map) => map.values_mut().for_each(numbers_as_f64),
+        _ => {}
+    }
 }
 
 #[test]
@@ -588,6 +617,11 @@ async fn adopt_policy(client: &Client, release: &str, release_namespace: &str) -
     if bindings.get_opt(POLICY_NAME).await.unwrap().is_some() {
         bindings.patch(POLICY_NAME, &pp, &Patch::Merge(&patch)).await.unwrap();
     }
+    // The chart's CRD template adopts the CRD the same way.
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    if crds.get_opt("clonesets.apps.kruise.io").await.unwrap().is_some() {
+        crds.patch("clonesets.apps.kruise.io", &pp, &Patch::Merge(&patch)).await.unwrap();
+    }
     policies.get_opt(POLICY_NAME).await.unwrap().is_some()
 }
 
@@ -640,7 +674,7 @@ async fn helm_install_and_uninstall_on_the_local_control_plane() {
 
     rel.uninstall().await;
 
-    // Everything the release installed is gone, except the CRD (Helm never deletes crds/).
+    // Everything the release installed is gone, except the CRD (helm.sh/resource-policy: keep).
     assert!(deploys.get_opt(&fullname).await.unwrap().is_none(), "Deployment");
     assert!(Api::<ServiceAccount>::namespaced(client.clone(), &ns).get_opt(&fullname).await.unwrap().is_none(), "ServiceAccount");
     assert!(Api::<Service>::namespaced(client.clone(), &ns).get_opt(&format!("{fullname}-metrics")).await.unwrap().is_none(), "Service");
