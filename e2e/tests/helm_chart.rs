@@ -878,3 +878,67 @@ async fn the_charts_service_account_can_run_the_operator_and_nothing_more() {
     let _ = std::fs::remove_file(&sa_kc);
     rel.uninstall().await;
 }
+
+/// Kruise's chart values that mean the same here render; Kruise-only and unknown keys are refused
+/// by values.schema.json with a message saying why.
+#[test]
+fn the_schema_keeps_kruises_shared_values_and_refuses_the_others() {
+    let docs = render(&[
+        "--set-string",
+        "manager.log.level=4",
+        "--set-string",
+        "manager.loggingFormat=",
+        "--set-string",
+        "manager.resyncPeriod=0",
+        "--set-string",
+        "featureGates=ImagePullJobGate=true",
+        "--set",
+        "manager.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].key=type",
+        "--set",
+        "manager.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].operator=Exists",
+    ]);
+    let (deploy, c) = manager(&docs);
+    let args = strings(&c["args"]);
+    assert!(args.contains(&"--v=4".to_string()) && args.contains(&"--logging-format=text".to_string()), "{args:?}");
+    assert_eq!(env_of(c, "RUST_LOG"), Value::Null, "RUST_LOG would override --v");
+    let affinity = &deploy["spec"]["template"]["spec"]["affinity"];
+    assert!(affinity["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"].is_object(), "{affinity}");
+    assert!(affinity["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"].is_array(), "{affinity}");
+
+    let chart = chart_dir();
+    let refused = |set: &str| {
+        let out = helm(&["template", RELEASE, chart.to_str().unwrap(), "--set", set]);
+        assert!(!out.status.success(), "{set} was accepted");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    assert!(refused("manager.webhook.port=9876").contains("Kruise-only value: this operator serves no webhook"));
+    assert!(refused("daemon.port=10221").contains("there is no kruise-daemon here"));
+    assert!(refused("webhookConfiguration.timeoutSeconds=30").contains("installs no webhook"));
+    assert!(refused("manager.hostNetwork=true").contains("Kruise-only value"));
+    assert!(refused("manager.replica=3").contains("additional properties 'replica' not allowed"));
+    assert!(refused("manager.log.level=9").contains("/manager/log/level"));
+}
+
+#[test]
+fn ha_defaults_spread_the_replicas_and_bound_disruptions() {
+    let docs = render(&["--set", "serviceMonitor.enabled=true", "--set", "serviceMonitor.labels.release=prometheus"]);
+    let (deploy, _) = manager(&docs);
+    let spec = &deploy["spec"]["template"]["spec"];
+    let selector = &deploy["spec"]["selector"]["matchLabels"];
+    let term = &spec["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0]["podAffinityTerm"];
+    assert_eq!(term["topologyKey"], "kubernetes.io/hostname");
+    assert_eq!(&term["labelSelector"]["matchLabels"], selector);
+    let spread = &spec["topologySpreadConstraints"][0];
+    assert_eq!((&spread["topologyKey"], &spread["whenUnsatisfiable"]), (&json!("topology.kubernetes.io/zone"), &json!("ScheduleAnyway")));
+    assert_eq!(&spread["labelSelector"]["matchLabels"], selector);
+    let pdb = one(&docs, "PodDisruptionBudget");
+    assert_eq!((&pdb["spec"]["maxUnavailable"], &pdb["spec"]["selector"]["matchLabels"]), (&json!(1), selector));
+    assert_eq!(one(&docs, "ServiceMonitor")["metadata"]["labels"]["release"], "prometheus");
+    // One replica: a PDB would block every drain.
+    assert!(of_kind(&render(&["--set", "manager.replicas=1"]), "PodDisruptionBudget").is_empty());
+    let hard = render(&["--set", "manager.podAntiAffinity=hard"]);
+    assert!(
+        manager(&hard).0["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+            .is_array()
+    );
+}
