@@ -62,7 +62,7 @@ bench: toolchain ## Benchmarks at scale on a local control plane of its own (tar
 crds: ## Regenerate the CRD and admission policy YAML (crds/ and the chart's copy) from src/api
 	$(CARGO) build --bin cloneset-operator
 	$(OPERATOR) crd > crds/apps.kruise.io_clonesets.yaml
-	cp crds/apps.kruise.io_clonesets.yaml charts/cloneset-operator/crds/apps.kruise.io_clonesets.yaml
+	cp crds/apps.kruise.io_clonesets.yaml charts/cloneset-operator/files/apps.kruise.io_clonesets.yaml
 	$(OPERATOR) admission-policy > crds/apps.kruise.io_clonesets-admission-policy.yaml
 	cp crds/apps.kruise.io_clonesets-admission-policy.yaml charts/cloneset-operator/files/apps.kruise.io_clonesets-admission-policy.yaml
 	$(OPERATOR) deletion-protection-policy > charts/cloneset-operator/files/apps.kruise.io_clonesets-deletion-protection-policy.yaml

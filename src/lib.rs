@@ -11,6 +11,7 @@ pub mod core;
 pub mod kruise_guard;
 pub mod leader;
 pub mod metrics;
+pub mod migrate;
 pub mod procfs;
 pub mod server;
 pub mod telemetry;

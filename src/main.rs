@@ -47,6 +47,28 @@ enum Command {
     /// Print the ValidatingAdmissionPolicy (and binding) that enforces the
     /// `policy.kruise.io/delete-protection` label (Kruise's ResourcesDeletionProtection gate).
     DeletionProtectionPolicy,
+    /// Take CloneSets over from OpenKruise's Helm release (see the README's "Migrating from Kruise").
+    Migrate(MigrateArgs),
+}
+
+/// Flags of `migrate`.
+#[derive(Args, Debug)]
+struct MigrateArgs {
+    /// Print what would change and change nothing.
+    #[arg(long = "dry-run")]
+    dry_run: bool,
+    /// The Helm release of this chart that takes the CRD over (`helm install <name>`).
+    #[arg(long = "release-name", default_value = "cloneset-operator")]
+    release_name: String,
+    /// The namespace of that release (`helm install --namespace`).
+    #[arg(long = "release-namespace", default_value = "default")]
+    release_namespace: String,
+    /// Kruise's installation namespace (its chart's `installation.namespace`).
+    #[arg(long = "kruise-namespace", default_value = "kruise-system")]
+    kruise_namespace: String,
+    /// How long to wait for Kruise's leader-election Lease to lapse.
+    #[arg(long = "lease-timeout", default_value = "2m", value_parser = parse_duration)]
+    lease_timeout: Duration,
 }
 
 /// Flags of the controller, with Kruise's names and defaults.
@@ -253,6 +275,7 @@ async fn main() -> anyhow::Result<()> {
             print!("{}", crd::generated_deletion_protection_file()?);
             Ok(())
         }
+        Command::Migrate(args) => migrate(args).await,
     }
 }
 
@@ -315,6 +338,26 @@ fn log_gates(settings: &GateSettings) {
     if !settings.not_implemented.is_empty() {
         tracing::warn!(gates = %settings.not_implemented.join(","), "feature gates turned on whose CloneSet behaviour is not implemented here: CloneSets behave as with them off");
     }
+}
+
+async fn migrate(args: MigrateArgs) -> anyhow::Result<()> {
+    use cloneset_operator::migrate::{self, Release, apply};
+    let kube_config = kube::Config::infer().await.context("no usable Kubernetes configuration (set KUBECONFIG or a current context)")?;
+    let client = kube::Client::try_from(kube_config).context("building the Kubernetes client")?;
+    let opts = apply::Options {
+        target: Release { name: args.release_name, namespace: args.release_namespace },
+        kruise_namespace: args.kruise_namespace,
+        dry_run: args.dry_run,
+        lease_timeout: args.lease_timeout,
+    };
+    let prefix = if opts.dry_run { "migrate (dry run): " } else { "migrate: " };
+    let steps = apply::run(&client, &opts, &mut |line| println!("{prefix}{line}")).await?;
+    match (migrate::changes(&steps), opts.dry_run) {
+        (0, _) => println!("{prefix}nothing to change: already migrated"),
+        (n, true) => println!("{prefix}{n} change(s) to make; run again without --dry-run"),
+        (n, false) => println!("{prefix}done, {n} change(s); now `helm install {}` this chart", opts.target.name),
+    }
+    Ok(())
 }
 
 /// Binds a server's address, or `None` when the flag disables it.

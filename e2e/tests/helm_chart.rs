@@ -262,6 +262,8 @@ fn helm_lint_passes_and_the_defaults_render_the_expected_objects() {
         "Deployment",
         "ValidatingAdmissionPolicy",
         "ValidatingAdmissionPolicyBinding",
+        "CustomResourceDefinition",
+        "PodDisruptionBudget",
     ]
     .into_iter()
     .map(String::from)
@@ -274,9 +276,15 @@ fn helm_lint_passes_and_the_defaults_render_the_expected_objects() {
     assert_eq!(ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"], "restricted");
     for d in &docs {
         let kind = d["kind"].as_str().unwrap();
-        let cluster_scoped =
-            ["Namespace", "ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]
-                .contains(&kind);
+        let cluster_scoped = [
+            "Namespace",
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding",
+            "CustomResourceDefinition",
+        ]
+        .contains(&kind);
         let expected_ns = if cluster_scoped { Value::Null } else { json!("cloneset-system") };
         assert_eq!(d["metadata"]["namespace"], expected_ns, "namespace of {kind}");
     }
@@ -305,6 +313,27 @@ fn helm_lint_passes_and_the_defaults_render_the_expected_objects() {
     let rendered: Vec<Value> =
         docs.iter().filter(|d| d["kind"].as_str().unwrap().starts_with("ValidatingAdmissionPolicy")).cloned().collect();
     assert_eq!(rendered, from_crds);
+
+    // The CRD is the one `make crds` writes, kept on uninstall.
+    let mut crd = one(&docs, "CustomResourceDefinition").clone();
+    assert_eq!(crd["metadata"]["annotations"]["helm.sh/resource-policy"], "keep");
+    let meta = crd["metadata"].as_object_mut().unwrap();
+    meta.remove("annotations");
+    meta.remove("labels");
+    let mut generated = parse_docs(&std::fs::read_to_string(repo_root().join("crds/apps.kruise.io_clonesets.yaml")).unwrap());
+    // Helm's fromYaml/toYaml writes `minimum: 0.0` as `0`: the same number to the apiserver.
+    numbers_as_f64(&mut crd);
+    generated.iter_mut().for_each(numbers_as_f64);
+    assert_eq!(vec![crd], generated);
+}
+
+fn numbers_as_f64(v: &mut Value) {
+    match v {
+        Value::Number(n) => *v = json!(n.as_f64().unwrap()),
+        Value::Array(items) => items.iter_mut().for_each(numbers_as_f64),
+        Value::Object(map) => map.values_mut().for_each(numbers_as_f64),
+        _ => {}
+    }
 }
 
 #[test]
@@ -588,6 +617,11 @@ async fn adopt_policy(client: &Client, release: &str, release_namespace: &str) -
     if bindings.get_opt(POLICY_NAME).await.unwrap().is_some() {
         bindings.patch(POLICY_NAME, &pp, &Patch::Merge(&patch)).await.unwrap();
     }
+    // The chart's CRD template adopts the CRD the same way.
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    if crds.get_opt("clonesets.apps.kruise.io").await.unwrap().is_some() {
+        crds.patch("clonesets.apps.kruise.io", &pp, &Patch::Merge(&patch)).await.unwrap();
+    }
     policies.get_opt(POLICY_NAME).await.unwrap().is_some()
 }
 
@@ -640,7 +674,7 @@ async fn helm_install_and_uninstall_on_the_local_control_plane() {
 
     rel.uninstall().await;
 
-    // Everything the release installed is gone, except the CRD (Helm never deletes crds/).
+    // Everything the release installed is gone, except the CRD (helm.sh/resource-policy: keep).
     assert!(deploys.get_opt(&fullname).await.unwrap().is_none(), "Deployment");
     assert!(Api::<ServiceAccount>::namespaced(client.clone(), &ns).get_opt(&fullname).await.unwrap().is_none(), "ServiceAccount");
     assert!(Api::<Service>::namespaced(client.clone(), &ns).get_opt(&format!("{fullname}-metrics")).await.unwrap().is_none(), "Service");
@@ -843,4 +877,68 @@ async fn the_charts_service_account_can_run_the_operator_and_nothing_more() {
     drop(operator);
     let _ = std::fs::remove_file(&sa_kc);
     rel.uninstall().await;
+}
+
+/// Kruise's chart values that mean the same here render; Kruise-only and unknown keys are refused
+/// by values.schema.json with a message saying why.
+#[test]
+fn the_schema_keeps_kruises_shared_values_and_refuses_the_others() {
+    let docs = render(&[
+        "--set-string",
+        "manager.log.level=4",
+        "--set-string",
+        "manager.loggingFormat=",
+        "--set-string",
+        "manager.resyncPeriod=0",
+        "--set-string",
+        "featureGates=ImagePullJobGate=true",
+        "--set",
+        "manager.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].key=type",
+        "--set",
+        "manager.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].operator=Exists",
+    ]);
+    let (deploy, c) = manager(&docs);
+    let args = strings(&c["args"]);
+    assert!(args.contains(&"--v=4".to_string()) && args.contains(&"--logging-format=text".to_string()), "{args:?}");
+    assert_eq!(env_of(c, "RUST_LOG"), Value::Null, "RUST_LOG would override --v");
+    let affinity = &deploy["spec"]["template"]["spec"]["affinity"];
+    assert!(affinity["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"].is_object(), "{affinity}");
+    assert!(affinity["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"].is_array(), "{affinity}");
+
+    let chart = chart_dir();
+    let refused = |set: &str| {
+        let out = helm(&["template", RELEASE, chart.to_str().unwrap(), "--set", set]);
+        assert!(!out.status.success(), "{set} was accepted");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    assert!(refused("manager.webhook.port=9876").contains("Kruise-only value: this operator serves no webhook"));
+    assert!(refused("daemon.port=10221").contains("there is no kruise-daemon here"));
+    assert!(refused("webhookConfiguration.timeoutSeconds=30").contains("installs no webhook"));
+    assert!(refused("manager.hostNetwork=true").contains("Kruise-only value"));
+    assert!(refused("manager.replica=3").contains("additional properties 'replica' not allowed"));
+    assert!(refused("manager.log.level=9").contains("/manager/log/level"));
+}
+
+#[test]
+fn ha_defaults_spread_the_replicas_and_bound_disruptions() {
+    let docs = render(&["--set", "serviceMonitor.enabled=true", "--set", "serviceMonitor.labels.release=prometheus"]);
+    let (deploy, _) = manager(&docs);
+    let spec = &deploy["spec"]["template"]["spec"];
+    let selector = &deploy["spec"]["selector"]["matchLabels"];
+    let term = &spec["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0]["podAffinityTerm"];
+    assert_eq!(term["topologyKey"], "kubernetes.io/hostname");
+    assert_eq!(&term["labelSelector"]["matchLabels"], selector);
+    let spread = &spec["topologySpreadConstraints"][0];
+    assert_eq!((&spread["topologyKey"], &spread["whenUnsatisfiable"]), (&json!("topology.kubernetes.io/zone"), &json!("ScheduleAnyway")));
+    assert_eq!(&spread["labelSelector"]["matchLabels"], selector);
+    let pdb = one(&docs, "PodDisruptionBudget");
+    assert_eq!((&pdb["spec"]["maxUnavailable"], &pdb["spec"]["selector"]["matchLabels"]), (&json!(1), selector));
+    assert_eq!(one(&docs, "ServiceMonitor")["metadata"]["labels"]["release"], "prometheus");
+    // One replica: a PDB would block every drain.
+    assert!(of_kind(&render(&["--set", "manager.replicas=1"]), "PodDisruptionBudget").is_empty());
+    let hard = render(&["--set", "manager.podAntiAffinity=hard"]);
+    assert!(
+        manager(&hard).0["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+            .is_array()
+    );
 }

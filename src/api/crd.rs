@@ -309,7 +309,7 @@ pub fn generated_deletion_protection_file() -> Result<String, serde_saphyr::ser:
 pub const GENERATED_HEADER: &str = "# Generated from src/api by `make crds`; do not edit.\n";
 
 /// Where the generated files live, relative to the repository root; a test checks each one.
-pub const CRD_FILES: [&str; 2] = ["crds/apps.kruise.io_clonesets.yaml", "charts/cloneset-operator/crds/apps.kruise.io_clonesets.yaml"];
+pub const CRD_FILES: [&str; 2] = ["crds/apps.kruise.io_clonesets.yaml", "charts/cloneset-operator/files/apps.kruise.io_clonesets.yaml"];
 pub const POLICY_FILES: [&str; 2] = [
     "crds/apps.kruise.io_clonesets-admission-policy.yaml",
     "charts/cloneset-operator/files/apps.kruise.io_clonesets-admission-policy.yaml",

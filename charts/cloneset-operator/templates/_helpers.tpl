@@ -29,3 +29,23 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- define "cloneset-operator.image" -}}
 {{- printf "%s:%s" .Values.manager.image.repository (.Values.manager.image.tag | default .Chart.AppVersion) -}}
 {{- end -}}
+
+{{/*
+The manager's affinity: manager.affinity as given, Kruise's manager.nodeAffinity merged in, and
+(unless manager.affinity has its own) a pod anti-affinity keeping replicas on different nodes.
+*/}}
+{{- define "cloneset-operator.affinity" -}}
+{{- $aff := deepCopy (.Values.manager.affinity | default dict) -}}
+{{- with .Values.manager.nodeAffinity -}}
+{{- $_ := set $aff "nodeAffinity" (merge (deepCopy ($aff.nodeAffinity | default dict)) (deepCopy .)) -}}
+{{- end -}}
+{{- if not (hasKey $aff "podAntiAffinity") -}}
+{{- $term := dict "topologyKey" "kubernetes.io/hostname" "labelSelector" (dict "matchLabels" (include "cloneset-operator.selectorLabels" . | fromYaml)) -}}
+{{- if eq .Values.manager.podAntiAffinity "soft" -}}
+{{- $_ := set $aff "podAntiAffinity" (dict "preferredDuringSchedulingIgnoredDuringExecution" (list (dict "weight" 100 "podAffinityTerm" $term))) -}}
+{{- else if eq .Values.manager.podAntiAffinity "hard" -}}
+{{- $_ := set $aff "podAntiAffinity" (dict "requiredDuringSchedulingIgnoredDuringExecution" (list $term)) -}}
+{{- end -}}
+{{- end -}}
+{{- toYaml $aff -}}
+{{- end -}}

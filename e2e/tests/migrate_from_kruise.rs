@@ -1,0 +1,406 @@
+//! `cloneset-operator migrate` on a cluster that looks exactly like an OpenKruise v1.9.0 Helm
+//! install: a Helm release `kruise` whose manifest holds the CloneSet CRD and Kruise's webhook
+//! configurations (pointing at `kruise-webhook-service`, which has no endpoints: the manager is
+//! stopped), Kruise's Lease just renewed, and a CloneSet mid-rollout with the revisions Kruise
+//! made (e2e/fixtures/kruise-v1.9.0) and its pods. It runs on a private control plane: it
+//! changes the CRD and installs webhooks that would block every other test's pods.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use cloneset_operator::api::{CloneSet, keys};
+use cloneset_operator::migrate::{KRUISE_MUTATING_CONFIG, KRUISE_VALIDATING_CONFIG};
+use e2e::testenv::{Operator, OperatorOptions, wait_until, watch_until};
+use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration};
+use k8s_openapi::api::apps::v1::ControllerRevision;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client, ResourceExt as _};
+use serde_json::{Value, json};
+
+const T: Duration = Duration::from_secs(120);
+const CRD: &str = "clonesets.apps.kruise.io";
+const NS: &str = "takeover";
+
+fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// A control plane of this test's own, stopped on drop.
+struct PrivateCluster {
+    dir: PathBuf,
+    kubeconfig: PathBuf,
+}
+
+impl PrivateCluster {
+    async fn up() -> Self {
+        let dir = repo_root().join("target/migrate-cluster");
+        let (state, _) = e2e::cluster::up(&e2e::testenv::test_up_options(&dir)).await.expect("the private control plane starts");
+        Self { dir, kubeconfig: state.kubeconfig }
+    }
+}
+
+impl Drop for PrivateCluster {
+    fn drop(&mut self) {
+        let _ = e2e::cluster::down(&self.dir);
+    }
+}
+
+fn helm_bin() -> PathBuf {
+    let out = Command::new("bash").arg(repo_root().join("e2e/scripts/build-helm.sh")).stderr(Stdio::inherit()).output().unwrap();
+    assert!(out.status.success(), "build-helm.sh failed");
+    PathBuf::from(String::from_utf8_lossy(&out.stdout).lines().last().unwrap().trim())
+}
+
+/// Runs a binary with the private cluster's kubeconfig, off the async runtime.
+async fn run(bin: PathBuf, args: Vec<String>, kubeconfig: &Path) -> Output {
+    let home = repo_root().join("target/helm-home");
+    let kubeconfig = kubeconfig.to_path_buf();
+    tokio::task::spawn_blocking(move || {
+        Command::new(bin)
+            .args(&args)
+            .env("KUBECONFIG", &kubeconfig)
+            .env("HELM_CACHE_HOME", home.join("cache"))
+            .env("HELM_CONFIG_HOME", home.join("config"))
+            .env("HELM_DATA_HOME", home.join("data"))
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap()
+}
+
+async fn run_ok(bin: PathBuf, args: &[&str], kubeconfig: &Path) -> String {
+    let out = run(bin.clone(), args.iter().map(|s| s.to_string()).collect(), kubeconfig).await;
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{} {} failed:\n{stdout}\n{}", bin.display(), args.join(" "), String::from_utf8_lossy(&out.stderr));
+    stdout
+}
+
+fn to_yaml(v: &Value) -> String {
+    cloneset_operator::api::crd::to_yaml(v).unwrap()
+}
+
+/// A chart shaped like Kruise's (release `kruise`, CRD as a template, Kruise's webhook
+/// configuration names and the entries this operator replaces plus some it must keep, a webhook
+/// Service with no endpoints, the manager Deployment stopped). Written here, not copied from
+/// Kruise: only the names, rules and failure policies matter.
+fn write_kruise_like_chart(dir: &Path) {
+    let _ = std::fs::remove_dir_all(dir);
+    std::fs::create_dir_all(dir.join("templates")).unwrap();
+    std::fs::write(dir.join("Chart.yaml"), "apiVersion: v1\nname: kruise\nversion: 1.9.0\nappVersion: 1.9.0\n").unwrap();
+    std::fs::write(dir.join("values.yaml"), "webhooks: false\n").unwrap();
+    // Kruise's CRD differs from ours; a missing printer column stands for that difference.
+    let mut crd = serde_json::to_value(cloneset_operator::api::crd::crd()).unwrap();
+    crd["metadata"]["annotations"] = json!({"controller-gen.kubebuilder.io/version": "v0.17.3"});
+    crd["spec"]["versions"][0]["additionalPrinterColumns"].as_array_mut().unwrap().retain(|c| c["name"] != "UPDATED_AVAILABLE");
+    std::fs::write(dir.join("templates/apps.kruise.io_clonesets.yaml"), to_yaml(&crd)).unwrap();
+    let svc = |path: &str| json!({"service": {"name": "kruise-webhook-service", "namespace": "kruise-system", "path": path}});
+    let selector = json!({"matchExpressions": [
+        {"key": "control-plane", "operator": "NotIn", "values": ["openkruise"]},
+        {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system"]}]});
+    let hook = |name: &str, group: &str, resource: &str, ops: &[&str], policy: &str| {
+        json!({"name": name, "admissionReviewVersions": ["v1", "v1beta1"], "clientConfig": svc(&format!("/{name}")),
+               "failurePolicy": policy, "sideEffects": "None", "timeoutSeconds": 30, "namespaceSelector": selector,
+               "rules": [{"apiGroups": [group], "apiVersions": ["v1", "v1alpha1"], "operations": ops, "resources": [resource]}]})
+    };
+    let mutating = json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": KRUISE_MUTATING_CONFIG, "annotations": {"template": ""}},
+        "webhooks": [hook("mpod.kb.io", "", "pods", &["CREATE"], "Fail"),
+                     hook("madvancedcronjob.kb.io", "apps.kruise.io", "advancedcronjobs", &["CREATE", "UPDATE"], "Fail"),
+                     hook("mcloneset.kb.io", "apps.kruise.io", "clonesets", &["CREATE", "UPDATE"], "Fail")]});
+    let validating = json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": KRUISE_VALIDATING_CONFIG, "annotations": {"template": ""}},
+        "webhooks": [hook("vbuiltindeployment.kb.io", "apps", "deployments", &["DELETE"], "Ignore"),
+                     hook("vpod.kb.io", "", "pods", &["UPDATE", "DELETE"], "Fail"),
+                     hook("vpodeviction.kb.io", "", "pods/eviction", &["CREATE"], "Fail"),
+                     hook("vcloneset.kb.io", "apps.kruise.io", "clonesets", &["CREATE", "UPDATE", "DELETE"], "Fail"),
+                     hook("vsidecarset.kb.io", "apps.kruise.io", "sidecarsets", &["CREATE", "UPDATE"], "Fail")]});
+    std::fs::write(
+        dir.join("templates/webhookconfiguration.yaml"),
+        format!("{{{{- if .Values.webhooks }}}}\n{}---\n{}{{{{- end }}}}\n", to_yaml(&mutating), to_yaml(&validating)),
+    )
+    .unwrap();
+    let manager = [
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kruise-system", "labels": {"control-plane": "openkruise"}}}),
+        json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "kruise-webhook-service", "namespace": "kruise-system"},
+               "spec": {"selector": {"control-plane": "controller-manager"}, "ports": [{"port": 443, "targetPort": 9876}]}}),
+        json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "kruise-controller-manager", "namespace": "kruise-system"},
+               "spec": {"replicas": 0, "selector": {"matchLabels": {"control-plane": "controller-manager"}},
+                        "template": {"metadata": {"labels": {"control-plane": "controller-manager"}},
+                                     "spec": {"containers": [{"name": "manager", "image": "openkruise/kruise-manager:v1.9.0"}]}}}}),
+    ];
+    std::fs::write(dir.join("templates/manager.yaml"), manager.iter().map(to_yaml).collect::<Vec<_>>().join("---\n")).unwrap();
+}
+
+fn fixture(name: &str) -> Value {
+    serde_saphyr::from_str(&std::fs::read_to_string(repo_root().join("e2e/fixtures/kruise-v1.9.0").join(name)).unwrap()).unwrap()
+}
+
+fn strip_server_fields(obj: &mut Value) {
+    let meta = obj["metadata"].as_object_mut().unwrap();
+    for k in ["resourceVersion", "uid", "creationTimestamp", "generation", "managedFields"] {
+        meta.remove(k);
+    }
+}
+
+/// The CloneSet `canary` as Kruise left it: 5 replicas, partition 3, 2 pods on the update
+/// revision and 3 on the current one, every pod Ready.
+async fn create_kruise_made_cloneset(client: &Client) {
+    let clonesets: Api<CloneSet> = Api::namespaced(client.clone(), NS);
+    let revs: Api<ControllerRevision> = Api::namespaced(client.clone(), NS);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let mut cs = fixture("cloneset-partition-mid-rollout.yaml");
+    let mut status = cs.as_object_mut().unwrap().remove("status").unwrap();
+    strip_server_fields(&mut cs);
+    let created = clonesets.create(&PostParams::default(), &serde_json::from_value(cs).unwrap()).await.unwrap();
+    let owner = json!({"apiVersion": "apps.kruise.io/v1alpha1", "kind": "CloneSet", "name": "canary", "uid": created.metadata.uid,
+                       "controller": true, "blockOwnerDeletion": true});
+    let mut templates = BTreeMap::new();
+    for mut rev in fixture("controllerrevisions-canary.yaml")["items"].as_array().unwrap().clone() {
+        strip_server_fields(&mut rev);
+        rev["metadata"]["ownerReferences"] = json!([owner]);
+        let mut template = rev["data"]["spec"]["template"].clone();
+        template.as_object_mut().unwrap().remove("$patch");
+        templates.insert(rev["metadata"]["name"].as_str().unwrap().to_string(), template);
+        revs.create(&PostParams::default(), &serde_json::from_value(rev).unwrap()).await.unwrap();
+    }
+    let (current, update) =
+        (status["currentRevision"].as_str().unwrap().to_string(), status["updateRevision"].as_str().unwrap().to_string());
+    let on = [("c1xk2", &current), ("c2pq7", &current), ("c3zr9", &current), ("u1mb4", &update), ("u2hw8", &update)];
+    for (id, revision) in on {
+        let hash = revision.trim_start_matches("canary-");
+        let template = &templates[revision.as_str()];
+        let mut spec = template["spec"].clone();
+        spec["readinessGates"] = json!([{"conditionType": keys::INPLACE_UPDATE_READY}]);
+        let pod = json!({"metadata": {"name": format!("canary-{id}"), "generateName": "canary-",
+            "labels": {"app": "canary", keys::CONTROLLER_REVISION_HASH: revision, keys::POD_TEMPLATE_HASH: hash,
+                       keys::CLONESET_INSTANCE_ID: id, keys::LIFECYCLE_STATE: "Normal"},
+            "annotations": {keys::LIFECYCLE_TIMESTAMP: "2026-11-22T14:27:35Z"}, "ownerReferences": [owner]}, "spec": spec});
+        pods.create(&PostParams::default(), &serde_json::from_value(pod).unwrap()).await.unwrap();
+        let ready = json!({"status": {"conditions": [{"type": keys::INPLACE_UPDATE_READY, "status": "True"}]}});
+        pods.patch_status(&format!("canary-{id}"), &PatchParams::default(), &Patch::Strategic(ready)).await.unwrap();
+    }
+    status["observedGeneration"] = json!(created.metadata.generation);
+    status.as_object_mut().unwrap().remove("conditions");
+    clonesets.patch_status("canary", &PatchParams::default(), &Patch::Merge(json!({"status": status}))).await.unwrap();
+    wait_until(T, "Kruise's 5 pods Ready", || async {
+        let list = pods.list(&ListParams::default()).await?.items;
+        Ok(list.len() == 5 && list.iter().all(|p| e2e::workload::condition(p, "Ready").as_deref() == Some("True")))
+    })
+    .await
+    .unwrap();
+}
+
+/// Each pod's UID and container restart counts.
+async fn pod_identities(pods: &Api<Pod>) -> BTreeMap<String, (String, i32)> {
+    pods.list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(|p| {
+            let restarts =
+                p.status.as_ref().and_then(|s| s.container_statuses.as_ref()).map_or(0, |cs| cs.iter().map(|c| c.restart_count).sum());
+            (p.name_any(), (p.uid().unwrap(), restarts))
+        })
+        .collect()
+}
+
+async fn revision_uids(revs: &Api<ControllerRevision>) -> Vec<String> {
+    let mut uids: Vec<String> = revs.list(&ListParams::default()).await.unwrap().items.iter().map(|r| r.uid().unwrap()).collect();
+    uids.sort();
+    uids
+}
+
+/// Creates a bare pod in `ns`; the error, if the apiserver refuses it.
+async fn create_pod(client: &Client, ns: &str, name: &str) -> Result<(), String> {
+    let pod: Pod = serde_json::from_value(json!({"metadata": {"name": name},
+        "spec": {"containers": [{"name": "c", "image": "nginx:1.27"}]}}))
+    .unwrap();
+    Api::<Pod>::namespaced(client.clone(), ns).create(&PostParams::default(), &pod).await.map(|_| ()).map_err(|e| e.to_string())
+}
+
+fn webhook_names(hooks: impl IntoIterator<Item = String>) -> Vec<String> {
+    hooks.into_iter().collect()
+}
+
+#[tokio::test]
+async fn migrate_hands_a_kruise_helm_install_over_without_restarting_a_pod() {
+    let cluster = PrivateCluster::up().await;
+    let kc = cluster.kubeconfig.clone();
+    let client = e2e::cluster::client_for(&kc).await.unwrap();
+    let helm = helm_bin();
+    let operator_bin = e2e::cluster::sibling_binary("cloneset-operator").unwrap();
+    let kruise_chart = repo_root().join("target/migrate-e2e/kruise-chart");
+    write_kruise_like_chart(&kruise_chart);
+    let kruise_chart = kruise_chart.to_str().unwrap().to_string();
+
+    // Kruise's install: CRD first (the CloneSet, revisions and pods are made while no webhook is
+    // in the way), then the webhooks as its manager would have them, then the manager stopped.
+    run_ok(helm.clone(), &["install", "kruise", &kruise_chart, "--namespace", "default"], &kc).await;
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    wait_until(T, "the CRD Established", || async {
+        let c = crds.get(CRD).await?;
+        Ok(c.status.and_then(|s| s.conditions).unwrap_or_default().iter().any(|c| c.type_ == "Established" && c.status == "True"))
+    })
+    .await
+    .unwrap();
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    for ns in [NS, "elsewhere"] {
+        namespaces.create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap()).await.unwrap();
+    }
+    wait_until(T, "default ServiceAccounts", || async {
+        let sa: Api<k8s_openapi::api::core::v1::ServiceAccount> = Api::namespaced(client.clone(), "elsewhere");
+        Ok(sa.get_opt("default").await?.is_some()
+            && Api::<k8s_openapi::api::core::v1::ServiceAccount>::namespaced(client.clone(), NS).get_opt("default").await?.is_some())
+    })
+    .await
+    .unwrap();
+    create_kruise_made_cloneset(&client).await;
+    run_ok(helm.clone(), &["upgrade", "kruise", &kruise_chart, "--namespace", "default", "--set", "webhooks=true"], &kc).await;
+    let now = k8s_openapi::jiff::Timestamp::now();
+    let lease: Lease = serde_json::from_value(json!({"metadata": {"name": "kruise-manager", "namespace": "kruise-system"},
+        "spec": {"holderIdentity": "kruise-controller-manager-6d5f7c9b8-x2x9q_0c3e", "leaseDurationSeconds": 15,
+                 "acquireTime": now.to_string(), "renewTime": now.to_string(), "leaseTransitions": 0}}))
+    .unwrap();
+    Api::<Lease>::namespaced(client.clone(), "kruise-system").create(&PostParams::default(), &lease).await.unwrap();
+
+    // The dead webhook blocks pods everywhere: the state this test must end.
+    let blocked = create_pod(&client, "elsewhere", "before").await.expect_err("Kruise's dead pod webhook blocks pod creation");
+    assert!(blocked.contains("mpod.kb.io"), "{blocked}");
+
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let revs: Api<ControllerRevision> = Api::namespaced(client.clone(), NS);
+    let pods_before = pod_identities(&pods).await;
+    let revs_before = revision_uids(&revs).await;
+    assert_eq!((pods_before.len(), revs_before.len()), (5, 2));
+    let crd_before = crds.get(CRD).await.unwrap();
+    assert_eq!(crd_before.annotations().get("meta.helm.sh/release-name").map(String::as_str), Some("kruise"));
+
+    // Dry run: says what it would do, changes nothing.
+    let op = operator_bin.clone();
+    let dry = run_ok(op.clone(), &["migrate", "--dry-run"], &kc).await;
+    for expected in [
+        "would remove the CRD from Helm release record default/sh.helm.release.v1.kruise.v1",
+        "would remove the CRD from Helm release record default/sh.helm.release.v1.kruise.v2",
+        "would move CRD clonesets.apps.kruise.io from Helm release default/kruise to Helm release default/cloneset-operator",
+        "would remove mpod.kb.io, mcloneset.kb.io from kruise-mutating-webhook-configuration",
+        "would remove vpod.kb.io, vpodeviction.kb.io, vcloneset.kb.io from kruise-validating-webhook-configuration",
+    ] {
+        assert!(dry.contains(expected), "dry run lacks {expected:?}:\n{dry}");
+    }
+    assert_eq!(crds.get(CRD).await.unwrap().metadata.resource_version, crd_before.metadata.resource_version, "dry run changed the CRD");
+    assert!(create_pod(&client, "elsewhere", "dry").await.is_err(), "dry run removed the webhook");
+
+    // The real run waits for Kruise's Lease, then hands over.
+    let started = Instant::now();
+    let out = run_ok(op.clone(), &["migrate"], &kc).await;
+    let took = started.elapsed();
+    println!("migrate took {took:?}:\n{out}");
+    assert!(out.contains("waiting up to 120s for Kruise's Lease kruise-system/kruise-manager"), "{out}");
+    assert!(took >= Duration::from_secs(10), "did not wait for the Lease to lapse: {took:?}");
+    assert!(out.contains("migrate: done, 5 change(s)"), "{out}");
+    let crd = crds.get(CRD).await.unwrap();
+    for (k, v) in [
+        ("meta.helm.sh/release-name", "cloneset-operator"),
+        ("meta.helm.sh/release-namespace", "default"),
+        ("helm.sh/resource-policy", "keep"),
+    ] {
+        assert_eq!(crd.annotations().get(k).map(String::as_str), Some(v), "{k}");
+    }
+    let mutating = Api::<MutatingWebhookConfiguration>::all(client.clone()).get(KRUISE_MUTATING_CONFIG).await.unwrap();
+    assert_eq!(webhook_names(mutating.webhooks.unwrap_or_default().into_iter().map(|w| w.name)), ["madvancedcronjob.kb.io"]);
+    let validating = Api::<ValidatingWebhookConfiguration>::all(client.clone()).get(KRUISE_VALIDATING_CONFIG).await.unwrap();
+    assert_eq!(
+        webhook_names(validating.webhooks.unwrap_or_default().into_iter().map(|w| w.name)),
+        ["vbuiltindeployment.kb.io", "vsidecarset.kb.io"]
+    );
+    create_pod(&client, "elsewhere", "after").await.expect("pod creation elsewhere is no longer blocked");
+
+    // Twice is safe.
+    let again = run_ok(op.clone(), &["migrate"], &kc).await;
+    assert!(again.contains("nothing to change: already migrated"), "{again}");
+
+    // Kruise's release goes; the CRD, the CloneSet and its pods stay.
+    run_ok(helm.clone(), &["uninstall", "kruise", "--namespace", "default", "--wait"], &kc).await;
+    assert!(crds.get_opt(CRD).await.unwrap().is_some(), "helm uninstall kruise deleted the CRD");
+    assert!(Api::<MutatingWebhookConfiguration>::all(client.clone()).get_opt(KRUISE_MUTATING_CONFIG).await.unwrap().is_none());
+
+    // Our release adopts the CRD and upgrades it to our schema (the printer column Kruise's lacks).
+    let chart = repo_root().join("charts/cloneset-operator");
+    run_ok(
+        helm.clone(),
+        &["install", "cloneset-operator", chart.to_str().unwrap(), "--namespace", "default", "--set", "manager.replicas=0"],
+        &kc,
+    )
+    .await;
+    let columns = |crd: &CustomResourceDefinition| -> Vec<String> {
+        crd.spec.versions[0].additional_printer_columns.iter().flatten().map(|c| c.name.clone()).collect()
+    };
+    assert!(columns(&crds.get(CRD).await.unwrap()).contains(&"UPDATED_AVAILABLE".to_string()), "the CRD was not upgraded");
+
+    // The CRD upgrade path: a chart whose CRD changed, `helm upgrade`.
+    let changed = repo_root().join("target/migrate-e2e/chart-with-changed-crd");
+    let _ = std::fs::remove_dir_all(&changed);
+    copy_dir(&chart, &changed);
+    let crd_file = changed.join("files/apps.kruise.io_clonesets.yaml");
+    let mut crd_doc: Value = serde_saphyr::from_str(&std::fs::read_to_string(&crd_file).unwrap()).unwrap();
+    crd_doc["spec"]["versions"][0]["additionalPrinterColumns"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"name": "UPGRADE_TEST", "type": "string", "jsonPath": ".metadata.name"}));
+    std::fs::write(&crd_file, to_yaml(&crd_doc)).unwrap();
+    run_ok(
+        helm.clone(),
+        &["upgrade", "cloneset-operator", changed.to_str().unwrap(), "--namespace", "default", "--set", "manager.replicas=0"],
+        &kc,
+    )
+    .await;
+    assert!(columns(&crds.get(CRD).await.unwrap()).contains(&"UPGRADE_TEST".to_string()), "helm upgrade did not change the CRD");
+
+    // Our manager takes over: not one pod replaced or restarted, no new revision.
+    let opts = OperatorOptions { args: vec![], kubeconfig: Some(kc.clone()) };
+    let operator = Operator::start_with(NS, opts).await.unwrap();
+    wait_until(T, "the CloneSet reconciled and the queue empty", || async {
+        Ok(e2e::bench::reconciled_and_idle(&operator.metrics().await?, 1.0))
+    })
+    .await
+    .unwrap();
+    assert_eq!(pod_identities(&pods).await, pods_before, "a pod was replaced or restarted\n{}", operator.log_tail(30));
+    assert_eq!(revision_uids(&revs).await, revs_before, "a revision was created or replaced");
+
+    // And a rollout completes: the last partition step.
+    let clonesets: Api<CloneSet> = Api::namespaced(client.clone(), NS);
+    clonesets.patch("canary", &PatchParams::default(), &Patch::Merge(json!({"spec": {"updateStrategy": {"partition": 0}}}))).await.unwrap();
+    let done = watch_until(&clonesets, "canary", T, |cs: &CloneSet| {
+        let s = cs.status.clone().unwrap_or_default();
+        s.observed_generation == cs.metadata.generation.unwrap_or(0)
+            && s.updated_ready_replicas == 5
+            && s.current_revision == s.update_revision
+    })
+    .await
+    .unwrap_or_else(|e| panic!("rollout: {e:#}\n{}", operator.log_tail(40)));
+    assert_eq!(done.status.unwrap().update_revision, "canary-568d47f6b7", "rolled out to Kruise's update revision");
+    assert_eq!(revision_uids(&revs).await, revs_before, "the rollout reused Kruise's revision");
+    drop(operator);
+    drop(cluster);
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}
