@@ -118,9 +118,17 @@ fn grants(docs: &[Value]) -> BTreeSet<(String, String, String, String)> {
     for role in docs.iter().filter(|d| d["kind"] == "ClusterRole" || d["kind"] == "Role") {
         let kind = role["kind"].as_str().unwrap().to_string();
         for rule in role["rules"].as_array().expect("a role without rules") {
-            assert!(rule.get("resourceNames").is_none() && rule.get("nonResourceURLs").is_none(), "unexpected rule shape: {rule}");
+            assert!(rule.get("nonResourceURLs").is_none(), "unexpected rule shape: {rule}");
+            // A rule limited to named objects grants `resource[name]` for each name.
+            let names = strings(&rule["resourceNames"]);
             for group in strings(&rule["apiGroups"]) {
-                for resource in strings(&rule["resources"]) {
+                let resources = strings(&rule["resources"]);
+                let resources: Vec<String> = if names.is_empty() {
+                    resources
+                } else {
+                    resources.iter().flat_map(|r| names.iter().map(move |n| format!("{r}[{n}]"))).collect()
+                };
+                for resource in resources {
                     for verb in strings(&rule["verbs"]) {
                         out.insert((kind.clone(), group.clone(), resource.clone(), verb));
                     }
@@ -145,6 +153,8 @@ fn expected_grants() -> BTreeSet<(String, String, String, String)> {
         ("ClusterRole", "", "events", &["create", "patch"]),
         ("ClusterRole", "events.k8s.io", "events", &["create", "patch"]),
         ("ClusterRole", "", "nodes", &["get", "list", "watch"]),
+        // The two-controllers guard: read Kruise's Lease, nothing else.
+        ("ClusterRole", "coordination.k8s.io", "leases[kruise-manager]", &["get"]),
         ("Role", "coordination.k8s.io", "leases", &["get", "list", "watch", "create", "update", "patch"]),
     ];
     table
