@@ -342,8 +342,9 @@ async fn disable_pvc_reuse_gives_the_replacement_fresh_pvcs_and_hands_the_old_on
     let victim = &before[0];
     let old_id = label(victim, keys::CLONESET_INSTANCE_ID).unwrap().to_string();
     let old_pvc = format!("data-db-{old_id}");
-    let owners_of = |pvc: &PersistentVolumeClaim| -> Vec<(String, String)> {
-        pvc.owner_references().iter().map(|o| (o.kind.clone(), o.uid.clone())).collect()
+    // (kind, uid, controller, blockOwnerDeletion) of each owner.
+    let owners_of = |pvc: &PersistentVolumeClaim| -> Vec<(String, String, Option<bool>, Option<bool>)> {
+        pvc.owner_references().iter().map(|o| (o.kind.clone(), o.uid.clone(), o.controller, o.block_owner_deletion)).collect()
     };
     let (owners, record) = e2e::testenv::record(&pvcs, &old_pvc, owners_of).await.unwrap();
     // A grace period keeps the deleted pod terminating long enough to be seen inactive.
@@ -361,10 +362,77 @@ async fn disable_pvc_reuse_gives_the_replacement_fresh_pvcs_and_hands_the_old_on
     let owners = owners.lock().unwrap().clone();
     let victim_uid = victim.metadata.uid.clone().unwrap();
     assert_eq!(owners.first().map(|o| o[0].0.as_str()), Some("CloneSet"), "{owners:?}");
+    // Kruise's updateClaimOwnerRefToPod: the CloneSet's ref removed, NewControllerRef(pod) appended.
     assert!(
-        owners.iter().any(|o| o == &[("Pod".to_string(), victim_uid.clone())]),
-        "the old PVC was handed to the terminating pod (its only owner) and went away with it: {owners:?}"
+        owners.iter().any(|o| o == &[("Pod".to_string(), victim_uid.clone(), Some(true), Some(true))]),
+        "the old PVC was handed to the terminating pod (its only owner, as its controller) and went away with it: {owners:?}"
     );
+}
+
+/// Whether the CloneSet `cs` has a Warning event `reason` whose message satisfies `what` (read
+/// through core/v1, which shows the events of both event APIs).
+async fn has_warning(e: &Env, cs: &str, reason: &str, what: impl Fn(&str) -> bool) -> anyhow::Result<bool> {
+    let events: Api<k8s_openapi::api::core::v1::Event> = e.ns.api();
+    Ok(events.list(&ListParams::default()).await?.items.iter().any(|ev| {
+        ev.type_.as_deref() == Some("Warning")
+            && ev.reason.as_deref() == Some(reason)
+            && ev.involved_object.name.as_deref() == Some(cs)
+            && ev.message.as_deref().is_some_and(&what)
+    }))
+}
+
+fn failed_scale(cs: &CloneSet) -> Option<String> {
+    st(cs).conditions.into_iter().find(|c| c.type_ == "FailedScale" && c.status == "True").map(|c| c.message)
+}
+
+/// Kruise's `createOnePod`: a PVC it has to create whose name is taken (here by a PVC released
+/// from the CloneSet) fails the pod: FailedCreate "failed to create pvc: …", FailedScale, no pod.
+#[tokio::test]
+async fn a_pvc_create_conflict_fails_the_pod_create_with_failed_create() {
+    let e = env("pvcconflict").await;
+    let claim = |name: &str| json!({"metadata": {"name": name}, "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}});
+    e.create(&manifest("db", 1, "nginx:1.27", json!({"volumeClaimTemplates": [claim("data"), claim("logs")]}))).await;
+    e.wait_status("db", "1 ready", |cs| settled(cs, 1)).await;
+    let pod = e.active_pods("db").await.remove(0);
+    let id = label(&pod, keys::CLONESET_INSTANCE_ID).unwrap().to_string();
+    // `logs-db-<id>` stops being the CloneSet's; `data-db-<id>` keeps the id free for reuse.
+    let pvcs: Api<PersistentVolumeClaim> = e.ns.api();
+    pvcs.patch(&format!("logs-db-{id}"), &PatchParams::default(), &Patch::Merge(json!({"metadata": {"ownerReferences": null}})))
+        .await
+        .unwrap();
+    e.pods.delete(&pod.name_any(), &DeleteParams { grace_period_seconds: Some(0), ..Default::default() }).await.unwrap();
+    let cs = e.wait_status("db", "a FailedScale condition", |cs| failed_scale(cs).is_some()).await;
+    let taken = format!("persistentvolumeclaims \"logs-db-{id}\" already exists");
+    assert!(failed_scale(&cs).unwrap().contains(&taken), "{:?}", failed_scale(&cs));
+    wait_until(T, "a FailedCreate event for the PVC", || async {
+        has_warning(&e, "db", "FailedCreate", |m| m.starts_with("failed to create pvc: ") && m.contains(&taken)).await
+    })
+    .await
+    .unwrap();
+    assert!(e.active_pods("db").await.is_empty(), "no pod is created without its PVCs");
+}
+
+/// Kruise's `createOnePod`: a pod name still held by an Evicted (Failed, not deleted) pod of the
+/// CloneSet, whose instance id is free for PVC reuse, is a create failure Kruise shows as a
+/// FailedCreate event and a FailedScale condition, not a silent success.
+#[tokio::test]
+async fn a_pod_create_conflict_with_an_evicted_pod_is_a_visible_failed_create() {
+    let e = env("evicted").await;
+    let vct = json!({"volumeClaimTemplates": [{"metadata": {"name": "data"},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}]});
+    e.create(&manifest("db", 1, "nginx:1.27", vct)).await;
+    e.wait_status("db", "1 ready", |cs| settled(cs, 1)).await;
+    let pod = e.active_pods("db").await.remove(0);
+    let evicted = json!({"status": {"phase": "Failed", "reason": "Evicted"}});
+    e.pods.patch_status(&pod.name_any(), &PatchParams::default(), &Patch::Merge(evicted)).await.unwrap();
+    let cs = e.wait_status("db", "a FailedScale condition", |cs| failed_scale(cs).is_some()).await;
+    let taken = format!("pods \"{}\" already exists", pod.name_any());
+    assert!(failed_scale(&cs).unwrap().contains(&taken), "{:?}", failed_scale(&cs));
+    wait_until(T, "a FailedCreate event for the pod", || async {
+        has_warning(&e, "db", "FailedCreate", |m| m.starts_with("failed to create pod: ") && m.contains(&taken)).await
+    })
+    .await
+    .unwrap();
 }
 
 #[tokio::test]

@@ -445,10 +445,12 @@ async fn cleanup_pvcs(
         }
         match inactive.iter().find(|p| id_of(p).as_deref() == Some(id)) {
             Some(pod) => {
-                let owner = json!({"apiVersion": "v1", "kind": "Pod", "name": pod.name_any(), "uid": pod.metadata.uid, "controller": false, "blockOwnerDeletion": false});
-                writes::set_pvc_owner(ctx, cs, pvc, owner).await?;
+                let cs_uid = cs.metadata.uid.as_deref().unwrap_or_default();
+                let pod_uid = pod.metadata.uid.as_deref().unwrap_or_default();
+                let owners = podcore::pvc_owners_handed_to_pod(pvc.owner_references(), cs_uid, &pod.name_any(), pod_uid);
+                writes::set_pvc_owners(ctx, cs, pvc, &owners).await?;
             }
-            None => writes::delete_pvc(ctx, cs, &pvc.name_any()).await?,
+            None => writes::delete_pvc(ctx, cs, &pvc.name_any(), writes::PvcDeletion::CleanUp).await?,
         }
     }
     Ok(())

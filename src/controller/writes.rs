@@ -4,6 +4,7 @@
 
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::{ObjectReference, PersistentVolumeClaim, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::events::{Event, EventType};
 use kube::{Api, Resource, ResourceExt as _};
@@ -18,8 +19,6 @@ use crate::core::expectations::ObjectKind;
 pub enum WriteError {
     #[error(transparent)]
     Api(#[from] kube::Error),
-    #[error("{0}")]
-    Conflict(String),
     /// The asked-for change cannot be made (e.g. InPlaceOnly without an in-place path).
     #[error("{0}")]
     Refused(String),
@@ -123,7 +122,11 @@ fn pvcs(ctx: &Context, ns: &str) -> Api<PersistentVolumeClaim> {
     Api::namespaced(ctx.client.clone(), ns)
 }
 
-/// Creates a pod and the PVCs it needs that do not exist yet.
+/// Creates a pod and the PVCs it needs that do not exist yet. Any failure, a name taken
+/// included, fails the pod as in Kruise (`createOnePod`): a PVC or pod of that name that is not
+/// in our cache is not ours to use (a 409 on the pod can only be a pod our cache holds as
+/// inactive, e.g. an Evicted one still holding its reused instance id); the FailedCreate event and
+/// the FailedScale condition say so, and the pass is retried with backoff.
 pub async fn create_pod(ctx: &Context, cs: &CloneSet, pod: &Pod, new_pvcs: &[PersistentVolumeClaim]) -> Result<(), WriteError> {
     let key = cs_key(cs);
     let ns = cs.namespace().unwrap_or_default();
@@ -131,15 +134,11 @@ pub async fn create_pod(ctx: &Context, cs: &CloneSet, pod: &Pod, new_pvcs: &[Per
     for pvc in new_pvcs {
         let pvc_name = pvc.name_any();
         ctx.scale_expectations.lock().unwrap_or_else(|e| e.into_inner()).expect_creation(&key, ObjectKind::Pvc, &pvc_name);
-        match pvcs(ctx, &ns).create(&PostParams::default(), pvc).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(e)) if e.code == 409 => {
-                ctx.scale_expectations.lock().unwrap_or_else(|e| e.into_inner()).withdraw(&key, ObjectKind::Pvc, &pvc_name);
-            }
-            Err(e) => {
-                ctx.scale_expectations.lock().unwrap_or_else(|e| e.into_inner()).withdraw(&key, ObjectKind::Pvc, &pvc_name);
-                return Err(e.into());
-            }
+        if let Err(e) = pvcs(ctx, &ns).create(&PostParams::default(), pvc).await {
+            ctx.scale_expectations.lock().unwrap_or_else(|e| e.into_inner()).withdraw(&key, ObjectKind::Pvc, &pvc_name);
+            let msg = format!("failed to create pvc: {}, pvc: {pvc_name}", plain_kube_message(&e));
+            event(ctx, cs, EventType::Warning, "FailedCreate", msg).await;
+            return Err(e.into());
         }
     }
     ctx.scale_expectations.lock().unwrap_or_else(|e| e.into_inner()).expect_creation(&key, ObjectKind::Pod, &name);
@@ -148,23 +147,6 @@ pub async fn create_pod(ctx: &Context, cs: &CloneSet, pod: &Pod, new_pvcs: &[Per
             event(ctx, cs, EventType::Normal, "SuccessfulCreate", format!("succeed to create pod {name}")).await;
             Ok(())
         }
-        // A retried POST can meet its own earlier success: fine when the pod is ours and live. A
-        // terminating pod of ours under the same name (a reused instance id, Kruise #1099) is
-        // not that: it will vanish, and an expectation waiting for it would never be met.
-        Err(kube::Error::Api(e)) if e.code == 409 => match pods(ctx, &ns).get_opt(&name).await? {
-            Some(existing)
-                if existing.metadata.deletion_timestamp.is_none()
-                    && existing.owner_references().iter().any(|o| Some(&o.uid) == cs.metadata.uid.as_ref()) =>
-            {
-                Ok(())
-            }
-            _ => {
-                ctx.scale_expectations.lock().unwrap_or_else(|e| e.into_inner()).withdraw(&key, ObjectKind::Pod, &name);
-                let msg = format!("failed to create pod: {}, pod: {name}", e.message);
-                event(ctx, cs, EventType::Warning, "FailedCreate", msg.clone()).await;
-                Err(WriteError::Conflict(msg))
-            }
-        },
         Err(e) => {
             ctx.scale_expectations.lock().unwrap_or_else(|e| e.into_inner()).withdraw(&key, ObjectKind::Pod, &name);
             event(ctx, cs, EventType::Warning, "FailedCreate", format!("failed to create pod: {}, pod: {name}", plain_kube_message(&e)))
@@ -195,12 +177,21 @@ pub async fn delete_pod(ctx: &Context, cs: &CloneSet, pod: &Pod, instance_pvcs: 
         ctx.rv_expectations.lock().unwrap_or_else(|e| e.into_inner()).forget(uid);
     }
     for pvc in instance_pvcs {
-        delete_pvc(ctx, cs, pvc).await?;
+        delete_pvc(ctx, cs, pvc, PvcDeletion::WithPod).await?;
     }
     Ok(())
 }
 
-pub async fn delete_pvc(ctx: &Context, cs: &CloneSet, name: &str) -> Result<(), WriteError> {
+/// Why a PVC is deleted: the message of Kruise's FailedDelete event differs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PvcDeletion {
+    /// With its pod, on scale-down (`deletePods`).
+    WithPod,
+    /// A PVC with no pod at all, with DisablePVCReuse (`deleteOnePVC`).
+    CleanUp,
+}
+
+pub async fn delete_pvc(ctx: &Context, cs: &CloneSet, name: &str, why: PvcDeletion) -> Result<(), WriteError> {
     let key = cs_key(cs);
     ctx.scale_expectations.lock().unwrap_or_else(|e| e.into_inner()).expect_deletion(&key, ObjectKind::Pvc, name);
     match pvcs(ctx, &cs.namespace().unwrap_or_default()).delete(name, &DeleteParams::default()).await {
@@ -208,16 +199,33 @@ pub async fn delete_pvc(ctx: &Context, cs: &CloneSet, name: &str) -> Result<(), 
         Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
         Err(e) => {
             ctx.scale_expectations.lock().unwrap_or_else(|e| e.into_inner()).withdraw(&key, ObjectKind::Pvc, name);
+            let msg = match why {
+                PvcDeletion::WithPod => format!("failed to delete pvc {name}: {}", plain_kube_message(&e)),
+                PvcDeletion::CleanUp => format!("failed to clean up PVC {name}: {}", plain_kube_message(&e)),
+            };
+            event(ctx, cs, EventType::Warning, "FailedDelete", msg).await;
             Err(e.into())
         }
     }
 }
 
-/// Replaces a PVC's owner references (handing it to a dead pod so garbage collection takes it).
-pub async fn set_pvc_owner(ctx: &Context, cs: &CloneSet, pvc: &PersistentVolumeClaim, owner: Value) -> Result<(), WriteError> {
-    let patch = json!({"metadata": {"ownerReferences": [owner], "resourceVersion": pvc.resource_version()}});
-    pvcs(ctx, &cs.namespace().unwrap_or_default()).patch(&pvc.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await?;
-    Ok(())
+/// Sets a PVC's owner references (handing it to a dead pod so garbage collection takes it).
+pub async fn set_pvc_owners(
+    ctx: &Context,
+    cs: &CloneSet,
+    pvc: &PersistentVolumeClaim,
+    owners: &[OwnerReference],
+) -> Result<(), WriteError> {
+    let name = pvc.name_any();
+    let patch = json!({"metadata": {"ownerReferences": owners, "resourceVersion": pvc.resource_version()}});
+    match pvcs(ctx, &cs.namespace().unwrap_or_default()).patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        Err(e) => {
+            event(ctx, cs, EventType::Warning, "FailedUpdate", format!("failed to update PVC {name}: {}", plain_kube_message(&e))).await;
+            Err(e.into())
+        }
+    }
 }
 
 /// A metadata patch on a pod (labels, annotations, owner references), recorded as a
