@@ -143,7 +143,6 @@ fn expected_grants() -> BTreeSet<(String, String, String, String)> {
         ("ClusterRole", "", "persistentvolumeclaims", RW),
         ("ClusterRole", "apps", "controllerrevisions", RW),
         ("ClusterRole", "", "events", &["create", "patch"]),
-        ("ClusterRole", "events.k8s.io", "events", &["create", "patch"]),
         ("ClusterRole", "", "nodes", &["get", "list", "watch"]),
         ("Role", "coordination.k8s.io", "leases", &["get", "list", "watch", "create", "update", "patch"]),
     ];

@@ -604,12 +604,32 @@ async fn scale_strategy_max_unavailable_limits_each_scale_up() {
         assert_eq!(x.uids.len(), 3);
         assert_eq!(x.max_unready, 1, "pods were created one at a time, each after the previous became Ready");
     }
-    let events: Api<k8s_openapi::api::events::v1::Event> = e.ns.api();
-    let limited = events.list(&ListParams::default()).await.unwrap().items.into_iter().any(|ev| {
-        ev.reason.as_deref() == Some("ScaleUpLimited")
-            && ev.note.as_deref() == Some("scaleUp is limited because of scaleStrategy.maxUnavailable, limit: 1")
-    });
-    assert!(limited, "a ScaleUpLimited event with the limit");
+    let events: Api<k8s_openapi::api::core::v1::Event> = e.ns.api();
+    let limited: Vec<_> = events
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|ev| ev.reason.as_deref() == Some("ScaleUpLimited"))
+        .collect();
+    let messages: Vec<&str> = limited.iter().filter_map(|ev| ev.message.as_deref()).collect();
+    assert!(messages.contains(&"scaleUp is limited because of scaleStrategy.maxUnavailable, limit: 1"), "{messages:?}");
+    assert_eq!(messages.len(), messages.iter().collect::<BTreeSet<_>>().len(), "a repeat is counted on the first event: {messages:?}");
+    assert!(limited.iter().any(|ev| ev.count > Some(1)), "some ScaleUpLimited repeated: {limited:#?}");
+    for ev in &limited {
+        // What Kruise's core/v1 broadcaster (client-go's recorder) writes.
+        assert_eq!(ev.source.as_ref().and_then(|s| s.component.as_deref()), Some("cloneset-controller"));
+        assert_eq!(ev.reporting_component.as_deref(), Some("cloneset-controller"));
+        assert_eq!(ev.type_.as_deref(), Some("Warning"));
+        let o = &ev.involved_object;
+        assert_eq!(
+            (o.kind.as_deref(), o.api_version.as_deref(), o.name.as_deref()),
+            (Some("CloneSet"), Some("apps.kruise.io/v1alpha1"), Some("web"))
+        );
+        assert!(ev.event_time.is_none() && ev.first_timestamp.is_some() && ev.last_timestamp >= ev.first_timestamp, "{ev:?}");
+        assert!(ev.metadata.name.as_deref().is_some_and(|n| n.starts_with("web.")), "named <object>.<hex nanos>: {ev:?}");
+    }
 }
 
 /// The swap the project promises: a CloneSet with its revision and pods exactly as Kruise's

@@ -19,7 +19,6 @@ use std::time::{Duration, Instant};
 use futures::{Stream, StreamExt as _};
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Pod};
-use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::watcher::{self, Event};
 use kube::runtime::{WatchStreamExt as _, reflector::ObjectRef};
@@ -63,10 +62,11 @@ pub struct Context {
     pub stores: Stores,
     pub scale_expectations: Mutex<ScaleExpectations>,
     pub rv_expectations: Mutex<ResourceVersionExpectations>,
-    pub recorder: Recorder,
+    /// client-go's event correlation state ([`writes::event`]).
+    pub event_correlator: Mutex<crate::core::events::EventCorrelator>,
     pub queue: WorkQueue,
     pub metrics: Arc<Metrics>,
-    /// Per CloneSet UID: its event spam-filter bucket ([`writes::event`]).
+    /// Per CloneSet UID and event type: its event spam-filter bucket ([`writes::event`]).
     pub event_budgets: Mutex<HashMap<String, writes::EventBudget>>,
     /// Whether this instance leads (always, without leader election): only then are keys queued.
     leading: AtomicBool,
@@ -212,8 +212,6 @@ pub async fn run(client: Client, config: ControllerConfig, runtime: Runtime, shu
     );
     let node_events = cache(Api::<Node>::all(client.clone()), watcher::Config::default(), node_writer, strip_node);
 
-    let recorder =
-        Recorder::new(client.clone(), Reporter { controller: "cloneset-controller".into(), instance: std::env::var("POD_NAME").ok() });
     metrics.set_max_concurrent_reconciles(config.workers.max(1));
     metrics.set_leader(false);
     let ctx = Arc::new(Context {
@@ -222,7 +220,7 @@ pub async fn run(client: Client, config: ControllerConfig, runtime: Runtime, shu
         config,
         scale_expectations: Mutex::new(ScaleExpectations::default()),
         rv_expectations: Mutex::new(ResourceVersionExpectations::default()),
-        recorder,
+        event_correlator: Mutex::default(),
         queue: WorkQueue::with_metrics(metrics.queue()),
         metrics: metrics.clone(),
         event_budgets: Mutex::new(HashMap::new()),

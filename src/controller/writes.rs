@@ -3,15 +3,17 @@
 //! and messages.
 
 use k8s_openapi::api::apps::v1::ControllerRevision;
+use k8s_openapi::api::core::v1::Event as CoreEvent;
 use k8s_openapi::api::core::v1::{ObjectReference, PersistentVolumeClaim, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
-use kube::runtime::events::{Event, EventType};
+pub use kube::runtime::events::EventType;
 use kube::{Api, Resource, ResourceExt as _};
 use serde_json::{Value, json};
 
 use super::Context;
 use crate::api::{CloneSet, CloneSetStatus};
+use crate::core::events;
 use crate::core::expectations::ObjectKind;
 
 /// Why a write failed, in terms of what the caller must do.
@@ -46,34 +48,105 @@ pub fn cs_key(cs: &CloneSet) -> String {
     format!("{}/{}", cs.namespace().unwrap_or_default(), cs.name_any())
 }
 
-/// Publishes an event in the background, as client-go's event broadcaster (and so Kruise) does:
-/// a reconcile never waits for it. Like client-go's `EventSourceObjectSpamFilter`, each CloneSet
-/// may publish [`EVENT_BURST`] events at once and then one per [`EVENT_REFILL`]; the rest are
-/// dropped (a scale-up of 1,000 pods sends about 25 `SuccessfulCreate` events, not 1,000, and
-/// their requests no longer compete with pod writes for the client's tokens). At most
-/// [`EVENTS_IN_FLIGHT`] are being sent at once.
+/// Publishes an event in the background, as Kruise's core/v1 event broadcaster (client-go's
+/// `record` package) does: a reconcile never waits for it. The event is a core/v1 Event with
+/// `source.component: cloneset-controller`, and a repeat patches the first one (`count`,
+/// `lastTimestamp`) as client-go's correlator does ([`crate::core::events`]). Like client-go's
+/// `EventSourceObjectSpamFilter`, each CloneSet may publish [`EVENT_BURST`] events of a type at
+/// once and then one per [`EVENT_REFILL`]; the rest are dropped (a scale-up of 1,000 pods sends
+/// about 25 `SuccessfulCreate` events, not 1,000, and their requests no longer compete with pod
+/// writes for the client's tokens). At most [`EVENTS_IN_FLIGHT`] are being sent at once.
 pub async fn event(ctx: &Context, cs: &CloneSet, type_: EventType, reason: &str, note: String) {
     static IN_FLIGHT: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(EVENTS_IN_FLIGHT);
+    let type_ = match type_ {
+        EventType::Normal => "Normal",
+        EventType::Warning => "Warning",
+    };
     let allowed = {
         let mut budgets = ctx.event_budgets.lock().unwrap_or_else(|e| e.into_inner());
         let now = std::time::Instant::now();
         budgets.retain(|_, b| b.full_at(now).is_none_or(|t| t > now));
-        budgets.entry(cs.metadata.uid.clone().unwrap_or_else(|| cs_key(cs))).or_insert_with(|| EventBudget::new(now)).take(now)
+        let object = cs.metadata.uid.clone().unwrap_or_else(|| cs_key(cs));
+        budgets.entry(format!("{object}/{type_}")).or_insert_with(|| EventBudget::new(now)).take(now)
     };
     if !allowed {
         tracing::debug!(reason, note, "event dropped by the per-CloneSet spam filter");
         return;
     }
-    let ev = Event { type_, reason: reason.into(), note: Some(note), action: reason.into(), secondary: None };
-    let reference: ObjectReference = cs.object_ref(&());
-    let recorder = ctx.recorder.clone();
+    let involved: ObjectReference = cs.object_ref(&());
+    let now = k8s_openapi::jiff::Timestamp::now();
+    let object_key = format!(
+        "{EVENT_SOURCE}\0{}\0{}\0{}\0{}\0{}",
+        involved.kind.as_deref().unwrap_or_default(),
+        involved.namespace.as_deref().unwrap_or_default(),
+        involved.name.as_deref().unwrap_or_default(),
+        involved.uid.as_deref().unwrap_or_default(),
+        involved.api_version.as_deref().unwrap_or_default()
+    );
+    let occurrence = ctx.event_correlator.lock().unwrap_or_else(|e| e.into_inner()).correlate(
+        &events::NewEvent {
+            object_key: &object_key,
+            object_name: involved.name.as_deref().unwrap_or_default(),
+            type_,
+            reason,
+            message: &note,
+        },
+        now,
+    );
+    let ev = core_event(&involved, type_, reason, &occurrence);
+    let client = ctx.client.clone();
     let reason = reason.to_string();
     tokio::spawn(async move {
         let Ok(_permit) = IN_FLIGHT.acquire().await else { return };
-        if let Err(e) = recorder.publish(&ev, &reference).await {
+        if let Err(e) = send_event(client, ev, occurrence.patch).await {
             tracing::debug!(error = %e, reason, "could not publish event");
         }
     });
+}
+
+/// client-go's `EventSource.Component` of Kruise's CloneSet recorder.
+pub const EVENT_SOURCE: &str = "cloneset-controller";
+
+/// The core/v1 Event client-go's recorder writes (`makeEvent` + `generateEvent`).
+fn core_event(involved: &ObjectReference, type_: &str, reason: &str, o: &events::Occurrence) -> CoreEvent {
+    use k8s_openapi::api::core::v1::EventSource;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+    // client-go puts events of a cluster-scoped object into `default`.
+    let namespace = involved.namespace.clone().filter(|n| !n.is_empty()).unwrap_or_else(|| "default".into());
+    CoreEvent {
+        metadata: ObjectMeta { name: Some(o.name.clone()), namespace: Some(namespace), ..Default::default() },
+        involved_object: involved.clone(),
+        reason: Some(reason.into()),
+        message: Some(o.message.clone()),
+        first_timestamp: Some(Time(o.first_timestamp)),
+        last_timestamp: Some(Time(o.last_timestamp)),
+        count: Some(o.count),
+        type_: Some(type_.into()),
+        source: Some(EventSource { component: Some(EVENT_SOURCE.into()), host: None }),
+        reporting_component: o.reporting.then(|| EVENT_SOURCE.into()),
+        reporting_instance: None,
+        ..Default::default()
+    }
+}
+
+/// Creates the event, or patches a repeat as client-go's `recordEvent` does (falling back to a
+/// create when the first is gone; a create that meets a racing first create patches instead).
+async fn send_event(client: kube::Client, ev: CoreEvent, patch: bool) -> Result<(), kube::Error> {
+    let api: Api<CoreEvent> = Api::namespaced(client, ev.metadata.namespace.as_deref().unwrap_or("default"));
+    let name = ev.metadata.name.clone().unwrap_or_default();
+    let repeat = json!({"count": ev.count, "lastTimestamp": ev.last_timestamp, "message": ev.message});
+    if patch {
+        match api.patch(&name, &PatchParams::default(), &Patch::Strategic(&repeat)).await {
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            other => return other.map(drop),
+        }
+    }
+    match api.create(&PostParams::default(), &ev).await {
+        Err(kube::Error::Api(e)) if e.code == 409 && patch => {
+            api.patch(&name, &PatchParams::default(), &Patch::Strategic(&repeat)).await.map(drop)
+        }
+        other => other.map(drop),
+    }
 }
 
 /// Events sent concurrently (the rest wait for a slot in their own tasks).
