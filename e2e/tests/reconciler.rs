@@ -435,6 +435,48 @@ async fn a_pod_create_conflict_with_an_evicted_pod_is_a_visible_failed_create() 
     .unwrap();
 }
 
+/// Kruise lists a CloneSet's pods by owner UID: a pod it controls still counts after its
+/// instance-id label is removed (no replacement is made for it; scaling down counts it).
+#[tokio::test]
+async fn a_controlled_pod_whose_instance_id_label_is_removed_still_counts() {
+    let e = env("nolabel").await;
+    e.create(&manifest("web", 2, "nginx:1.27", json!({}))).await;
+    let cs = e.wait_status("web", "2 ready", |cs| settled(cs, 2)).await;
+    let pod = e.active_pods("web").await.remove(0);
+    let unlabel = json!({"metadata": {"labels": {keys::CLONESET_INSTANCE_ID: null}}});
+    e.pods.patch(&pod.name_any(), &PatchParams::default(), &Patch::Merge(unlabel)).await.unwrap();
+    e.patch("web", json!({"replicas": 1})).await;
+    e.wait_status("web", "1 ready", |cs| settled(cs, 1)).await;
+    let uid = cs.metadata.uid.clone();
+    let owned = || async {
+        let pods = e.pods.list(&ListParams::default()).await.unwrap().items;
+        pods.into_iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none() && p.owner_references().iter().any(|o| Some(&o.uid) == uid.as_ref()))
+            .count()
+    };
+    assert_eq!(owned().await, 1, "the unlabelled pod was counted, not replaced");
+}
+
+/// Kruise's RefManager releases no pod while its CloneSet is being deleted: a pod whose labels
+/// stop matching then is left out (and garbage collected with the CloneSet), not orphaned.
+#[tokio::test]
+async fn no_pod_is_released_while_the_cloneset_is_being_deleted() {
+    let e = env("norelease").await;
+    let mut cs = manifest("web", 2, "nginx:1.27", json!({}));
+    // A finalizer of the test's keeps the CloneSet in deletion while we look.
+    cs.metadata.finalizers = Some(vec!["e2e.test/hold".into()]);
+    e.create(&cs).await;
+    e.wait_status("web", "2 ready", |cs| settled(cs, 2)).await;
+    e.clonesets.delete("web", &DeleteParams::default()).await.unwrap();
+    let pod = e.active_pods("web").await.remove(0);
+    e.pods.patch(&pod.name_any(), &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"app": "other"}}}))).await.unwrap();
+    watch_until(&e.clonesets, "web", T, |cs| st(cs).replicas == 1).await.expect("the mismatched pod is left out of the status");
+    let now = e.pods.get(&pod.name_any()).await.unwrap();
+    assert_eq!(now.owner_references(), pod.owner_references(), "the pod keeps its owner, so it goes with the CloneSet");
+    let release = json!({"metadata": {"finalizers": null}});
+    e.clonesets.patch("web", &PatchParams::default(), &Patch::Merge(release)).await.unwrap();
+}
+
 #[tokio::test]
 async fn min_ready_seconds_paces_a_limited_scale_up_and_delays_available() {
     const MIN_READY: i64 = 3;

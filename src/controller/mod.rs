@@ -119,8 +119,15 @@ where
 const LIST_PAGE_SIZE: u32 = 100;
 
 /// Runs a reflector: keeps `writer`'s cache current (stripped of managedFields, which nothing
-/// reads, and of whatever else `strip` removes) and yields the objects that changed.
-fn cache<K>(api: Api<K>, cfg: watcher::Config, writer: reflector::store::Writer<K>, strip: fn(&mut K)) -> impl Stream<Item = Arc<K>> + Send
+/// reads, and of whatever else `strip` removes) with the objects `keep` accepts, and yields the
+/// objects that changed. An object `keep` stops accepting leaves the cache as if deleted.
+fn cache<K>(
+    api: Api<K>,
+    cfg: watcher::Config,
+    writer: reflector::store::Writer<K>,
+    strip: fn(&mut K),
+    keep: fn(&K) -> bool,
+) -> impl Stream<Item = Arc<K>> + Send
 where
     K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
     K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
@@ -129,7 +136,14 @@ where
         obj.managed_fields_mut().clear();
         strip(obj);
     };
-    watcher::watcher(api, cfg).default_backoff().modify(modify).reflect(writer).filter_map(|ev| async move {
+    let kept = move |ev: Result<Event<K>, watcher::Error>| {
+        std::future::ready(match ev {
+            Ok(Event::InitApply(o)) if !keep(&o) => None,
+            Ok(Event::Apply(o)) if !keep(&o) => Some(Ok(Event::Delete(o))),
+            other => Some(other),
+        })
+    };
+    watcher::watcher(api, cfg).default_backoff().modify(modify).filter_map(kept).reflect(writer).filter_map(|ev| async move {
         match ev {
             Ok(Event::Apply(o)) | Ok(Event::Delete(o)) | Ok(Event::InitApply(o)) => Some(Arc::new(o)),
             Ok(_) => None,
@@ -180,6 +194,17 @@ fn strip_node(node: &mut Node) {
     node.spec = None;
 }
 
+/// Whether a CloneSet owns `obj` (as controller or not): pods and PVCs are cached by owner, as
+/// Kruise lists them by owner UID, so a pod whose instance-id label was removed still counts.
+fn owned_by_a_cloneset<K: Resource>(obj: &K) -> bool {
+    obj.meta().owner_references.iter().flatten().any(|o| o.kind == "CloneSet" && o.api_version.split('/').next() == Some("apps.kruise.io"))
+}
+
+/// Everything (nodes, CloneSets, revisions by their label selector).
+fn everything<K>(_: &K) -> bool {
+    true
+}
+
 /// The CloneSet that controls `obj`, as a queue key.
 fn owner_key<K: Resource>(obj: &K) -> Option<String> {
     let owner = obj.meta().owner_references.as_ref()?.iter().find(|o| o.controller == Some(true))?;
@@ -199,18 +224,15 @@ pub async fn run(client: Client, config: ControllerConfig, runtime: Runtime, shu
     let (pvc_reader, pvc_writer) = reflector::store::<PersistentVolumeClaim>();
     let (rev_reader, rev_writer) = reflector::store::<ControllerRevision>();
     let (node_reader, node_writer) = reflector::store::<Node>();
-    // Only what a CloneSet can own: pods and PVCs carry the instance-id label, revisions the hash label.
-    let owned = watcher::Config::default().labels(keys::CLONESET_INSTANCE_ID).page_size(LIST_PAGE_SIZE);
-    let cs_events = cache(api::<CachedCloneSet>(&client, ns), watcher::Config::default(), cs_writer, |_| {});
-    let pod_events = cache(api::<Pod>(&client, ns), owned.clone(), pod_writer, strip_pod);
-    let pvc_events = cache(api::<PersistentVolumeClaim>(&client, ns), owned, pvc_writer, |_| {});
-    let rev_events = cache(
-        api::<ControllerRevision>(&client, ns),
-        watcher::Config::default().labels(keys::CONTROLLER_REVISION_HASH_LABEL).page_size(LIST_PAGE_SIZE),
-        rev_writer,
-        |_| {},
-    );
-    let node_events = cache(Api::<Node>::all(client.clone()), watcher::Config::default(), node_writer, strip_node);
+    // Only what a CloneSet can own: pods and PVCs with a CloneSet owner reference (others are
+    // read a page at a time and never cached), revisions with the hash label.
+    let paged = watcher::Config::default().page_size(LIST_PAGE_SIZE);
+    let cs_events = cache(api::<CachedCloneSet>(&client, ns), watcher::Config::default(), cs_writer, |_| {}, everything);
+    let pod_events = cache(api::<Pod>(&client, ns), paged.clone(), pod_writer, strip_pod, owned_by_a_cloneset);
+    let pvc_events = cache(api::<PersistentVolumeClaim>(&client, ns), paged.clone(), pvc_writer, |_| {}, owned_by_a_cloneset);
+    let rev_events =
+        cache(api::<ControllerRevision>(&client, ns), paged.labels(keys::CONTROLLER_REVISION_HASH_LABEL), rev_writer, |_| {}, everything);
+    let node_events = cache(Api::<Node>::all(client.clone()), watcher::Config::default(), node_writer, strip_node, everything);
 
     metrics.set_max_concurrent_reconciles(config.workers.max(1));
     metrics.set_leader(false);
