@@ -158,7 +158,8 @@ where
 /// Drops what the controller never reads from a cached pod. What it reads (checked in
 /// `controller` and `core`): all of metadata; `spec.containers[].name`, `.image` and
 /// `.resources` (in-place updates and vertical scaling), the `KRUISE_CONTAINER_PRIORITY` env
-/// variable (launch priority), `spec.initContainers` likewise,
+/// variable (launch priority), `spec.initContainers` likewise and their `restartPolicy`
+/// (sidecars: the update order's restart-count tie-break),
 /// `spec.readinessGates`, `spec.nodeName`; and `status` (phase, conditions, container
 /// statuses). Volumes (the service-account projection on every pod), tolerations, affinity,
 /// the rest of env, mounts, probes, commands and ports are never read.
@@ -176,6 +177,7 @@ pub fn strip_pod(pod: &mut Pod) {
                 name: std::mem::take(&mut c.name),
                 image: c.image.take(),
                 resources: c.resources.take(),
+                restart_policy: c.restart_policy.take(),
                 env: (!priority.is_empty()).then_some(priority),
                 ..Default::default()
             };
@@ -475,5 +477,24 @@ mod tests {
         assert_eq!(status.conditions, before.status.as_ref().unwrap().conditions);
         assert_eq!(status.container_statuses, before.status.as_ref().unwrap().container_statuses);
         assert_eq!(pod.metadata, before.metadata);
+    }
+
+    /// k8s 1.32's `ActivePods` (Kruise's update order) breaks ties on sidecar restarts, and a
+    /// sidecar is an init container with `restartPolicy: Always`.
+    #[test]
+    fn stripped_pods_keep_sidecar_restarts_for_the_update_order_tie_break() {
+        let pod = |restarts: i32| -> Pod {
+            let mut p: Pod = serde_json::from_value(serde_json::json!({
+                "metadata": {"name": format!("p{restarts}")},
+                "spec": {"initContainers": [{"name": "proxy", "image": "envoy", "restartPolicy": "Always"}],
+                         "containers": [{"name": "main", "image": "i:1"}]},
+                "status": {"initContainerStatuses": [{"name": "proxy", "image": "envoy", "imageID": "", "ready": true, "restartCount": restarts}]},
+            }))
+            .unwrap();
+            strip_pod(&mut p);
+            p
+        };
+        assert_eq!(pod(0).spec.unwrap().init_containers.unwrap()[0].restart_policy.as_deref(), Some("Always"));
+        assert_eq!(crate::core::order::max_sidecar_restarts(&pod(3)), 3);
     }
 }
