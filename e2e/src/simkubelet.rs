@@ -516,6 +516,11 @@ async fn reconcile_pod(pod: Arc<Pod>, ctx: Arc<Ctx>) -> Result<Action, SimError>
         return Ok(Action::await_change());
     }
 
+    // A kubelet never takes a pod out of a terminal phase (tests set one to simulate an eviction).
+    if matches!(pod.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Failed" | "Succeeded")) {
+        return Ok(Action::await_change());
+    }
+
     let host_ip = Ctx::host_ip(node);
     let fresh_ip = if pod.status.as_ref().and_then(|s| s.pod_ip.as_ref()).is_some() { String::new() } else { ctx.allocate_pod_ip(node) };
     let plan = {

@@ -93,7 +93,7 @@ fn check_log(operator: &Operator, ns: &str) {
 }
 
 /// How many FailedDecode Warning events the bad CloneSet has had (a repeat of the same event is
-/// folded into one with a series count).
+/// folded into one with a count: core/v1's, which this API shows as `deprecatedCount`).
 async fn decode_events(events: &Api<Event>) -> anyhow::Result<usize> {
     let list = events.list(&ListParams::default()).await?;
     Ok(list
@@ -105,7 +105,7 @@ async fn decode_events(events: &Api<Event>) -> anyhow::Result<usize> {
                 && ev.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("bad")
                 && ev.note.as_deref().is_some_and(|n| n.contains("spec.replicas"))
         })
-        .map(|ev| ev.series.as_ref().map_or(1, |s| s.count.max(1) as usize))
+        .map(|ev| ev.series.as_ref().map(|s| s.count).or(ev.deprecated_count).unwrap_or(1).max(1) as usize)
         .sum())
 }
 

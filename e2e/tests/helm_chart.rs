@@ -151,7 +151,6 @@ fn expected_grants() -> BTreeSet<(String, String, String, String)> {
         ("ClusterRole", "", "persistentvolumeclaims", RW),
         ("ClusterRole", "apps", "controllerrevisions", RW),
         ("ClusterRole", "", "events", &["create", "patch"]),
-        ("ClusterRole", "events.k8s.io", "events", &["create", "patch"]),
         ("ClusterRole", "", "nodes", &["get", "list", "watch"]),
         // The two-controllers guard: read Kruise's Lease, nothing else.
         ("ClusterRole", "coordination.k8s.io", "leases[kruise-manager]", &["get"]),

@@ -342,8 +342,9 @@ async fn disable_pvc_reuse_gives_the_replacement_fresh_pvcs_and_hands_the_old_on
     let victim = &before[0];
     let old_id = label(victim, keys::CLONESET_INSTANCE_ID).unwrap().to_string();
     let old_pvc = format!("data-db-{old_id}");
-    let owners_of = |pvc: &PersistentVolumeClaim| -> Vec<(String, String)> {
-        pvc.owner_references().iter().map(|o| (o.kind.clone(), o.uid.clone())).collect()
+    // (kind, uid, controller, blockOwnerDeletion) of each owner.
+    let owners_of = |pvc: &PersistentVolumeClaim| -> Vec<(String, String, Option<bool>, Option<bool>)> {
+        pvc.owner_references().iter().map(|o| (o.kind.clone(), o.uid.clone(), o.controller, o.block_owner_deletion)).collect()
     };
     let (owners, record) = e2e::testenv::record(&pvcs, &old_pvc, owners_of).await.unwrap();
     // A grace period keeps the deleted pod terminating long enough to be seen inactive.
@@ -361,10 +362,119 @@ async fn disable_pvc_reuse_gives_the_replacement_fresh_pvcs_and_hands_the_old_on
     let owners = owners.lock().unwrap().clone();
     let victim_uid = victim.metadata.uid.clone().unwrap();
     assert_eq!(owners.first().map(|o| o[0].0.as_str()), Some("CloneSet"), "{owners:?}");
+    // Kruise's updateClaimOwnerRefToPod: the CloneSet's ref removed, NewControllerRef(pod) appended.
     assert!(
-        owners.iter().any(|o| o == &[("Pod".to_string(), victim_uid.clone())]),
-        "the old PVC was handed to the terminating pod (its only owner) and went away with it: {owners:?}"
+        owners.iter().any(|o| o == &[("Pod".to_string(), victim_uid.clone(), Some(true), Some(true))]),
+        "the old PVC was handed to the terminating pod (its only owner, as its controller) and went away with it: {owners:?}"
     );
+}
+
+/// Whether the CloneSet `cs` has a Warning event `reason` whose message satisfies `what` (read
+/// through core/v1, which shows the events of both event APIs).
+async fn has_warning(e: &Env, cs: &str, reason: &str, what: impl Fn(&str) -> bool) -> anyhow::Result<bool> {
+    let events: Api<k8s_openapi::api::core::v1::Event> = e.ns.api();
+    Ok(events.list(&ListParams::default()).await?.items.iter().any(|ev| {
+        ev.type_.as_deref() == Some("Warning")
+            && ev.reason.as_deref() == Some(reason)
+            && ev.involved_object.name.as_deref() == Some(cs)
+            && ev.message.as_deref().is_some_and(&what)
+    }))
+}
+
+fn failed_scale(cs: &CloneSet) -> Option<String> {
+    st(cs).conditions.into_iter().find(|c| c.type_ == "FailedScale" && c.status == "True").map(|c| c.message)
+}
+
+/// Kruise's `createOnePod`: a PVC it has to create whose name is taken (here by a PVC released
+/// from the CloneSet) fails the pod: FailedCreate "failed to create pvc: …", FailedScale, no pod.
+#[tokio::test]
+async fn a_pvc_create_conflict_fails_the_pod_create_with_failed_create() {
+    let e = env("pvcconflict").await;
+    let claim = |name: &str| json!({"metadata": {"name": name}, "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}});
+    e.create(&manifest("db", 1, "nginx:1.27", json!({"volumeClaimTemplates": [claim("data"), claim("logs")]}))).await;
+    e.wait_status("db", "1 ready", |cs| settled(cs, 1)).await;
+    let pod = e.active_pods("db").await.remove(0);
+    let id = label(&pod, keys::CLONESET_INSTANCE_ID).unwrap().to_string();
+    // `logs-db-<id>` stops being the CloneSet's; `data-db-<id>` keeps the id free for reuse.
+    let pvcs: Api<PersistentVolumeClaim> = e.ns.api();
+    pvcs.patch(&format!("logs-db-{id}"), &PatchParams::default(), &Patch::Merge(json!({"metadata": {"ownerReferences": null}})))
+        .await
+        .unwrap();
+    e.pods.delete(&pod.name_any(), &DeleteParams { grace_period_seconds: Some(0), ..Default::default() }).await.unwrap();
+    let cs = e.wait_status("db", "a FailedScale condition", |cs| failed_scale(cs).is_some()).await;
+    let taken = format!("persistentvolumeclaims \"logs-db-{id}\" already exists");
+    assert!(failed_scale(&cs).unwrap().contains(&taken), "{:?}", failed_scale(&cs));
+    wait_until(T, "a FailedCreate event for the PVC", || async {
+        has_warning(&e, "db", "FailedCreate", |m| m.starts_with("failed to create pvc: ") && m.contains(&taken)).await
+    })
+    .await
+    .unwrap();
+    assert!(e.active_pods("db").await.is_empty(), "no pod is created without its PVCs");
+}
+
+/// Kruise's `createOnePod`: a pod name still held by an Evicted (Failed, not deleted) pod of the
+/// CloneSet, whose instance id is free for PVC reuse, is a create failure Kruise shows as a
+/// FailedCreate event and a FailedScale condition, not a silent success.
+#[tokio::test]
+async fn a_pod_create_conflict_with_an_evicted_pod_is_a_visible_failed_create() {
+    let e = env("evicted").await;
+    let vct = json!({"volumeClaimTemplates": [{"metadata": {"name": "data"},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}]});
+    e.create(&manifest("db", 1, "nginx:1.27", vct)).await;
+    e.wait_status("db", "1 ready", |cs| settled(cs, 1)).await;
+    let pod = e.active_pods("db").await.remove(0);
+    let evicted = json!({"status": {"phase": "Failed", "reason": "Evicted"}});
+    e.pods.patch_status(&pod.name_any(), &PatchParams::default(), &Patch::Merge(evicted)).await.unwrap();
+    let cs = e.wait_status("db", "a FailedScale condition", |cs| failed_scale(cs).is_some()).await;
+    let taken = format!("pods \"{}\" already exists", pod.name_any());
+    assert!(failed_scale(&cs).unwrap().contains(&taken), "{:?}", failed_scale(&cs));
+    wait_until(T, "a FailedCreate event for the pod", || async {
+        has_warning(&e, "db", "FailedCreate", |m| m.starts_with("failed to create pod: ") && m.contains(&taken)).await
+    })
+    .await
+    .unwrap();
+}
+
+/// Kruise lists a CloneSet's pods by owner UID: a pod it controls still counts after its
+/// instance-id label is removed (no replacement is made for it; scaling down counts it).
+#[tokio::test]
+async fn a_controlled_pod_whose_instance_id_label_is_removed_still_counts() {
+    let e = env("nolabel").await;
+    e.create(&manifest("web", 2, "nginx:1.27", json!({}))).await;
+    let cs = e.wait_status("web", "2 ready", |cs| settled(cs, 2)).await;
+    let pod = e.active_pods("web").await.remove(0);
+    let unlabel = json!({"metadata": {"labels": {keys::CLONESET_INSTANCE_ID: null}}});
+    e.pods.patch(&pod.name_any(), &PatchParams::default(), &Patch::Merge(unlabel)).await.unwrap();
+    e.patch("web", json!({"replicas": 1})).await;
+    e.wait_status("web", "1 ready", |cs| settled(cs, 1)).await;
+    let uid = cs.metadata.uid.clone();
+    let owned = || async {
+        let pods = e.pods.list(&ListParams::default()).await.unwrap().items;
+        pods.into_iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none() && p.owner_references().iter().any(|o| Some(&o.uid) == uid.as_ref()))
+            .count()
+    };
+    assert_eq!(owned().await, 1, "the unlabelled pod was counted, not replaced");
+}
+
+/// Kruise's RefManager releases no pod while its CloneSet is being deleted: a pod whose labels
+/// stop matching then is left out (and garbage collected with the CloneSet), not orphaned.
+#[tokio::test]
+async fn no_pod_is_released_while_the_cloneset_is_being_deleted() {
+    let e = env("norelease").await;
+    let mut cs = manifest("web", 2, "nginx:1.27", json!({}));
+    // A finalizer of the test's keeps the CloneSet in deletion while we look.
+    cs.metadata.finalizers = Some(vec!["e2e.test/hold".into()]);
+    e.create(&cs).await;
+    e.wait_status("web", "2 ready", |cs| settled(cs, 2)).await;
+    e.clonesets.delete("web", &DeleteParams::default()).await.unwrap();
+    let pod = e.active_pods("web").await.remove(0);
+    e.pods.patch(&pod.name_any(), &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"app": "other"}}}))).await.unwrap();
+    watch_until(&e.clonesets, "web", T, |cs| st(cs).replicas == 1).await.expect("the mismatched pod is left out of the status");
+    let now = e.pods.get(&pod.name_any()).await.unwrap();
+    assert_eq!(now.owner_references(), pod.owner_references(), "the pod keeps its owner, so it goes with the CloneSet");
+    let release = json!({"metadata": {"finalizers": null}});
+    e.clonesets.patch("web", &PatchParams::default(), &Patch::Merge(release)).await.unwrap();
 }
 
 #[tokio::test]
@@ -536,12 +646,32 @@ async fn scale_strategy_max_unavailable_limits_each_scale_up() {
         assert_eq!(x.uids.len(), 3);
         assert_eq!(x.max_unready, 1, "pods were created one at a time, each after the previous became Ready");
     }
-    let events: Api<k8s_openapi::api::events::v1::Event> = e.ns.api();
-    let limited = events.list(&ListParams::default()).await.unwrap().items.into_iter().any(|ev| {
-        ev.reason.as_deref() == Some("ScaleUpLimited")
-            && ev.note.as_deref() == Some("scaleUp is limited because of scaleStrategy.maxUnavailable, limit: 1")
-    });
-    assert!(limited, "a ScaleUpLimited event with the limit");
+    let events: Api<k8s_openapi::api::core::v1::Event> = e.ns.api();
+    let limited: Vec<_> = events
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|ev| ev.reason.as_deref() == Some("ScaleUpLimited"))
+        .collect();
+    let messages: Vec<&str> = limited.iter().filter_map(|ev| ev.message.as_deref()).collect();
+    assert!(messages.contains(&"scaleUp is limited because of scaleStrategy.maxUnavailable, limit: 1"), "{messages:?}");
+    assert_eq!(messages.len(), messages.iter().collect::<BTreeSet<_>>().len(), "a repeat is counted on the first event: {messages:?}");
+    assert!(limited.iter().any(|ev| ev.count > Some(1)), "some ScaleUpLimited repeated: {limited:#?}");
+    for ev in &limited {
+        // What Kruise's core/v1 broadcaster (client-go's recorder) writes.
+        assert_eq!(ev.source.as_ref().and_then(|s| s.component.as_deref()), Some("cloneset-controller"));
+        assert_eq!(ev.reporting_component.as_deref(), Some("cloneset-controller"));
+        assert_eq!(ev.type_.as_deref(), Some("Warning"));
+        let o = &ev.involved_object;
+        assert_eq!(
+            (o.kind.as_deref(), o.api_version.as_deref(), o.name.as_deref()),
+            (Some("CloneSet"), Some("apps.kruise.io/v1alpha1"), Some("web"))
+        );
+        assert!(ev.event_time.is_none() && ev.first_timestamp.is_some() && ev.last_timestamp >= ev.first_timestamp, "{ev:?}");
+        assert!(ev.metadata.name.as_deref().is_some_and(|n| n.starts_with("web.")), "named <object>.<hex nanos>: {ev:?}");
+    }
 }
 
 /// The swap the project promises: a CloneSet with its revision and pods exactly as Kruise's

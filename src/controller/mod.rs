@@ -19,7 +19,6 @@ use std::time::{Duration, Instant};
 use futures::{Stream, StreamExt as _};
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Pod};
-use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::watcher::{self, Event};
 use kube::runtime::{WatchStreamExt as _, reflector::ObjectRef};
@@ -64,10 +63,11 @@ pub struct Context {
     pub stores: Stores,
     pub scale_expectations: Mutex<ScaleExpectations>,
     pub rv_expectations: Mutex<ResourceVersionExpectations>,
-    pub recorder: Recorder,
+    /// client-go's event correlation state ([`writes::event`]).
+    pub event_correlator: Mutex<crate::core::events::EventCorrelator>,
     pub queue: WorkQueue,
     pub metrics: Arc<Metrics>,
-    /// Per CloneSet UID: its event spam-filter bucket ([`writes::event`]).
+    /// Per CloneSet UID and event type: its event spam-filter bucket ([`writes::event`]).
     pub event_budgets: Mutex<HashMap<String, writes::EventBudget>>,
     /// Whether this instance leads (always, without leader election): only then are keys queued.
     leading: AtomicBool,
@@ -122,8 +122,15 @@ where
 const LIST_PAGE_SIZE: u32 = 100;
 
 /// Runs a reflector: keeps `writer`'s cache current (stripped of managedFields, which nothing
-/// reads, and of whatever else `strip` removes) and yields the objects that changed.
-fn cache<K>(api: Api<K>, cfg: watcher::Config, writer: reflector::store::Writer<K>, strip: fn(&mut K)) -> impl Stream<Item = Arc<K>> + Send
+/// reads, and of whatever else `strip` removes) with the objects `keep` accepts, and yields the
+/// objects that changed. An object `keep` stops accepting leaves the cache as if deleted.
+fn cache<K>(
+    api: Api<K>,
+    cfg: watcher::Config,
+    writer: reflector::store::Writer<K>,
+    strip: fn(&mut K),
+    keep: fn(&K) -> bool,
+) -> impl Stream<Item = Arc<K>> + Send
 where
     K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
     K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
@@ -132,7 +139,14 @@ where
         obj.managed_fields_mut().clear();
         strip(obj);
     };
-    watcher::watcher(api, cfg).default_backoff().modify(modify).reflect(writer).filter_map(|ev| async move {
+    let kept = move |ev: Result<Event<K>, watcher::Error>| {
+        std::future::ready(match ev {
+            Ok(Event::InitApply(o)) if !keep(&o) => None,
+            Ok(Event::Apply(o)) if !keep(&o) => Some(Ok(Event::Delete(o))),
+            other => Some(other),
+        })
+    };
+    watcher::watcher(api, cfg).default_backoff().modify(modify).filter_map(kept).reflect(writer).filter_map(|ev| async move {
         match ev {
             Ok(Event::Apply(o)) | Ok(Event::Delete(o)) | Ok(Event::InitApply(o)) => Some(Arc::new(o)),
             Ok(_) => None,
@@ -147,7 +161,8 @@ where
 /// Drops what the controller never reads from a cached pod. What it reads (checked in
 /// `controller` and `core`): all of metadata; `spec.containers[].name`, `.image` and
 /// `.resources` (in-place updates and vertical scaling), the `KRUISE_CONTAINER_PRIORITY` env
-/// variable (launch priority), `spec.initContainers` likewise,
+/// variable (launch priority), `spec.initContainers` likewise and their `restartPolicy`
+/// (sidecars: the update order's restart-count tie-break),
 /// `spec.readinessGates`, `spec.nodeName`; and `status` (phase, conditions, container
 /// statuses). Volumes (the service-account projection on every pod), tolerations, affinity,
 /// the rest of env, mounts, probes, commands and ports are never read.
@@ -165,6 +180,7 @@ pub fn strip_pod(pod: &mut Pod) {
                 name: std::mem::take(&mut c.name),
                 image: c.image.take(),
                 resources: c.resources.take(),
+                restart_policy: c.restart_policy.take(),
                 env: (!priority.is_empty()).then_some(priority),
                 ..Default::default()
             };
@@ -181,6 +197,17 @@ pub fn strip_pod(pod: &mut Pod) {
 fn strip_node(node: &mut Node) {
     node.status = None;
     node.spec = None;
+}
+
+/// Whether a CloneSet owns `obj` (as controller or not): pods and PVCs are cached by owner, as
+/// Kruise lists them by owner UID, so a pod whose instance-id label was removed still counts.
+fn owned_by_a_cloneset<K: Resource>(obj: &K) -> bool {
+    obj.meta().owner_references.iter().flatten().any(|o| o.kind == "CloneSet" && o.api_version.split('/').next() == Some("apps.kruise.io"))
+}
+
+/// Everything (nodes, CloneSets, revisions by their label selector).
+fn everything<K>(_: &K) -> bool {
+    true
 }
 
 /// The CloneSet that controls `obj`, as a queue key.
@@ -204,21 +231,16 @@ pub async fn run(client: Client, config: ControllerConfig, runtime: Runtime, shu
     let (pvc_reader, pvc_writer) = reflector::store::<PersistentVolumeClaim>();
     let (rev_reader, rev_writer) = reflector::store::<ControllerRevision>();
     let (node_reader, node_writer) = reflector::store::<Node>();
-    // Only what a CloneSet can own: pods and PVCs carry the instance-id label, revisions the hash label.
-    let owned = watcher::Config::default().labels(keys::CLONESET_INSTANCE_ID).page_size(LIST_PAGE_SIZE);
-    let cs_events = cache(api::<CachedCloneSet>(&client, ns), watcher::Config::default(), cs_writer, |_| {});
-    let pod_events = cache(api::<Pod>(&client, ns), owned.clone(), pod_writer, strip_pod);
-    let pvc_events = cache(api::<PersistentVolumeClaim>(&client, ns), owned, pvc_writer, |_| {});
-    let rev_events = cache(
-        api::<ControllerRevision>(&client, ns),
-        watcher::Config::default().labels(keys::CONTROLLER_REVISION_HASH_LABEL).page_size(LIST_PAGE_SIZE),
-        rev_writer,
-        |_| {},
-    );
-    let node_events = cache(Api::<Node>::all(client.clone()), watcher::Config::default(), node_writer, strip_node);
+    // Only what a CloneSet can own: pods and PVCs with a CloneSet owner reference (others are
+    // read a page at a time and never cached), revisions with the hash label.
+    let paged = watcher::Config::default().page_size(LIST_PAGE_SIZE);
+    let cs_events = cache(api::<CachedCloneSet>(&client, ns), watcher::Config::default(), cs_writer, |_| {}, everything);
+    let pod_events = cache(api::<Pod>(&client, ns), paged.clone(), pod_writer, strip_pod, owned_by_a_cloneset);
+    let pvc_events = cache(api::<PersistentVolumeClaim>(&client, ns), paged.clone(), pvc_writer, |_| {}, owned_by_a_cloneset);
+    let rev_events =
+        cache(api::<ControllerRevision>(&client, ns), paged.labels(keys::CONTROLLER_REVISION_HASH_LABEL), rev_writer, |_| {}, everything);
+    let node_events = cache(Api::<Node>::all(client.clone()), watcher::Config::default(), node_writer, strip_node, everything);
 
-    let recorder =
-        Recorder::new(client.clone(), Reporter { controller: "cloneset-controller".into(), instance: std::env::var("POD_NAME").ok() });
     metrics.set_max_concurrent_reconciles(config.workers.max(1));
     metrics.set_leader(false, lease_name);
     let retry_limits = config.retry;
@@ -228,7 +250,7 @@ pub async fn run(client: Client, config: ControllerConfig, runtime: Runtime, shu
         config,
         scale_expectations: Mutex::new(ScaleExpectations::default()),
         rv_expectations: Mutex::new(ResourceVersionExpectations::default()),
-        recorder,
+        event_correlator: Mutex::default(),
         queue: WorkQueue::with_limits(retry_limits, metrics.queue()),
         metrics: metrics.clone(),
         event_budgets: Mutex::new(HashMap::new()),
@@ -546,5 +568,24 @@ mod tests {
         assert_eq!(status.conditions, before.status.as_ref().unwrap().conditions);
         assert_eq!(status.container_statuses, before.status.as_ref().unwrap().container_statuses);
         assert_eq!(pod.metadata, before.metadata);
+    }
+
+    /// k8s 1.32's `ActivePods` (Kruise's update order) breaks ties on sidecar restarts, and a
+    /// sidecar is an init container with `restartPolicy: Always`.
+    #[test]
+    fn stripped_pods_keep_sidecar_restarts_for_the_update_order_tie_break() {
+        let pod = |restarts: i32| -> Pod {
+            let mut p: Pod = serde_json::from_value(serde_json::json!({
+                "metadata": {"name": format!("p{restarts}")},
+                "spec": {"initContainers": [{"name": "proxy", "image": "envoy", "restartPolicy": "Always"}],
+                         "containers": [{"name": "main", "image": "i:1"}]},
+                "status": {"initContainerStatuses": [{"name": "proxy", "image": "envoy", "imageID": "", "ready": true, "restartCount": restarts}]},
+            }))
+            .unwrap();
+            strip_pod(&mut p);
+            p
+        };
+        assert_eq!(pod(0).spec.unwrap().init_containers.unwrap()[0].restart_policy.as_deref(), Some("Always"));
+        assert_eq!(crate::core::order::max_sidecar_restarts(&pod(3)), 3);
     }
 }

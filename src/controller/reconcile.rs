@@ -413,16 +413,19 @@ async fn truncate_history(
 // Pods and PVCs
 
 /// §4.0 step 6: owned pods that no longer match the selector are released (owner removed).
+/// While the CloneSet is being deleted they are only left out, as Kruise's RefManager does, so
+/// garbage collection still takes them with it.
 async fn release_mismatched_pods(ctx: &Context, cs: &CloneSet, active: Vec<Arc<Pod>>) -> Result<Vec<Arc<Pod>>, ReconcileError> {
     let ns = cs.namespace().unwrap_or_default();
     let uid = cs.metadata.uid.clone().unwrap_or_default();
+    let deleting = cs.metadata.deletion_timestamp.is_some();
     let mut kept = Vec::with_capacity(active.len());
     for p in active {
         if order::selector_matches(&cs.spec.selector, p.labels()) == Some(true) {
             kept.push(p);
-            continue;
+        } else if !deleting {
+            writes::release_pod(ctx, &ns, &p, &uid).await?;
         }
-        writes::release_pod(ctx, &ns, &p, &uid).await?;
     }
     Ok(kept)
 }
@@ -445,10 +448,12 @@ async fn cleanup_pvcs(
         }
         match inactive.iter().find(|p| id_of(p).as_deref() == Some(id)) {
             Some(pod) => {
-                let owner = json!({"apiVersion": "v1", "kind": "Pod", "name": pod.name_any(), "uid": pod.metadata.uid, "controller": false, "blockOwnerDeletion": false});
-                writes::set_pvc_owner(ctx, cs, pvc, owner).await?;
+                let cs_uid = cs.metadata.uid.as_deref().unwrap_or_default();
+                let pod_uid = pod.metadata.uid.as_deref().unwrap_or_default();
+                let owners = podcore::pvc_owners_handed_to_pod(pvc.owner_references(), cs_uid, &pod.name_any(), pod_uid);
+                writes::set_pvc_owners(ctx, cs, pvc, &owners).await?;
             }
-            None => writes::delete_pvc(ctx, cs, &pvc.name_any()).await?,
+            None => writes::delete_pvc(ctx, cs, &pvc.name_any(), writes::PvcDeletion::CleanUp).await?,
         }
     }
     Ok(())

@@ -3,14 +3,17 @@
 //! and messages.
 
 use k8s_openapi::api::apps::v1::ControllerRevision;
+use k8s_openapi::api::core::v1::Event as CoreEvent;
 use k8s_openapi::api::core::v1::{ObjectReference, PersistentVolumeClaim, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
-use kube::runtime::events::{Event, EventType};
+pub use kube::runtime::events::EventType;
 use kube::{Api, Resource, ResourceExt as _};
 use serde_json::{Value, json};
 
 use super::Context;
 use crate::api::{CloneSet, CloneSetStatus};
+use crate::core::events;
 use crate::core::expectations::ObjectKind;
 
 /// Why a write failed, in terms of what the caller must do.
@@ -18,8 +21,6 @@ use crate::core::expectations::ObjectKind;
 pub enum WriteError {
     #[error(transparent)]
     Api(#[from] kube::Error),
-    #[error("{0}")]
-    Conflict(String),
     /// The asked-for change cannot be made (e.g. InPlaceOnly without an in-place path).
     #[error("{0}")]
     Refused(String),
@@ -47,37 +48,65 @@ pub fn cs_key(cs: &CloneSet) -> String {
     format!("{}/{}", cs.namespace().unwrap_or_default(), cs.name_any())
 }
 
-/// Publishes an event in the background, as client-go's event broadcaster (and so Kruise) does:
-/// a reconcile never waits for it. Like client-go's `EventSourceObjectSpamFilter`, each CloneSet
-/// may publish [`EVENT_BURST`] events at once and then one per [`EVENT_REFILL`]; the rest are
-/// dropped (a scale-up of 1,000 pods sends about 25 `SuccessfulCreate` events, not 1,000, and
-/// their requests no longer compete with pod writes for the client's tokens). At most
-/// [`EVENTS_IN_FLIGHT`] are being sent at once.
+/// Publishes an event in the background, as Kruise's core/v1 event broadcaster (client-go's
+/// `record` package) does: a reconcile never waits for it. The event is a core/v1 Event with
+/// `source.component: cloneset-controller`, and a repeat patches the first one (`count`,
+/// `lastTimestamp`) as client-go's correlator does ([`crate::core::events`]). Like client-go's
+/// `EventSourceObjectSpamFilter`, each CloneSet may publish [`EVENT_BURST`] events of a type at
+/// once and then one per [`EVENT_REFILL`]; the rest are dropped (a scale-up of 1,000 pods sends
+/// about 25 `SuccessfulCreate` events, not 1,000, and their requests no longer compete with pod
+/// writes for the client's tokens). At most [`EVENTS_IN_FLIGHT`] are being sent at once.
 pub async fn event(ctx: &Context, cs: &CloneSet, type_: EventType, reason: &str, note: String) {
     static IN_FLIGHT: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(EVENTS_IN_FLIGHT);
+    let type_ = match type_ {
+        EventType::Normal => "Normal",
+        EventType::Warning => "Warning",
+    };
     let allowed = {
         let mut budgets = ctx.event_budgets.lock().unwrap_or_else(|e| e.into_inner());
         let now = std::time::Instant::now();
         budgets.retain(|_, b| b.full_at(now).is_none_or(|t| t > now));
-        budgets.entry(cs.metadata.uid.clone().unwrap_or_else(|| cs_key(cs))).or_insert_with(|| EventBudget::new(now)).take(now)
+        let object = cs.metadata.uid.clone().unwrap_or_else(|| cs_key(cs));
+        budgets.entry(format!("{object}/{type_}")).or_insert_with(|| EventBudget::new(now)).take(now)
     };
     if !allowed {
         tracing::debug!(reason, note, "event dropped by the per-CloneSet spam filter");
         return;
     }
-    let ev = Event { type_, reason: reason.into(), note: Some(within_note_limit(note)), action: reason.into(), secondary: None };
-    let reference: ObjectReference = cs.object_ref(&());
-    let recorder = ctx.recorder.clone();
+    let note = within_note_limit(note);
+    let involved: ObjectReference = cs.object_ref(&());
+    let now = k8s_openapi::jiff::Timestamp::now();
+    let object_key = format!(
+        "{EVENT_SOURCE}\0{}\0{}\0{}\0{}\0{}",
+        involved.kind.as_deref().unwrap_or_default(),
+        involved.namespace.as_deref().unwrap_or_default(),
+        involved.name.as_deref().unwrap_or_default(),
+        involved.uid.as_deref().unwrap_or_default(),
+        involved.api_version.as_deref().unwrap_or_default()
+    );
+    let occurrence = ctx.event_correlator.lock().unwrap_or_else(|e| e.into_inner()).correlate(
+        &events::NewEvent {
+            object_key: &object_key,
+            object_name: involved.name.as_deref().unwrap_or_default(),
+            type_,
+            reason,
+            message: &note,
+        },
+        now,
+    );
+    let ev = core_event(&involved, type_, reason, &occurrence);
+    let client = ctx.client.clone();
     let reason = reason.to_string();
     tokio::spawn(async move {
         let Ok(_permit) = IN_FLIGHT.acquire().await else { return };
-        if let Err(e) = recorder.publish(&ev, &reference).await {
+        if let Err(e) = send_event(client, ev, occurrence.patch).await {
             tracing::warn!(error = %plain_kube_message(&e), reason, "could not publish event");
         }
     });
 }
 
-/// The Events API refuses a note longer than this (in bytes).
+/// The events.k8s.io API refuses a note longer than this (in bytes); kept for core/v1 events too,
+/// so an error message cannot make an event too large to record.
 const MAX_NOTE_BYTES: usize = 1024;
 
 /// `note` cut to what the Events API accepts, on a character boundary, marked as cut.
@@ -91,6 +120,51 @@ fn within_note_limit(mut note: String) -> String {
         note.push_str("...");
     }
     note
+}
+
+/// client-go's `EventSource.Component` of Kruise's CloneSet recorder.
+pub const EVENT_SOURCE: &str = "cloneset-controller";
+
+/// The core/v1 Event client-go's recorder writes (`makeEvent` + `generateEvent`).
+fn core_event(involved: &ObjectReference, type_: &str, reason: &str, o: &events::Occurrence) -> CoreEvent {
+    use k8s_openapi::api::core::v1::EventSource;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+    // client-go puts events of a cluster-scoped object into `default`.
+    let namespace = involved.namespace.clone().filter(|n| !n.is_empty()).unwrap_or_else(|| "default".into());
+    CoreEvent {
+        metadata: ObjectMeta { name: Some(o.name.clone()), namespace: Some(namespace), ..Default::default() },
+        involved_object: involved.clone(),
+        reason: Some(reason.into()),
+        message: Some(o.message.clone()),
+        first_timestamp: Some(Time(o.first_timestamp)),
+        last_timestamp: Some(Time(o.last_timestamp)),
+        count: Some(o.count),
+        type_: Some(type_.into()),
+        source: Some(EventSource { component: Some(EVENT_SOURCE.into()), host: None }),
+        reporting_component: o.reporting.then(|| EVENT_SOURCE.into()),
+        reporting_instance: None,
+        ..Default::default()
+    }
+}
+
+/// Creates the event, or patches a repeat as client-go's `recordEvent` does (falling back to a
+/// create when the first is gone; a create that meets a racing first create patches instead).
+async fn send_event(client: kube::Client, ev: CoreEvent, patch: bool) -> Result<(), kube::Error> {
+    let api: Api<CoreEvent> = Api::namespaced(client, ev.metadata.namespace.as_deref().unwrap_or("default"));
+    let name = ev.metadata.name.clone().unwrap_or_default();
+    let repeat = json!({"count": ev.count, "lastTimestamp": ev.last_timestamp, "message": ev.message});
+    if patch {
+        match api.patch(&name, &PatchParams::default(), &Patch::Strategic(&repeat)).await {
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            other => return other.map(drop),
+        }
+    }
+    match api.create(&PostParams::default(), &ev).await {
+        Err(kube::Error::Api(e)) if e.code == 409 && patch => {
+            api.patch(&name, &PatchParams::default(), &Patch::Strategic(&repeat)).await.map(drop)
+        }
+        other => other.map(drop),
+    }
 }
 
 /// Events sent concurrently (the rest wait for a slot in their own tasks).
@@ -139,7 +213,11 @@ fn pvcs(ctx: &Context, ns: &str) -> Api<PersistentVolumeClaim> {
     Api::namespaced(ctx.client.clone(), ns)
 }
 
-/// Creates a pod and the PVCs it needs that do not exist yet.
+/// Creates a pod and the PVCs it needs that do not exist yet. Any failure, a name taken
+/// included, fails the pod as in Kruise (`createOnePod`): a PVC or pod of that name that is not
+/// in our cache is not ours to use (a 409 on the pod can only be a pod our cache holds as
+/// inactive, e.g. an Evicted one still holding its reused instance id); the FailedCreate event and
+/// the FailedScale condition say so, and the pass is retried with backoff.
 pub async fn create_pod(ctx: &Context, cs: &CloneSet, pod: &Pod, new_pvcs: &[PersistentVolumeClaim]) -> Result<(), WriteError> {
     let key = cs_key(cs);
     let ns = cs.namespace().unwrap_or_default();
@@ -147,15 +225,11 @@ pub async fn create_pod(ctx: &Context, cs: &CloneSet, pod: &Pod, new_pvcs: &[Per
     for pvc in new_pvcs {
         let pvc_name = pvc.name_any();
         ctx.scale_expectations.lock().unwrap_or_else(|e| e.into_inner()).expect_creation(&key, ObjectKind::Pvc, &pvc_name);
-        match pvcs(ctx, &ns).create(&PostParams::default(), pvc).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(e)) if e.code == 409 => {
-                ctx.scale_expectations.lock().unwrap_or_else(|e| e.into_inner()).withdraw(&key, ObjectKind::Pvc, &pvc_name);
-            }
-            Err(e) => {
-                ctx.scale_expectations.lock().unwrap_or_else(|e| e.into_inner()).withdraw(&key, ObjectKind::Pvc, &pvc_name);
-                return Err(e.into());
-            }
+        if let Err(e) = pvcs(ctx, &ns).create(&PostParams::default(), pvc).await {
+            ctx.scale_expectations.lock().unwrap_or_else(|e| e.into_inner()).withdraw(&key, ObjectKind::Pvc, &pvc_name);
+            let msg = format!("failed to create pvc: {}, pvc: {pvc_name}", plain_kube_message(&e));
+            event(ctx, cs, EventType::Warning, "FailedCreate", msg).await;
+            return Err(e.into());
         }
     }
     ctx.scale_expectations.lock().unwrap_or_else(|e| e.into_inner()).expect_creation(&key, ObjectKind::Pod, &name);
@@ -164,23 +238,6 @@ pub async fn create_pod(ctx: &Context, cs: &CloneSet, pod: &Pod, new_pvcs: &[Per
             event(ctx, cs, EventType::Normal, "SuccessfulCreate", format!("succeed to create pod {name}")).await;
             Ok(())
         }
-        // A retried POST can meet its own earlier success: fine when the pod is ours and live. A
-        // terminating pod of ours under the same name (a reused instance id, Kruise #1099) is
-        // not that: it will vanish, and an expectation waiting for it would never be met.
-        Err(kube::Error::Api(e)) if e.code == 409 => match pods(ctx, &ns).get_opt(&name).await? {
-            Some(existing)
-                if existing.metadata.deletion_timestamp.is_none()
-                    && existing.owner_references().iter().any(|o| Some(&o.uid) == cs.metadata.uid.as_ref()) =>
-            {
-                Ok(())
-            }
-            _ => {
-                ctx.scale_expectations.lock().unwrap_or_else(|e| e.into_inner()).withdraw(&key, ObjectKind::Pod, &name);
-                let msg = format!("failed to create pod: {}, pod: {name}", e.message);
-                event(ctx, cs, EventType::Warning, "FailedCreate", msg.clone()).await;
-                Err(WriteError::Conflict(msg))
-            }
-        },
         Err(e) => {
             ctx.scale_expectations.lock().unwrap_or_else(|e| e.into_inner()).withdraw(&key, ObjectKind::Pod, &name);
             event(ctx, cs, EventType::Warning, "FailedCreate", format!("failed to create pod: {}, pod: {name}", plain_kube_message(&e)))
@@ -211,12 +268,21 @@ pub async fn delete_pod(ctx: &Context, cs: &CloneSet, pod: &Pod, instance_pvcs: 
         ctx.rv_expectations.lock().unwrap_or_else(|e| e.into_inner()).forget(uid);
     }
     for pvc in instance_pvcs {
-        delete_pvc(ctx, cs, pvc).await?;
+        delete_pvc(ctx, cs, pvc, PvcDeletion::WithPod).await?;
     }
     Ok(())
 }
 
-pub async fn delete_pvc(ctx: &Context, cs: &CloneSet, name: &str) -> Result<(), WriteError> {
+/// Why a PVC is deleted: the message of Kruise's FailedDelete event differs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PvcDeletion {
+    /// With its pod, on scale-down (`deletePods`).
+    WithPod,
+    /// A PVC with no pod at all, with DisablePVCReuse (`deleteOnePVC`).
+    CleanUp,
+}
+
+pub async fn delete_pvc(ctx: &Context, cs: &CloneSet, name: &str, why: PvcDeletion) -> Result<(), WriteError> {
     let key = cs_key(cs);
     ctx.scale_expectations.lock().unwrap_or_else(|e| e.into_inner()).expect_deletion(&key, ObjectKind::Pvc, name);
     match pvcs(ctx, &cs.namespace().unwrap_or_default()).delete(name, &DeleteParams::default()).await {
@@ -224,16 +290,33 @@ pub async fn delete_pvc(ctx: &Context, cs: &CloneSet, name: &str) -> Result<(), 
         Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
         Err(e) => {
             ctx.scale_expectations.lock().unwrap_or_else(|e| e.into_inner()).withdraw(&key, ObjectKind::Pvc, name);
+            let msg = match why {
+                PvcDeletion::WithPod => format!("failed to delete pvc {name}: {}", plain_kube_message(&e)),
+                PvcDeletion::CleanUp => format!("failed to clean up PVC {name}: {}", plain_kube_message(&e)),
+            };
+            event(ctx, cs, EventType::Warning, "FailedDelete", msg).await;
             Err(e.into())
         }
     }
 }
 
-/// Replaces a PVC's owner references (handing it to a dead pod so garbage collection takes it).
-pub async fn set_pvc_owner(ctx: &Context, cs: &CloneSet, pvc: &PersistentVolumeClaim, owner: Value) -> Result<(), WriteError> {
-    let patch = json!({"metadata": {"ownerReferences": [owner], "resourceVersion": pvc.resource_version()}});
-    pvcs(ctx, &cs.namespace().unwrap_or_default()).patch(&pvc.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await?;
-    Ok(())
+/// Sets a PVC's owner references (handing it to a dead pod so garbage collection takes it).
+pub async fn set_pvc_owners(
+    ctx: &Context,
+    cs: &CloneSet,
+    pvc: &PersistentVolumeClaim,
+    owners: &[OwnerReference],
+) -> Result<(), WriteError> {
+    let name = pvc.name_any();
+    let patch = json!({"metadata": {"ownerReferences": owners, "resourceVersion": pvc.resource_version()}});
+    match pvcs(ctx, &cs.namespace().unwrap_or_default()).patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        Err(e) => {
+            event(ctx, cs, EventType::Warning, "FailedUpdate", format!("failed to update PVC {name}: {}", plain_kube_message(&e))).await;
+            Err(e.into())
+        }
+    }
 }
 
 /// A metadata patch on a pod (labels, annotations, owner references), recorded as a
@@ -260,8 +343,10 @@ pub async fn patch_pod_status(ctx: &Context, ns: &str, pod: &Pod, patch: Value) 
     Ok(())
 }
 
-fn expect_version<K: Resource>(ctx: &Context, obj: &K) {
-    if let (Some(uid), Some(rv)) = (obj.meta().uid.as_deref(), obj.meta().resource_version.as_deref()) {
+/// Only pods: the reconcile checks (and `delete_pod` forgets) pod expectations alone, as Kruise
+/// expects no revision writes (but for image pre-download, which is off).
+fn expect_version(ctx: &Context, pod: &Pod) {
+    if let (Some(uid), Some(rv)) = (pod.metadata.uid.as_deref(), pod.metadata.resource_version.as_deref()) {
         ctx.rv_expectations.lock().unwrap_or_else(|e| e.into_inner()).expect(uid, rv);
     }
 }
@@ -306,17 +391,14 @@ pub async fn create_revision(
     body.push(b'}');
     let url = format!("/apis/apps/v1/namespaces/{ns}/controllerrevisions");
     let req = kube::core::Request::new(url).create(&PostParams::default(), body).map_err(kube::Error::BuildRequest)?;
-    let created: ControllerRevision = ctx.client.request(req).await?;
-    expect_version(ctx, &created);
-    Ok(created)
+    ctx.client.request(req).await
 }
 
 /// Moves an existing revision to the head of history (a rollback to its template).
 pub async fn bump_revision(ctx: &Context, ns: &str, name: &str, revision: i64, vct_hash: &str) -> Result<(), kube::Error> {
     let api: Api<ControllerRevision> = Api::namespaced(ctx.client.clone(), ns);
     let patch = json!({"revision": revision, "metadata": {"annotations": {crate::api::keys::VOLUME_CLAIM_TEMPLATE_HASH: vct_hash}}});
-    let updated = api.patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
-    expect_version(ctx, &updated);
+    api.patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
     Ok(())
 }
 
@@ -333,6 +415,63 @@ pub async fn delete_revision(ctx: &Context, ns: &str, name: &str) -> Result<(), 
 mod tests {
     use super::*;
     use std::time::{Duration, Instant};
+
+    /// A Context whose client is an apiserver that echoes every write back with a uid and a
+    /// resourceVersion (what the write helpers record as expectations).
+    fn echoing_context() -> Context {
+        use bytes::Bytes;
+        use http_body_util::{BodyExt as _, Full};
+        let svc = tower::service_fn(|req: http::Request<kube::client::Body>| async move {
+            let body = req.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+            let mut obj: Value = serde_json::from_slice(&body).unwrap_or_else(|_| json!({}));
+            obj["metadata"]["uid"] = json!("uid-echo");
+            obj["metadata"]["resourceVersion"] = json!("42");
+            obj["metadata"]["name"] = json!("echo");
+            Ok::<_, std::convert::Infallible>(http::Response::new(Full::new(Bytes::from(obj.to_string()))))
+        });
+        let (clonesets, _) = kube::runtime::reflector::store();
+        let (pods, _) = kube::runtime::reflector::store();
+        let (pvcs, _) = kube::runtime::reflector::store();
+        let (revisions, _) = kube::runtime::reflector::store();
+        let (nodes, _) = kube::runtime::reflector::store();
+        let metrics = std::sync::Arc::new(crate::metrics::Metrics::new());
+        Context {
+            client: kube::Client::new(svc, "default"),
+            config: Default::default(),
+            stores: super::super::Stores { clonesets, pods, pvcs, revisions, nodes },
+            scale_expectations: Default::default(),
+            rv_expectations: Default::default(),
+            event_correlator: Default::default(),
+            queue: super::super::WorkQueue::with_metrics(metrics.queue()),
+            metrics,
+            event_budgets: Default::default(),
+            leading: Default::default(),
+        }
+    }
+
+    /// Kruise expects resourceVersions of the pods it writes only (revisions only with image
+    /// pre-download, which is off): an expectation for a revision is never checked or forgotten.
+    #[tokio::test]
+    async fn writing_controller_revisions_records_no_resource_version_expectation() {
+        let ctx = echoing_context();
+        let rev = ControllerRevision {
+            metadata: kube::api::ObjectMeta { name: Some("web-1".into()), ..Default::default() },
+            ..Default::default()
+        };
+        create_revision(&ctx, "ns", rev, b"{}").await.unwrap();
+        bump_revision(&ctx, "ns", "web-1", 3, "").await.unwrap();
+        assert!(ctx.rv_expectations.lock().unwrap().is_empty());
+        // The helper a pod write uses does record one.
+        patch_pod(
+            &ctx,
+            "ns",
+            &Pod { metadata: kube::api::ObjectMeta { name: Some("p".into()), ..Default::default() }, ..Default::default() },
+            json!({}),
+        )
+        .await
+        .unwrap();
+        assert_eq!(ctx.rv_expectations.lock().unwrap().len(), 1);
+    }
 
     #[test]
     fn event_notes_fit_the_events_api_limit() {

@@ -79,10 +79,12 @@ pub fn in_place_spec(old_data: Option<&[u8]>, new_data: &[u8], new_revision: &st
         return None;
     }
 
-    // Metadata: labels and annotations are patched onto the pod; anything else recreates.
+    // Metadata: labels, annotations and finalizers are patched onto the pod (Kruise's
+    // MetaDataPatch, a strategic-merge patch of the template metadata); anything else (name,
+    // namespace, owner references: nothing a template sensibly sets) recreates.
     let strip = |m: &Value| -> Value {
         let mut m = m.as_object().cloned().unwrap_or_default();
-        for k in ["labels", "annotations", "creationTimestamp"] {
+        for k in ["labels", "annotations", "finalizers", "creationTimestamp"] {
             m.remove(k);
         }
         Value::Object(m)
@@ -108,8 +110,34 @@ pub fn in_place_spec(old_data: Option<&[u8]>, new_data: &[u8], new_revision: &st
             meta.insert(field.into(), Value::Object(diff));
         }
     }
+    meta.extend(finalizers_patch(&old_meta, &new_meta));
     let meta_data_patch = (!meta.is_empty()).then(|| serde_json::to_vec(&json!({"metadata": meta})).ok()).flatten().map(ByteString);
     Some(UpdateSpec { revision: new_revision.to_string(), container_images: images, meta_data_patch, grace_seconds: grace_seconds.max(0) })
+}
+
+/// The strategic-merge directives `CreateTwoWayMergePatch` writes for a change of
+/// `metadata.finalizers` (a set-like list): the new order, the added ones, the removed ones.
+fn finalizers_patch(old_meta: &Value, new_meta: &Value) -> Map<String, Value> {
+    let list = |m: &Value| -> Vec<Value> { m.get("finalizers").and_then(Value::as_array).cloned().unwrap_or_default() };
+    let (old, new) = (list(old_meta), list(new_meta));
+    let mut out = Map::new();
+    if old == new {
+        return out;
+    }
+    if new.is_empty() {
+        out.insert("finalizers".into(), Value::Null);
+        return out;
+    }
+    let added: Vec<Value> = new.iter().filter(|f| !old.contains(f)).cloned().collect();
+    let removed: Vec<Value> = old.iter().filter(|f| !new.contains(f)).cloned().collect();
+    out.insert("$setElementOrder/finalizers".into(), Value::Array(new));
+    if !added.is_empty() {
+        out.insert("finalizers".into(), Value::Array(added));
+    }
+    if !removed.is_empty() {
+        out.insert("$deleteFromPrimitiveList/finalizers".into(), Value::Array(removed));
+    }
+    out
 }
 
 /// The state annotation's value as a pod carries it (current key first, legacy key as fallback).
@@ -209,6 +237,11 @@ pub fn apply_patch(
         annotations.insert(keys::LIFECYCLE_TIMESTAMP.into(), json!(ts));
     }
     let mut patch = json!({"metadata": {"labels": labels, "annotations": annotations}});
+    if let Some(meta) = spec.metadata_patch().as_ref().and_then(|m| m["metadata"].as_object()) {
+        for (k, v) in meta.iter().filter(|(k, _)| k.ends_with("finalizers")) {
+            patch["metadata"][k] = v.clone();
+        }
+    }
     if !images.is_empty() {
         let containers: Vec<Value> = images.iter().map(|(n, i)| json!({"name": n, "image": i})).collect();
         patch["spec"] = json!({"containers": containers});
@@ -394,6 +427,32 @@ mod tests {
         assert!(spec.container_images.is_empty());
         let patch: Value = serde_json::from_slice(&spec.meta_data_patch.unwrap().0).unwrap();
         assert_eq!(patch, json!({"metadata": {"labels": {"a": "9", "b": null, "c": "3"}}}));
+    }
+
+    /// Kruise's MetaDataPatch takes any template metadata change, finalizers included, as the
+    /// strategic-merge patch Go's CreateTwoWayMergePatch writes.
+    #[test]
+    fn template_finalizer_changes_are_in_place_through_the_metadata_patch() {
+        let with = |finalizers: Value| {
+            let mut t = tpl("nginx:1", json!({"a": "1"}), None);
+            t["metadata"]["finalizers"] = finalizers;
+            data(t)
+        };
+        let spec = in_place_spec(Some(&with(json!(["x/keep", "x/old"]))), &with(json!(["x/keep", "x/new"])), "r", 0).unwrap();
+        let patch: Value = serde_json::from_slice(&spec.meta_data_patch.clone().unwrap().0).unwrap();
+        let expected = json!({"$deleteFromPrimitiveList/finalizers": ["x/old"], "$setElementOrder/finalizers": ["x/keep", "x/new"], "finalizers": ["x/new"]});
+        assert_eq!(patch, json!({"metadata": expected}));
+        assert_eq!(
+            String::from_utf8(spec.meta_data_patch.clone().unwrap().0).unwrap(),
+            json!({"metadata": expected}).to_string(),
+            "Go's key order"
+        );
+        let pod = Pod::default();
+        let on_pod = apply_patch(&pod, &spec, &BTreeMap::new(), &InPlaceUpdateState::default(), &BTreeMap::new(), None);
+        assert_eq!(on_pod["metadata"]["finalizers"], json!(["x/new"]));
+        assert_eq!(on_pod["metadata"]["$deleteFromPrimitiveList/finalizers"], json!(["x/old"]));
+        let gone = in_place_spec(Some(&with(json!(["x/old"]))), &with(json!(null)), "r", 0).unwrap();
+        assert_eq!(serde_json::from_slice::<Value>(&gone.meta_data_patch.unwrap().0).unwrap(), json!({"metadata": {"finalizers": null}}));
     }
 
     #[test]

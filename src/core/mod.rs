@@ -5,6 +5,7 @@
 mod convergence;
 pub mod defaults;
 pub mod diff;
+pub mod events;
 pub mod expectations;
 pub mod gojson;
 pub mod history;

@@ -178,7 +178,7 @@ fn max_container_restarts(pod: &Pod) -> i32 {
 }
 
 /// The highest restart count among sidecars (init containers with `restartPolicy: Always`).
-fn max_sidecar_restarts(pod: &Pod) -> i32 {
+pub fn max_sidecar_restarts(pod: &Pod) -> i32 {
     let sidecars: BTreeSet<&str> = pod
         .spec
         .as_ref()

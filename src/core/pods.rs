@@ -28,6 +28,24 @@ pub fn controller_ref(cs: &CloneSet) -> OwnerReference {
     }
 }
 
+/// The owner references of a PVC handed from CloneSet `cs_uid` to its dead pod (DisablePVCReuse):
+/// Kruise's `updateClaimOwnerRefToPod` removes only the CloneSet's reference and appends
+/// `NewControllerRef(pod)` (controller and blockOwnerDeletion true), unless the pod is there already.
+pub fn pvc_owners_handed_to_pod(refs: &[OwnerReference], cs_uid: &str, pod_name: &str, pod_uid: &str) -> Vec<OwnerReference> {
+    let mut out: Vec<OwnerReference> = refs.iter().filter(|o| o.uid != cs_uid).cloned().collect();
+    if !out.iter().any(|o| o.uid == pod_uid) {
+        out.push(OwnerReference {
+            api_version: "v1".into(),
+            kind: "Pod".into(),
+            name: pod_name.into(),
+            uid: pod_uid.into(),
+            controller: Some(true),
+            block_owner_deletion: Some(true),
+        });
+    }
+    out
+}
+
 /// The part of a revision name after the last `-` (the hash).
 pub fn short_hash(revision_name: &str) -> &str {
     revision_name.rsplit_once('-').map_or(revision_name, |(_, h)| h)
@@ -188,6 +206,29 @@ pub fn rfc3339_seconds(t: Timestamp) -> String {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn update_claim_owner_ref_to_pod_keeps_other_owners_and_makes_the_pod_controller() {
+        let other = OwnerReference {
+            api_version: "v1".into(),
+            kind: "ConfigMap".into(),
+            name: "keep".into(),
+            uid: "u-keep".into(),
+            ..Default::default()
+        };
+        let cs = controller_ref(&cloneset(true));
+        let refs = pvc_owners_handed_to_pod(&[other.clone(), cs], "uid-1", "foo-abcde", "u-pod");
+        let pod = OwnerReference {
+            api_version: "v1".into(),
+            kind: "Pod".into(),
+            name: "foo-abcde".into(),
+            uid: "u-pod".into(),
+            controller: Some(true),
+            block_owner_deletion: Some(true),
+        };
+        assert_eq!(refs, [other, pod.clone()]);
+        assert_eq!(pvc_owners_handed_to_pod(&refs, "uid-1", "foo-abcde", "u-pod"), refs, "SetOwnerRef is a no-op once the pod owns it");
+    }
 
     fn cloneset(vcts: bool) -> CloneSet {
         let mut v = json!({

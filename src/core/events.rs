@@ -1,0 +1,207 @@
+//! client-go's event correlation (`tools/record/events_cache.go`, v0.32), which Kruise's
+//! core/v1 event broadcaster applies before writing: a repeat of an event patches the first one
+//! (`count` + 1, `lastTimestamp`, `message`) instead of creating another, and once an object has
+//! had [`AGGREGATE_MAX_EVENTS`] different messages for one reason within
+//! [`AGGREGATE_INTERVAL`], the rest are folded into one "(combined from similar events): …" event.
+//! The per-object spam filter is `controller::writes::EventBudget`.
+
+use std::collections::{BTreeSet, HashMap};
+use std::hash::Hash;
+
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+
+/// client-go's `defaultAggregateMaxEvents`.
+pub const AGGREGATE_MAX_EVENTS: usize = 10;
+/// client-go's `defaultAggregateIntervalInSeconds`.
+pub const AGGREGATE_INTERVAL: SignedDuration = SignedDuration::from_secs(600);
+/// client-go's `maxLruCacheEntries`, for each of its two caches.
+pub const CACHE_ENTRIES: usize = 4096;
+/// client-go's `EventAggregatorByReasonMessageFunc` prefix.
+pub const COMBINED_PREFIX: &str = "(combined from similar events): ";
+
+/// An event to record, about one object.
+#[derive(Clone, Debug)]
+pub struct NewEvent<'a> {
+    /// Identifies the involved object (and the event source): kind, namespace, name, UID, apiVersion.
+    pub object_key: &'a str,
+    /// The involved object's name (events are named `<name>.<hex nanos>`).
+    pub object_name: &'a str,
+    pub type_: &'a str,
+    pub reason: &'a str,
+    pub message: &'a str,
+}
+
+/// What to write.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Occurrence {
+    pub name: String,
+    pub message: String,
+    pub count: i32,
+    pub first_timestamp: Timestamp,
+    pub last_timestamp: Timestamp,
+    /// False for a combined event: client-go's aggregate copy carries no reporting controller.
+    pub reporting: bool,
+    /// Patch the existing event `name` (`count`, `lastTimestamp`, `message`); else create it.
+    pub patch: bool,
+}
+
+/// The correlator's memory: two LRU caches of [`CACHE_ENTRIES`] each.
+#[derive(Debug, Default)]
+pub struct EventCorrelator {
+    similar: Lru<String, SimilarRecord>,
+    seen: Lru<String, Seen>,
+    last_nanos: i128,
+}
+
+#[derive(Clone, Debug)]
+struct SimilarRecord {
+    messages: BTreeSet<String>,
+    last: Timestamp,
+}
+
+#[derive(Clone, Debug)]
+struct Seen {
+    name: String,
+    count: i32,
+    first: Timestamp,
+}
+
+impl EventCorrelator {
+    /// client-go's `EventCorrelate` (aggregate, then observe) for an event recorded at `now`.
+    pub fn correlate(&mut self, ev: &NewEvent<'_>, now: Timestamp) -> Occurrence {
+        let similar_key = format!("{}\0{}\0{}", ev.object_key, ev.type_, ev.reason);
+        let mut record = self
+            .similar
+            .get(&similar_key)
+            .filter(|r| now.duration_since(r.last) <= AGGREGATE_INTERVAL)
+            .unwrap_or_else(|| SimilarRecord { messages: BTreeSet::new(), last: now });
+        record.messages.insert(ev.message.to_string());
+        record.last = now;
+        let combined = record.messages.len() >= AGGREGATE_MAX_EVENTS;
+        if combined {
+            // Keeps the set from growing (client-go's PopAny).
+            record.messages.pop_first();
+        }
+        self.similar.put(similar_key.clone(), record);
+        let (key, message) = if combined {
+            (similar_key, format!("{COMBINED_PREFIX}{}", ev.message))
+        } else {
+            (format!("{similar_key}\0{}", ev.message), ev.message.to_string())
+        };
+
+        let occurrence = match self.seen.get(&key) {
+            Some(seen) => Occurrence {
+                name: seen.name,
+                message,
+                count: seen.count + 1,
+                first_timestamp: seen.first,
+                last_timestamp: now,
+                reporting: !combined,
+                patch: true,
+            },
+            None => Occurrence {
+                name: format!("{}.{:x}", ev.object_name, self.unique_nanos(now)),
+                message,
+                count: 1,
+                first_timestamp: now,
+                last_timestamp: now,
+                reporting: !combined,
+                patch: false,
+            },
+        };
+        let seen = Seen { name: occurrence.name.clone(), count: occurrence.count, first: occurrence.first_timestamp };
+        self.seen.put(key, seen);
+        occurrence
+    }
+
+    /// `now` in nanoseconds, made unique so two events of one instant get distinct names.
+    fn unique_nanos(&mut self, now: Timestamp) -> i128 {
+        self.last_nanos = now.as_nanosecond().max(self.last_nanos + 1);
+        self.last_nanos
+    }
+}
+
+/// A least-recently-used map of at most [`CACHE_ENTRIES`] entries.
+#[derive(Debug)]
+struct Lru<K, V> {
+    entries: HashMap<K, (V, u64)>,
+    tick: u64,
+}
+
+impl<K, V> Default for Lru<K, V> {
+    fn default() -> Self {
+        Self { entries: HashMap::new(), tick: 0 }
+    }
+}
+
+impl<K: Eq + Hash + Clone, V: Clone> Lru<K, V> {
+    fn get(&mut self, key: &K) -> Option<V> {
+        self.tick += 1;
+        let tick = self.tick;
+        self.entries.get_mut(key).map(|(v, used)| {
+            *used = tick;
+            v.clone()
+        })
+    }
+
+    fn put(&mut self, key: K, value: V) {
+        self.tick += 1;
+        self.entries.insert(key, (value, self.tick));
+        if self.entries.len() > CACHE_ENTRIES
+            && let Some(oldest) = self.entries.iter().min_by_key(|(_, (_, used))| *used).map(|(k, _)| k.clone())
+        {
+            self.entries.remove(&oldest);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ev<'a>(reason: &'a str, message: &'a str) -> NewEvent<'a> {
+        NewEvent { object_key: "CloneSet/ns/web/uid-1", object_name: "web", type_: "Normal", reason, message }
+    }
+
+    #[test]
+    fn a_repeated_event_patches_the_first_one_with_count_and_last_timestamp() {
+        let mut c = EventCorrelator::default();
+        let t0 = Timestamp::from_second(1_700_000_000).unwrap();
+        let first = c.correlate(&ev("SuccessfulDelete", "succeed to delete pod web-a"), t0);
+        assert_eq!((first.count, first.patch, first.reporting), (1, false, true));
+        assert_eq!(first.name, format!("web.{:x}", t0.as_nanosecond()));
+        let t1 = t0 + SignedDuration::from_secs(7);
+        let again = c.correlate(&ev("SuccessfulDelete", "succeed to delete pod web-a"), t1);
+        assert_eq!(again, Occurrence { count: 2, last_timestamp: t1, patch: true, ..first.clone() });
+        let other = c.correlate(&ev("SuccessfulDelete", "succeed to delete pod web-b"), t1);
+        assert_eq!((other.count, other.patch), (1, false));
+        assert_ne!(other.name, first.name, "a different message is a new event, named apart even in the same instant");
+    }
+
+    #[test]
+    fn the_tenth_different_message_for_a_reason_is_combined_from_similar_events() {
+        let mut c = EventCorrelator::default();
+        let t0 = Timestamp::from_second(1_700_000_000).unwrap();
+        let messages: Vec<String> = (0..12).map(|i| format!("succeed to create pod web-{i}")).collect();
+        let out: Vec<Occurrence> = messages.iter().map(|m| c.correlate(&ev("SuccessfulCreate", m), t0)).collect();
+        assert!(out[..9].iter().all(|o| o.count == 1 && !o.patch && !o.message.starts_with(COMBINED_PREFIX)));
+        assert_eq!(out[9].message, "(combined from similar events): succeed to create pod web-9");
+        assert_eq!((out[9].count, out[9].patch, out[9].reporting), (1, false, false));
+        assert_eq!((out[11].name.as_str(), out[11].count, out[11].patch), (out[9].name.as_str(), 3, true));
+        // Another reason is aggregated apart; after the interval, a reason starts afresh.
+        assert_eq!(c.correlate(&ev("SuccessfulDelete", "x"), t0).message, "x");
+        let later = t0 + AGGREGATE_INTERVAL + SignedDuration::from_secs(1);
+        assert_eq!(c.correlate(&ev("SuccessfulCreate", "succeed to create pod web-99"), later).message, "succeed to create pod web-99");
+    }
+
+    #[test]
+    fn the_caches_keep_at_most_their_size() {
+        let mut c = EventCorrelator::default();
+        let t0 = Timestamp::from_second(1_700_000_000).unwrap();
+        for i in 0..CACHE_ENTRIES + 10 {
+            let key = format!("CloneSet/ns/web-{i}");
+            c.correlate(&NewEvent { object_key: &key, object_name: "web", type_: "Normal", reason: "R", message: "m" }, t0);
+        }
+        assert_eq!((c.similar.entries.len(), c.seen.entries.len()), (CACHE_ENTRIES, CACHE_ENTRIES));
+    }
+}
