@@ -442,7 +442,7 @@ mod tests {
             scale_expectations: Default::default(),
             rv_expectations: Default::default(),
             event_correlator: Default::default(),
-            queue: super::super::WorkQueue::with_metrics(metrics.queue()),
+            queue: super::super::WorkQueue::with_limits(Default::default(), metrics.queue()),
             metrics,
             event_budgets: Default::default(),
             leading: Default::default(),
