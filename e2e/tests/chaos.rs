@@ -391,8 +391,11 @@ async fn a_standby_takes_over_a_rollout_from_a_sigkilled_leader_within_the_bound
     let leases: Api<Lease> = ns.api();
     let holder = |l: &Lease| l.spec.as_ref().and_then(|s| s.holder_identity.clone()).unwrap_or_default();
     let first_holder = holder(&leases.get(LEASE_NAME).await.unwrap());
-    // When the test saw each version of the Lease: the old leader's last renewal is among them.
-    let (lease_log, lease_task) = record(&leases, LEASE_NAME, move |l: &Lease| (Instant::now(), holder(l))).await.unwrap();
+    // Each version of the Lease the test saw, with its renewTime (written by the leader's clock,
+    // the same machine's): the old leader's last renewal is among them. The renewTime, not when
+    // the test happened to see a version, since a loaded machine can deliver a watch event late.
+    let renewed = |l: &Lease| l.spec.as_ref().and_then(|s| s.renew_time.as_ref()).map(|t| t.0);
+    let (lease_log, lease_task) = record(&leases, LEASE_NAME, move |l: &Lease| (renewed(l), holder(l))).await.unwrap();
 
     clonesets.patch("web", &PatchParams::default(), &Patch::Merge(json!({"spec": new_image("nginx:1.28")}))).await.unwrap();
     let mid = watch_until(&clonesets, "web", T, |cs| observed(cs) && st(cs).updated_replicas >= 2).await.unwrap();
@@ -402,8 +405,9 @@ async fn a_standby_takes_over_a_rollout_from_a_sigkilled_leader_within_the_bound
         .await
         .unwrap_or_else(|e| panic!("{e:#}\n{}", b.log_tail(20)));
     let took_over = Instant::now();
+    let took_over_wall = k8s_openapi::jiff::Timestamp::now();
     lease_task.abort();
-    let last_renewal = lease_log.lock().unwrap().iter().filter(|(_, h)| *h == first_holder).map(|(t, _)| *t).max().unwrap();
+    let last_renewal = lease_log.lock().unwrap().iter().filter(|(_, h)| *h == first_holder).filter_map(|(t, _)| *t).max().unwrap();
     wait_until(Duration::from_secs(10), "the standby to report leading", || async { Ok(is_leader(&b.metrics().await?) == Some(1.0)) })
         .await
         .unwrap();
@@ -412,7 +416,8 @@ async fn a_standby_takes_over_a_rollout_from_a_sigkilled_leader_within_the_bound
         .await
         .unwrap_or_else(|e| panic!("rollout after take-over: {e:#}\n{}", b.log_tail(40)));
     let l = watch.stop();
-    let (since_renewal, since_kill) = (took_over - last_renewal, took_over - killed);
+    let since_renewal = Duration::try_from(took_over_wall.duration_since(last_renewal)).unwrap_or_default();
+    let since_kill = took_over - killed;
     report(
         "leader SIGKILLed mid-rollout",
         started,

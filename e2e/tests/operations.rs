@@ -240,15 +240,16 @@ async fn kubeconfig_host() -> String {
 }
 
 /// A scale expectation that can never be satisfied shows in `cloneset_scale_expectation_leakage`.
-/// A MutatingAdmissionPolicy (scoped to this test's namespace) strips the instance-id label from
-/// the CloneSet's pods, so the operator's pod cache (which watches only labelled pods) never sees
-/// the pods it created — the same leak a label-rewriting webhook causes in real clusters.
+/// A MutatingAdmissionPolicy (scoped to this test's namespace) strips the owner reference from
+/// the CloneSet's pods, so the operator's pod cache (which keeps only pods a CloneSet controls)
+/// never sees the pods it created — the same leak a webhook that rewrites pods causes in real
+/// clusters.
 #[tokio::test]
 async fn leaked_scale_expectations_are_counted_per_cloneset() {
     install_api().await.unwrap();
     let ns = TestNamespace::create("ops-leak").await.unwrap();
     let owner = owned_by_namespace(&ns).await;
-    let policy_name = format!("{}-strip-instance-id", ns.name);
+    let policy_name = format!("{}-strip-owner", ns.name);
     let policies = cluster_api(&ns, "admissionregistration.k8s.io", "v1", "MutatingAdmissionPolicy", "mutatingadmissionpolicies");
     let bindings =
         cluster_api(&ns, "admissionregistration.k8s.io", "v1", "MutatingAdmissionPolicyBinding", "mutatingadmissionpolicybindings");
@@ -261,7 +262,7 @@ async fn leaked_scale_expectations_are_counted_per_cloneset() {
             "failurePolicy": "Fail",
             "reinvocationPolicy": "Never",
             "mutations": [{"patchType": "JSONPatch", "jsonPatch": {"expression":
-                format!("[JSONPatch{{op: \"remove\", path: \"/metadata/labels/\" + jsonpatch.escapeKey(\"{}\")}}]", keys::CLONESET_INSTANCE_ID)}}],
+                "[JSONPatch{op: \"remove\", path: \"/metadata/ownerReferences\"}]"}}],
         },
     }))
     .unwrap();
@@ -274,16 +275,17 @@ async fn leaked_scale_expectations_are_counted_per_cloneset() {
     .unwrap();
     policies.create(&PostParams::default(), &policy).await.unwrap();
     bindings.create(&PostParams::default(), &binding).await.unwrap();
-    // Policies take effect asynchronously: dry-run a labelled pod until the label comes back stripped.
+    // Policies take effect asynchronously: dry-run an owned pod until it comes back without its owner.
     let pods: Api<Pod> = ns.api();
     let probe: Pod = serde_json::from_value(json!({
-        "metadata": {"name": "probe", "labels": {"e2e-leak": "true", keys::CLONESET_INSTANCE_ID: "x"}},
+        "metadata": {"name": "probe", "labels": {"e2e-leak": "true"},
+                     "ownerReferences": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "x", "uid": "00000000-0000-0000-0000-000000000000"}]},
         "spec": {"containers": [{"name": "c", "image": "i"}]},
     }))
     .unwrap();
     wait_until(Duration::from_secs(30), "the mutating policy to be enforced", || async {
         let p = pods.create(&PostParams { dry_run: true, ..Default::default() }, &probe).await?;
-        Ok(!p.labels().contains_key(keys::CLONESET_INSTANCE_ID))
+        Ok(p.owner_references().is_empty())
     })
     .await
     .unwrap();
