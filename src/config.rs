@@ -87,7 +87,7 @@ pub const KRUISE_GATES: &[Gate] = &[
 
 /// CloneSet gates whose behaviour is not implemented yet: turning one on is accepted (so Kruise's
 /// `AllAlpha=true` works) and logged, and CloneSets behave as with the gate off.
-pub const NOT_IMPLEMENTED_GATES: &[&str] = &["RecreatePodWhenChangeVCTInCloneSetGate", "InPlaceWorkloadVerticalScaling"];
+pub const NOT_IMPLEMENTED_GATES: &[&str] = &["InPlaceWorkloadVerticalScaling"];
 
 /// Go's `strconv.ParseBool`, which Kruise's flags and gates use.
 pub fn parse_go_bool(s: &str) -> Result<bool, String> {

@@ -299,6 +299,7 @@ impl Scenario {
             exclude_preparing_delete_flag: self.exclude_preparing_delete,
             node_labels: &env.node_labels,
             revision_data: &env.revision_data,
+            revision_vct_hashes: &env.revision_vct_hashes,
             now: now(),
         }
     }
@@ -322,6 +323,7 @@ impl Scenario {
 struct Env {
     node_labels: BTreeMap<String, BTreeMap<String, String>>,
     revision_data: BTreeMap<String, Vec<u8>>,
+    revision_vct_hashes: BTreeMap<String, String>,
 }
 
 fn env() -> Env {
@@ -329,6 +331,7 @@ fn env() -> Env {
     Env {
         node_labels: BTreeMap::from([("node-a".into(), zone("z1")), ("node-b".into(), zone("z1")), ("node-c".into(), zone("z2"))]),
         revision_data: BTreeMap::new(),
+        revision_vct_hashes: BTreeMap::new(),
     }
 }
 

@@ -779,3 +779,49 @@ async fn a_cloneset_kruise_made_is_taken_over_without_a_write() {
     assert_eq!(names_after, before.iter().map(|(n, _)| n.clone()).collect(), "updated in place: the same pods");
     drop(op);
 }
+
+/// Kruise's `RecreatePodWhenChangeVCTInCloneSetGate` (its e2e spec "CloneSet Update with
+/// VolumeClaimTemplate changes"): an image change that comes with a volumeClaimTemplates change
+/// recreates the pods under InPlaceIfPossible, with new instance ids and new PVCs of the new size;
+/// an image change alone afterwards is in place again.
+#[tokio::test]
+async fn a_volume_claim_template_change_recreates_pods_under_the_vct_gate() {
+    let e = env_with("vctgate", &["--feature-gates=RecreatePodWhenChangeVCTInCloneSetGate=true"]).await;
+    let claim = |size: &str| json!({"metadata": {"name": "data"}, "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": size}}}});
+    let spec = json!({"updateStrategy": {"type": "InPlaceIfPossible", "maxUnavailable": "100%"}, "volumeClaimTemplates": [claim("1Gi")]});
+    e.create(&manifest("db", 2, "nginx:1.27", spec)).await;
+    e.wait_status("db", "2 ready", |cs| rolled_out(cs, 2)).await;
+    let uids =
+        |pods: &[k8s_openapi::api::core::v1::Pod]| -> BTreeSet<String> { pods.iter().filter_map(|p| p.metadata.uid.clone()).collect() };
+    let ids = |pods: &[k8s_openapi::api::core::v1::Pod]| -> BTreeSet<String> {
+        pods.iter().filter_map(|p| label(p, keys::CLONESET_INSTANCE_ID).map(str::to_string)).collect()
+    };
+    let first = e.active_pods("db").await;
+
+    e.patch(
+        "db",
+        json!({"template": {"spec": {"containers": [{"name": "main", "image": "nginx:1.28"}]}}, "volumeClaimTemplates": [claim("2Gi")]}),
+    )
+    .await;
+    e.wait_status("db", "rolled out with the new claims", |cs| rolled_out(cs, 2)).await;
+    let second = e.active_pods("db").await;
+    assert!(uids(&first).is_disjoint(&uids(&second)), "every pod was recreated");
+    assert!(ids(&first).is_disjoint(&ids(&second)), "with new instance ids");
+    let pvcs: Api<PersistentVolumeClaim> = e.ns.api();
+    wait_until(T, "only the new instances' PVCs, of the new size", || async {
+        let list = pvcs.list(&ListParams::default()).await?.items;
+        let live: Vec<_> = list.iter().filter(|p| p.metadata.deletion_timestamp.is_none()).collect();
+        Ok(live.len() == 2
+            && live.iter().all(|p| {
+                ids(&second).contains(p.labels().get(keys::CLONESET_INSTANCE_ID).map(String::as_str).unwrap_or_default())
+                    && p.spec.as_ref().and_then(|s| s.resources.as_ref()?.requests.as_ref()?.get("storage").cloned())
+                        == Some(k8s_openapi::apimachinery::pkg::api::resource::Quantity("2Gi".into()))
+            }))
+    })
+    .await
+    .unwrap();
+
+    e.patch("db", new_image("nginx:1.29")).await;
+    e.wait_status("db", "rolled out in place", |cs| rolled_out(cs, 2)).await;
+    assert_eq!(uids(&e.active_pods("db").await), uids(&second), "an image change alone is in place");
+}

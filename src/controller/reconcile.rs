@@ -138,9 +138,12 @@ pub async fn reconcile(ctx: &Arc<Context>, key: &str) -> Result<Option<Duration>
         BTreeMap::new()
     };
     let revision_data: BTreeMap<String, Vec<u8>> = revs.sorted.iter().map(|r| (r.name.clone(), r.data.clone())).collect();
+    let revision_vct_hashes: BTreeMap<String, String> =
+        revs.sorted.iter().filter_map(|r| Some((r.name.clone(), r.vct_hash.clone()?))).collect();
     let input = SyncInput {
         cloneset: cs,
         revision_data: &revision_data,
+        revision_vct_hashes: &revision_vct_hashes,
         pods: &active_refs,
         current_revision: &current_revision,
         update_revision: &update_revision,
@@ -275,7 +278,13 @@ fn owned_revisions(ctx: &Context, cs: &CloneSet) -> Vec<Arc<ControllerRevision>>
 
 fn view(r: &ControllerRevision) -> RevisionView {
     let data = r.data.as_ref().map(|d| gojson::encode_value(&d.0)).unwrap_or_default();
-    RevisionView { name: r.name_any(), revision: r.revision, created: r.metadata.creation_timestamp.as_ref().map(|t| t.0), data }
+    RevisionView {
+        name: r.name_any(),
+        revision: r.revision,
+        created: r.metadata.creation_timestamp.as_ref().map(|t| t.0),
+        data,
+        vct_hash: r.annotations().get(keys::VOLUME_CLAIM_TEMPLATE_HASH).cloned(),
+    }
 }
 
 fn template_of(data: &[u8]) -> Result<PodTemplateSpec, ReconcileError> {
@@ -328,6 +337,7 @@ async fn sync_revisions(ctx: &Context, cs: &CloneSet) -> Result<Revisions, Recon
             writes::bump_revision(ctx, &ns, &name, revision, &vct).await?;
             if let Some(r) = sorted.iter_mut().find(|r| r.name == name) {
                 r.revision = revision;
+                r.vct_hash = Some(vct.clone());
             }
             history::sort_revisions(&mut sorted);
             name

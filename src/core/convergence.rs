@@ -174,6 +174,7 @@ impl Sim {
             exclude_preparing_delete_flag: false,
             node_labels: &nodes,
             revision_data: &self.revision_data,
+            revision_vct_hashes: &BTreeMap::new(),
             now: self.now,
         };
         let mut step = Step::Scale;

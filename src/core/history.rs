@@ -14,6 +14,8 @@ pub struct RevisionView {
     /// The revision's data re-encoded the way Go encodes it, so byte equality is meaningful
     /// whether Kruise or we wrote it.
     pub data: Vec<u8>,
+    /// Its `kruise.io/cloneset-volumeclaimtemplate-hash` annotation, if it has one.
+    pub vct_hash: Option<String>,
 }
 
 /// Kruise's history order: by `.revision`, then creation time, then name.
@@ -62,7 +64,7 @@ mod tests {
     use super::*;
 
     fn rev(name: &str, revision: i64, data: &str) -> RevisionView {
-        RevisionView { name: name.into(), revision, created: None, data: data.as_bytes().to_vec() }
+        RevisionView { name: name.into(), revision, created: None, data: data.as_bytes().to_vec(), vct_hash: None }
     }
 
     #[test]
@@ -115,9 +117,9 @@ mod tests {
         let t1: Timestamp = "2026-01-01T00:00:00Z".parse().unwrap();
         let t2: Timestamp = "2026-01-02T00:00:00Z".parse().unwrap();
         let mut revs = vec![
-            RevisionView { name: "z".into(), revision: 1, created: Some(t2), data: vec![] },
-            RevisionView { name: "y".into(), revision: 1, created: Some(t1), data: vec![] },
-            RevisionView { name: "x".into(), revision: 2, created: Some(t1), data: vec![] },
+            RevisionView { name: "z".into(), revision: 1, created: Some(t2), data: vec![], vct_hash: None },
+            RevisionView { name: "y".into(), revision: 1, created: Some(t1), data: vec![], vct_hash: None },
+            RevisionView { name: "x".into(), revision: 2, created: Some(t1), data: vec![], vct_hash: None },
         ];
         sort_revisions(&mut revs);
         let names: Vec<&str> = revs.iter().map(|r| r.name.as_str()).collect();

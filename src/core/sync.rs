@@ -32,6 +32,9 @@ pub struct SyncInput<'a> {
     pub node_labels: &'a BTreeMap<String, BTreeMap<String, String>>,
     /// Revision name → revision data, for deciding what can be updated in place.
     pub revision_data: &'a BTreeMap<String, Vec<u8>>,
+    /// Revision name → its `kruise.io/cloneset-volumeclaimtemplate-hash` annotation, where it
+    /// has one (`RecreatePodWhenChangeVCTInCloneSetGate`).
+    pub revision_vct_hashes: &'a BTreeMap<String, String>,
     pub now: Timestamp,
 }
 
@@ -481,9 +484,18 @@ fn pod_action(input: &SyncInput<'_>, pod: &Pod, target: &str) -> PodAction {
         return PodAction::Recreate;
     }
     let pod_revision = status::pod_revision(pod).unwrap_or_default();
-    let old = input.revision_data.iter().find(|(name, _)| hash_matches(pod_revision, name)).map(|(_, d)| d.as_slice());
+    let old_name = input.revision_data.keys().find(|name| hash_matches(pod_revision, name));
+    let old = old_name.and_then(|n| input.revision_data.get(n)).map(Vec::as_slice);
     let grace = strategy.in_place_update_strategy.as_ref().map_or(0, |s| s.grace_period_seconds);
-    let spec = input.revision_data.get(target).and_then(|new| inplace::in_place_spec(old, new, target, grace));
+    // RecreatePodWhenChangeVCTInCloneSetGate: a pod whose revision had other volumeClaimTemplates
+    // is recreated (with new PVCs), except under InPlaceOnly; a revision without the hash passes.
+    let vct_changed = input.gates.recreate_pod_when_change_vct
+        && kind != update_type::IN_PLACE_ONLY
+        && match (old_name.and_then(|n| input.revision_vct_hashes.get(n)), input.revision_vct_hashes.get(target)) {
+            (Some(old), Some(new)) => old != new,
+            _ => false,
+        };
+    let spec = input.revision_data.get(target).filter(|_| !vct_changed).and_then(|new| inplace::in_place_spec(old, new, target, grace));
     let Some(spec) = spec else {
         return if kind == update_type::IN_PLACE_ONLY {
             let name = pod.metadata.name.as_deref().unwrap_or_default();
@@ -643,6 +655,7 @@ mod tests {
 
     const NO_NODES: &BTreeMap<String, BTreeMap<String, String>> = &BTreeMap::new();
     const NO_REVISIONS: &BTreeMap<String, Vec<u8>> = &BTreeMap::new();
+    const NO_VCT_HASHES: &BTreeMap<String, String> = &BTreeMap::new();
 
     /// A pass over `pods` with current revision `foo-r1` and the given update revision.
     fn input<'a>(cs: &'a CloneSet, pods: &'a [&'a Pod], update_revision: &'a str, now: Timestamp) -> SyncInput<'a> {
@@ -655,6 +668,7 @@ mod tests {
             exclude_preparing_delete_flag: false,
             node_labels: NO_NODES,
             revision_data: NO_REVISIONS,
+            revision_vct_hashes: NO_VCT_HASHES,
             now,
         }
     }
@@ -796,6 +810,36 @@ mod tests {
         assert_eq!(c[0]["type"], "KruisePodReady");
         assert_eq!(c[0]["message"], r#"[{"userAgent":"Lifecycle","key":"preUpdateHook"}]"#);
         assert_eq!(p["metadata"]["labels"][keys::LIFECYCLE_STATE], "PreparingUpdate");
+    }
+
+    #[test]
+    fn kruise_recreates_a_pod_when_volume_claim_templates_changed_under_the_gate() {
+        let template =
+            |image: &str| json!({"metadata": {"labels": {"app": "foo"}}, "spec": {"containers": [{"name": "c", "image": image}]}});
+        let data: BTreeMap<String, Vec<u8>> = [
+            ("foo-r1".to_string(), crate::core::revision::revision_data(&template("nginx:1"))),
+            ("foo-r2".to_string(), crate::core::revision::revision_data(&template("nginx:2"))),
+        ]
+        .into();
+        let mut cs = in_place_cloneset(serde_json::Value::Null);
+        let pod = ready_pod("foo-1", "foo-r1");
+        let pods = [&pod];
+        let action = |cs: &CloneSet, gate: bool, hashes: &BTreeMap<String, String>| {
+            let mut i = input(cs, &pods, "foo-r2", "2026-01-01T01:00:00Z".parse().unwrap());
+            i.revision_data = &data;
+            i.revision_vct_hashes = hashes;
+            i.gates.recreate_pod_when_change_vct = gate;
+            plan_update(&i).pods[0].1.clone()
+        };
+        let changed: BTreeMap<String, String> = [("foo-r1".into(), "1".into()), ("foo-r2".into(), "2".into())].into();
+        let same: BTreeMap<String, String> = [("foo-r1".into(), "1".into()), ("foo-r2".into(), "1".into())].into();
+        let old_without: BTreeMap<String, String> = [("foo-r2".into(), "2".into())].into();
+        assert_eq!(action(&cs, true, &changed), PodAction::Recreate);
+        assert!(matches!(action(&cs, false, &changed), PodAction::InPlace(_)), "gate off: in place");
+        assert!(matches!(action(&cs, true, &same), PodAction::InPlace(_)));
+        assert!(matches!(action(&cs, true, &old_without), PodAction::InPlace(_)), "no hash on the old revision: in place");
+        cs.spec.update_strategy.type_ = "InPlaceOnly".into();
+        assert!(matches!(action(&cs, true, &changed), PodAction::InPlace(_)), "InPlaceOnly ignores the hash");
     }
 
     #[test]
