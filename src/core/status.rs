@@ -180,8 +180,8 @@ pub fn set_condition(conditions: &mut Vec<CloneSetCondition>, mut new: CloneSetC
     new
 }
 
-/// §7.1: a status is written only when one of these changed (a new FailedScale/FailedUpdate
-/// condition alone does not trigger a write).
+/// §7.1: a status is written only when one of these changed — Kruise's list, plus a new or
+/// changed FailedScale/FailedUpdate condition (see [`failures`]).
 pub fn needs_write(old: &CloneSetStatus, new: &CloneSetStatus) -> bool {
     let progressing =
         |s: &CloneSetStatus| s.conditions.iter().find(|c| c.type_ == condition::PROGRESSING).map(|c| (c.status.clone(), c.reason.clone()));
