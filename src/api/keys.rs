@@ -32,6 +32,9 @@ pub const POD_DELETION_COST: &str = "controller.kubernetes.io/pod-deletion-cost"
 pub const CONTAINER_LAUNCH_PRIORITY: &str = "apps.kruise.io/container-launch-priority";
 /// Container env var carrying a container's launch priority.
 pub const CONTAINER_PRIORITY_ENV: &str = "KRUISE_CONTAINER_PRIORITY";
+/// The env Kruise's pod webhook injects into every container of a prioritised pod: a
+/// ConfigMap key reference whose key is `p_<priority>`.
+pub const CONTAINER_BARRIER_ENV: &str = "KRUISE_CONTAINER_BARRIER";
 
 // ---- Pod readiness gates / conditions
 /// Readiness gate on every CloneSet pod; False while an in-place update runs.

@@ -175,7 +175,13 @@ pub fn strip_pod(pod: &mut Pod) {
         spec.topology_spread_constraints = None;
         for c in spec.containers.iter_mut().chain(spec.init_containers.iter_mut().flatten()) {
             // The launch-priority variable is the only env the controller reads.
-            let priority: Vec<_> = c.env.take().into_iter().flatten().filter(|e| e.name == keys::CONTAINER_PRIORITY_ENV).collect();
+            let priority: Vec<_> = c
+                .env
+                .take()
+                .into_iter()
+                .flatten()
+                .filter(|e| e.name == keys::CONTAINER_PRIORITY_ENV || e.name == keys::CONTAINER_BARRIER_ENV)
+                .collect();
             *c = k8s_openapi::api::core::v1::Container {
                 name: std::mem::take(&mut c.name),
                 image: c.image.take(),

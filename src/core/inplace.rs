@@ -169,18 +169,44 @@ pub fn start_state(pod: &Pod, spec: &UpdateSpec, now: Timestamp) -> (InPlaceUpda
     (state, batch)
 }
 
-/// A container's launch priority (`KRUISE_CONTAINER_PRIORITY` in its env), if it has one.
-fn container_priority(pod: &Pod, name: &str) -> Option<i32> {
-    let c = pod.spec.as_ref()?.containers.iter().find(|c| c.name == name)?;
-    c.env.iter().flatten().find(|e| e.name == keys::CONTAINER_PRIORITY_ENV)?.value.as_deref()?.trim().parse().ok()
+/// Each container's launch priority, as Kruise's in-place update reads it: from the barrier env
+/// (`KRUISE_CONTAINER_BARRIER`, key `p_<N>`) that Kruise's pod webhook injects. A pod that never
+/// went through that webhook (ours) gets what the webhook would have injected: with the
+/// `Ordered` annotation, 0, -1, -2… by position; otherwise each container's
+/// `KRUISE_CONTAINER_PRIORITY` (absent: 0), but only when some priority is non-zero and they are
+/// not all equal. A container with no priority is updated in the first batch.
+fn launch_priorities(pod: &Pod) -> BTreeMap<String, i32> {
+    let containers = pod.spec.as_ref().map(|s| s.containers.as_slice()).unwrap_or_default();
+    let env = |c: &k8s_openapi::api::core::v1::Container, name: &str| c.env.iter().flatten().find(|e| e.name == name).cloned();
+    let barrier = |c: &k8s_openapi::api::core::v1::Container| -> Option<i32> {
+        env(c, keys::CONTAINER_BARRIER_ENV)?.value_from?.config_map_key_ref?.key.strip_prefix("p_")?.parse().ok()
+    };
+    if containers.iter().any(|c| env(c, keys::CONTAINER_BARRIER_ENV).is_some()) {
+        return containers.iter().filter_map(|c| Some((c.name.clone(), barrier(c)?))).collect();
+    }
+    if containers.len() < 2 {
+        return BTreeMap::new();
+    }
+    let ordered = pod.metadata.annotations.as_ref().and_then(|a| a.get(keys::CONTAINER_LAUNCH_PRIORITY)).is_some_and(|v| v == "Ordered");
+    if ordered {
+        return containers.iter().enumerate().map(|(i, c)| (c.name.clone(), -(i as i32))).collect();
+    }
+    let declared: Vec<i32> =
+        containers.iter().map(|c| env(c, keys::CONTAINER_PRIORITY_ENV).and_then(|e| e.value?.trim().parse().ok()).unwrap_or(0)).collect();
+    let prioritised = declared.iter().any(|p| *p != 0) && declared.iter().any(|p| *p != declared[0]);
+    if !prioritised {
+        return BTreeMap::new();
+    }
+    containers.iter().zip(declared).map(|(c, p)| (c.name.clone(), p)).collect()
 }
 
 /// §5.6 launch priority: of the containers to update, those without a priority and those with
 /// the highest one go now, the rest wait for a later batch.
 fn split_batch(pod: &Pod, images: &BTreeMap<String, String>) -> (BTreeMap<String, String>, BTreeMap<String, String>) {
-    let highest = images.keys().filter_map(|n| container_priority(pod, n)).max();
+    let priorities = launch_priorities(pod);
+    let highest = images.keys().filter_map(|n| priorities.get(n)).max();
     images.iter().map(|(n, i)| (n.clone(), i.clone())).partition(|(n, _)| {
-        let p = container_priority(pod, n);
+        let p = priorities.get(n);
         p.is_none() || p == highest
     })
 }
@@ -487,13 +513,13 @@ mod tests {
         .unwrap()
     }
 
-    /// Containers `a` (priority 10), `b` (priority 1) and `c` (none) with spec image
+    /// Containers `a` (priority 10), `b` (priority 1) and `c` (priority 10) with spec image
     /// `<name>:<spec[i]>`, running `<name>:<running[i]>` (imageID `<name>-<running[i]>`); `ready`
     /// tells whether a and c report Ready.
     fn prioritised_pod(spec: [u8; 3], running: [u8; 3], ready: bool) -> Pod {
         let env = |p: Option<&str>| p.map_or(json!([]), |p| json!([{"name": keys::CONTAINER_PRIORITY_ENV, "value": p}]));
         let names = ["a", "b", "c"];
-        let priorities = [Some("10"), Some("1"), None];
+        let priorities = [Some("10"), Some("1"), Some("10")];
         let containers: Vec<Value> =
             (0..3).map(|i| json!({"name": names[i], "image": format!("{}:{}", names[i], spec[i]), "env": env(priorities[i])})).collect();
         let statuses: Vec<Value> = (0..3)
@@ -508,8 +534,41 @@ mod tests {
         .unwrap()
     }
 
-    /// §5.6: the highest priority and the unprioritised go first; the rest only once those have
-    /// their new images and are Ready, as a second batch on record.
+    /// §5.6: the highest priority goes first; the rest only once those have their new images and
+    /// are Ready, as a second batch on record.
+    /// Kruise's pod webhook gives a container without `KRUISE_CONTAINER_PRIORITY` priority 0 (so
+    /// it goes after a positive one), none at all when every priority is equal, and reads the
+    /// barrier env it injected on pods it saw; `Ordered` means 0, -1, -2… by position.
+    #[test]
+    fn launch_priorities_are_what_kruise_s_pod_webhook_injects() {
+        let pod = |containers: Value, annotations: Value| -> Pod {
+            serde_json::from_value(json!({"metadata": {"name": "p", "annotations": annotations}, "spec": {"containers": containers}}))
+                .unwrap()
+        };
+        let with = |name: &str, p: Option<&str>| match p {
+            Some(p) => json!({"name": name, "env": [{"name": keys::CONTAINER_PRIORITY_ENV, "value": p}]}),
+            None => json!({"name": name}),
+        };
+        let redis_first = pod(json!([with("nginx", None), with("redis", Some("10"))]), json!({}));
+        assert_eq!(launch_priorities(&redis_first), BTreeMap::from([("nginx".into(), 0), ("redis".into(), 10)]));
+        let images: BTreeMap<String, String> = [("nginx".to_string(), "n:2".to_string()), ("redis".to_string(), "r:2".to_string())].into();
+        let (now, later) = split_batch(&redis_first, &images);
+        assert_eq!(
+            (now.keys().map(String::as_str).collect::<Vec<_>>(), later.keys().map(String::as_str).collect::<Vec<_>>()),
+            (vec!["redis"], vec!["nginx"])
+        );
+
+        assert!(launch_priorities(&pod(json!([with("a", Some("5")), with("b", Some("5"))]), json!({}))).is_empty(), "all equal: none");
+        assert!(launch_priorities(&pod(json!([with("a", None), with("b", None)]), json!({}))).is_empty());
+        let ordered = pod(json!([with("a", None), with("b", None), with("c", None)]), json!({keys::CONTAINER_LAUNCH_PRIORITY: "Ordered"}));
+        assert_eq!(launch_priorities(&ordered), BTreeMap::from([("a".into(), 0), ("b".into(), -1), ("c".into(), -2)]));
+        let barrier =
+            |key: &str| json!({"name": keys::CONTAINER_BARRIER_ENV, "valueFrom": {"configMapKeyRef": {"name": "p-barrier", "key": key}}});
+        let kruise_made =
+            pod(json!([{"name": "a", "env": [barrier("p_-1")]}, {"name": "b", "env": [barrier("p_3")]}, {"name": "c"}]), json!({}));
+        assert_eq!(launch_priorities(&kruise_made), BTreeMap::from([("a".into(), -1), ("b".into(), 3)]), "c has none: it goes first");
+    }
+
     #[test]
     fn launch_priority_updates_containers_in_batches() {
         let images: BTreeMap<String, String> = ["a", "b", "c"].map(|n| (n.to_string(), format!("{n}:2"))).into();
