@@ -444,6 +444,26 @@ impl Operator {
     }
 }
 
+/// `kruise_manager_is_leader` from an operator's `/metrics` text.
+pub fn is_leader(metrics: &str) -> Option<f64> {
+    metrics.lines().find_map(|l| l.strip_prefix("kruise_manager_is_leader ")).and_then(|v| v.trim().parse().ok())
+}
+
+/// Two operators with leader election in `namespace` (their Lease there too): the first has
+/// taken the Lease when this returns; the second is started and will stand by.
+pub async fn leader_and_standby(namespace: &str) -> anyhow::Result<(Operator, Operator)> {
+    let le = OperatorOptions::args(&["--enable-leader-election=true", &format!("--leader-election-namespace={namespace}")]);
+    let a = Operator::start_with(namespace, le.clone()).await?;
+    let leading =
+        wait_until(Duration::from_secs(60), "the first instance to lead", || async { Ok(is_leader(&a.metrics().await?) == Some(1.0)) })
+            .await;
+    if let Err(e) = leading {
+        bail!("{e:#}\n{}", a.log_tail(20));
+    }
+    let b = Operator::start_with(namespace, le).await?;
+    Ok((a, b))
+}
+
 impl Drop for Operator {
     fn drop(&mut self) {
         if let Ok(None) = self.child.try_wait() {

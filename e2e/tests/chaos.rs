@@ -14,7 +14,9 @@ use std::time::{Duration, Instant};
 use cloneset_operator::api::CloneSet;
 use cloneset_operator::api::cloneset::condition;
 use e2e::chaos::{DENIAL_MESSAGE, PodLedger, PodWatch, PodWriteDenial, PrivateCluster, kill_interval};
-use e2e::testenv::{Operator, OperatorOptions, TestNamespace, install_api, install_api_on, record, wait_until, watch_until};
+use e2e::testenv::{
+    Operator, OperatorOptions, TestNamespace, install_api, install_api_on, is_leader, leader_and_standby, record, wait_until, watch_until,
+};
 use e2e::workload::{T, manifest, new_image, rolled_out, st};
 use k8s_openapi::api::core::v1::{Event as CoreEvent, Namespace, Pod, ServiceAccount};
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
@@ -51,10 +53,6 @@ fn observed(cs: &CloneSet) -> bool {
 /// Converged: the current generation is observed and every replica is updated and Ready.
 fn converged(cs: &CloneSet, replicas: i32) -> bool {
     observed(cs) && rolled_out(cs, replicas)
-}
-
-fn is_leader(metrics: &str) -> Option<f64> {
-    metrics.lines().find_map(|l| l.strip_prefix("kruise_manager_is_leader ")).and_then(|v| v.trim().parse().ok())
 }
 
 async fn active_pods(pods: &Api<Pod>, name: &str) -> Vec<Pod> {
@@ -371,12 +369,7 @@ async fn a_standby_takes_over_a_rollout_from_a_sigkilled_leader_within_the_bound
     let started = Instant::now();
     install_api().await.unwrap();
     let ns = TestNamespace::create("chaos-leader").await.unwrap();
-    let le = OperatorOptions::args(&["--enable-leader-election=true", &format!("--leader-election-namespace={}", ns.name)]);
-    let mut a = Operator::start_with(&ns.name, le.clone()).await.unwrap();
-    wait_until(Duration::from_secs(60), "the first instance to lead", || async { Ok(is_leader(&a.metrics().await?) == Some(1.0)) })
-        .await
-        .unwrap_or_else(|e| panic!("{e:#}\n{}", a.log_tail(20)));
-    let b = Operator::start_with(&ns.name, le).await.unwrap();
+    let (mut a, b) = leader_and_standby(&ns.name).await.unwrap();
     wait_until(Duration::from_secs(60), "the standby to stand by", || async {
         Ok(std::fs::read_to_string(&b.log)?.contains("standing by"))
     })

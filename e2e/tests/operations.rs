@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use cloneset_operator::api::{CloneSet, keys};
 use cloneset_operator::config;
-use e2e::testenv::{Operator, OperatorOptions, TestNamespace, install_api, wait_until, watch_until};
+use e2e::testenv::{Operator, OperatorOptions, TestNamespace, install_api, is_leader, leader_and_standby, wait_until, watch_until};
 use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
 use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt as _};
@@ -83,10 +83,6 @@ fn reconciles(text: &str) -> f64 {
 
 fn requests(text: &str) -> f64 {
     metric(text, "rest_client_requests_total", &[]).unwrap_or(0.0)
-}
-
-fn is_leader(text: &str) -> Option<f64> {
-    metric(text, "kruise_manager_is_leader", &[])
 }
 
 // ---- helpers ----
@@ -387,12 +383,7 @@ async fn readyz_waits_for_the_caches_to_sync() {
 async fn one_leader_acts_and_a_standby_finishes_the_rollout_after_a_crash() {
     install_api().await.unwrap();
     let ns = TestNamespace::create("ops-leader").await.unwrap();
-    let le = OperatorOptions::args(&["--enable-leader-election=true", &format!("--leader-election-namespace={}", ns.name)]);
-    let mut a = Operator::start_with(&ns.name, le.clone()).await.unwrap();
-    wait_until(Duration::from_secs(60), "the first instance to lead", || async { Ok(is_leader(&a.metrics().await?) == Some(1.0)) })
-        .await
-        .unwrap_or_else(|e| panic!("{e:#}\n{}", a.log_tail(20)));
-    let b = Operator::start_with(&ns.name, le).await.unwrap();
+    let (mut a, b) = leader_and_standby(&ns.name).await.unwrap();
     // The standby syncs its caches and reports ready, but does not lead.
     wait_ready(&b).await;
     wait_until(Duration::from_secs(30), "the standby to try the lease", || async {

@@ -12,18 +12,22 @@ use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Api, ResourceExt as _};
 use serde_json::{Value, json};
 
+/// Kruise's documentation example: CloneSet `sample`, one `nginx:alpine` container, as written.
+fn sample_manifest() -> CloneSet {
+    serde_json::from_value(json!({
+        "apiVersion": "apps.kruise.io/v1alpha1", "kind": "CloneSet", "metadata": {"name": "sample"},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "sample"}},
+                 "template": {"metadata": {"labels": {"app": "sample"}}, "spec": {"containers": [{"name": "nginx", "image": "nginx:alpine"}]}}},
+    }))
+    .unwrap()
+}
+
 #[tokio::test]
 async fn pods_and_revisions_look_exactly_like_kruise_ones() {
     let e = env("shape").await;
     // The known answer: Kruise's webhook defaults this template of CloneSet `sample` (imagePullPolicy
     // Always, dnsPolicy, …) and Kruise names the result revision `sample-d4d4fb5bd`.
-    let cs: CloneSet = serde_json::from_value(json!({
-        "apiVersion": "apps.kruise.io/v1alpha1", "kind": "CloneSet", "metadata": {"name": "sample"},
-        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "sample"}},
-                 "template": {"metadata": {"labels": {"app": "sample"}}, "spec": {"containers": [{"name": "nginx", "image": "nginx:alpine"}]}}},
-    }))
-    .unwrap();
-    e.create(&cs).await;
+    e.create(&sample_manifest()).await;
     let cs = e.wait_status("sample", "one ready pod", |cs| rolled_out(cs, 1)).await;
     let s = st(&cs);
     assert_eq!(s.update_revision, "sample-d4d4fb5bd");
@@ -77,13 +81,7 @@ async fn pods_and_revisions_look_exactly_like_kruise_ones() {
 #[tokio::test]
 async fn template_no_defaults_hashes_the_template_as_written() {
     let e = env_with("nodefaults", &["--feature-gates=TemplateNoDefaults=true"]).await;
-    let cs: CloneSet = serde_json::from_value(json!({
-        "apiVersion": "apps.kruise.io/v1alpha1", "kind": "CloneSet", "metadata": {"name": "sample"},
-        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "sample"}},
-                 "template": {"metadata": {"labels": {"app": "sample"}}, "spec": {"containers": [{"name": "nginx", "image": "nginx:alpine"}]}}},
-    }))
-    .unwrap();
-    e.create(&cs).await;
+    e.create(&sample_manifest()).await;
     let cs = e.wait_status("sample", "one ready pod", |cs| rolled_out(cs, 1)).await;
     assert_eq!(st(&cs).update_revision, "sample-597d4cb8fd");
     let pods = e.active_pods("sample").await;
