@@ -889,6 +889,22 @@ mod tests {
         assert_eq!(resize, &json!({"spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "200m"}}}]}}));
         assert_eq!(patch["metadata"]["labels"][keys::CONTROLLER_REVISION_HASH], "foo-r2");
         assert!(patch.get("spec").is_none(), "resources go through the resize subresource only: {patch}");
+
+        // With a grace period the resize waits in the grace annotation, and comes once it ends.
+        let spec = crate::core::inplace::in_place_spec(Some(&data["foo-r1"]), &data["foo-r2"], "foo-r2", 5, true).unwrap();
+        let writes = action_writes(&cs, &pod, &PodAction::InPlace(spec), "foo-r2", now);
+        let [PodWrite::Patch(start)] = writes.as_slice() else { panic!("nothing is resized during the grace period: {writes:?}") };
+        let annotations: BTreeMap<String, String> = serde_json::from_value(start["metadata"]["annotations"].clone()).unwrap();
+        let mut waiting = with_label(pod.clone(), keys::CONTROLLER_REVISION_HASH, "foo-r2");
+        waiting.metadata.annotations = Some(annotations);
+        let refs = [&waiting];
+        let (r, requeue) = plan_refresh(&input(&cs, &refs, "foo-r2", now + SignedDuration::from_secs(2)));
+        assert_eq!(requeue, Some(Duration::from_secs(3)));
+        assert!(r.iter().flat_map(|r| &r.writes).all(|w| !matches!(w, PodWrite::Resize(_))), "{r:?}");
+        let (r, _) = plan_refresh(&input(&cs, &refs, "foo-r2", now + SignedDuration::from_secs(5)));
+        let [PodWrite::Resize(resize), PodWrite::Patch(apply), ..] = r[0].writes.as_slice() else { panic!("{r:?}") };
+        assert_eq!(resize["spec"]["containers"][0]["resources"], json!({"requests": {"cpu": "200m"}}));
+        assert_eq!(apply["metadata"]["annotations"][keys::INPLACE_UPDATE_GRACE], json!(null), "the grace annotation goes with it");
     }
 
     #[test]
