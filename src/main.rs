@@ -281,7 +281,7 @@ async fn main() -> anyhow::Result<()> {
 
 async fn run(args: RunArgs) -> anyhow::Result<()> {
     let shutdown = shutdown_signal()?;
-    let config = args.controller_config();
+    let mut config = args.controller_config();
     let election = args.election().map_err(anyhow::Error::msg)?;
     log_gates(&args.feature_gates);
     let metrics = Arc::new(Metrics::new());
@@ -299,6 +299,15 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     let client = client::build(kube_config.clone(), args.rate_limit(), metrics.clone()).context("building the Kubernetes client")?;
     let version = client.apiserver_version().await.context("cannot reach the Kubernetes apiserver")?;
     tracing::info!(server_version = %version.git_version, platform = %version.platform, "connected to Kubernetes");
+    if config.gates.in_place_workload_vertical_scaling && !has_resize_subresource(&version.major, &version.minor) {
+        // Kruise would write resources into the pod spec, which such a cluster refuses unless
+        // its own alpha gate is on: recreate instead, and say so.
+        tracing::warn!(
+            server_version = %version.git_version,
+            "InPlaceWorkloadVerticalScaling needs the pods/resize subresource (Kubernetes 1.32+): resources changes recreate pods on this cluster"
+        );
+        config.gates.in_place_workload_vertical_scaling = false;
+    }
 
     let guard = args.kruise_lease().map(|(ns, name)| KruiseGuard::new(client.clone(), ns, name, &election.identity, election.retry_period));
     let elector = if args.enable_leader_election {
@@ -314,6 +323,13 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     controller::run(client, config, runtime, shutdown).await?;
     tracing::info!("shut down");
     Ok(())
+}
+
+/// Whether an apiserver of this version serves `pods/resize` (Kubernetes 1.32+, as Kruise's
+/// `ShouldUpdateResourceByResize`); minor versions may carry a suffix (`"32+"`).
+fn has_resize_subresource(major: &str, minor: &str) -> bool {
+    let number = |s: &str| s.trim_end_matches(|c: char| !c.is_ascii_digit()).parse::<u32>().ok();
+    matches!((number(major), number(minor)), (Some(major), Some(minor)) if (major, minor) >= (1, 32))
 }
 
 /// `--kubeconfig` if given, else kube's inference ($KUBECONFIG, ~/.kube/config, in-cluster).
@@ -391,6 +407,12 @@ mod tests {
 
     fn parse(args: &[&str]) -> Result<(Cli, ArgMatches), clap::Error> {
         parse_args(std::iter::once("cloneset-operator").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn the_resize_subresource_is_served_from_kubernetes_1_32() {
+        assert!(has_resize_subresource("1", "32") && has_resize_subresource("1", "36+") && has_resize_subresource("2", "0"));
+        assert!(!has_resize_subresource("1", "31") && !has_resize_subresource("1", "") && !has_resize_subresource("", "33"));
     }
 
     #[test]

@@ -17,7 +17,7 @@ use futures::StreamExt as _;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{
     ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting, ContainerStatus, Node, Pod, PodCondition,
-    PodIP, PodStatus,
+    PodIP, PodStatus, ResourceRequirements,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, Time};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
@@ -150,9 +150,21 @@ pub fn desired_status(pod: &Pod, cfg: &SimConfig, node: &NodeSlot<'_>, pending: 
                 None => running(cfg, &uid, &c.name, &image, restart_count, !never_ready, now),
             }
         };
+        // In-place resize (pods/resize): the kubelet applies the spec's resources to the running
+        // container and reports them; it restarts the container only for a resource whose
+        // resize policy says RestartContainer.
+        let mut status = status;
+        if is_running(&status) {
+            let wanted = reported_resources(c);
+            let resized_from = old.filter(|o| is_running(o) && o.restart_count == status.restart_count).and_then(|o| o.resources.as_ref());
+            if resized_from.is_some_and(|from| *from != wanted && resize_restarts(c, from, &wanted)) {
+                status = restarted(cfg, &uid, old.expect("a resized container was running"), &image, !never_ready, now);
+            }
+            status.allocated_resources = wanted.requests.clone();
+            status.resources = Some(wanted);
+        }
         // The kubelet runs a postStart hook before it counts the container started: a hook of
         // `sleep N` keeps the container unready for N seconds after each start.
-        let mut status = status;
         if let (Some(hold), Some(started)) =
             (post_start_sleep(c), status.state.as_ref().and_then(|s| s.running.as_ref()?.started_at.clone()))
         {
@@ -212,6 +224,8 @@ pub fn desired_status(pod: &Pod, cfg: &SimConfig, node: &NodeSlot<'_>, pending: 
     let cr_message = (!containers_ready).then(|| format!("containers with unready status: [{}]", not_ready.join(" ")));
 
     let mut conditions = current.conditions.clone().unwrap_or_default();
+    // Every resize is applied at once, so none is pending or in progress.
+    conditions.retain(|c| !RESIZE_CONDITIONS.contains(&c.type_.as_str()));
     set_condition(&mut conditions, "PodReadyToStartContainers", sandbox_ready, None, None, now);
     set_condition(&mut conditions, "Initialized", true, None, None, now);
     set_condition(&mut conditions, "ContainersReady", containers_ready, cr_reason, cr_message, now);
@@ -288,6 +302,27 @@ fn post_start_sleep(c: &k8s_openapi::api::core::v1::Container) -> Option<Duratio
 
 fn is_running(s: &ContainerStatus) -> bool {
     s.state.as_ref().is_some_and(|st| st.running.is_some())
+}
+
+/// The pod conditions a kubelet sets while a resize waits or is under way.
+pub const RESIZE_CONDITIONS: [&str; 2] = ["PodResizePending", "PodResizeInProgress"];
+
+/// What a kubelet reports in `containerStatuses[].resources` for a running container: the
+/// limits and requests it runs with, which after a resize are the spec's.
+fn reported_resources(c: &k8s_openapi::api::core::v1::Container) -> ResourceRequirements {
+    let spec = c.resources.clone().unwrap_or_default();
+    ResourceRequirements { limits: spec.limits, requests: spec.requests, ..Default::default() }
+}
+
+/// Whether going from `from` to `to` changes a resource whose resize policy restarts the container.
+fn resize_restarts(c: &k8s_openapi::api::core::v1::Container, from: &ResourceRequirements, to: &ResourceRequirements) -> bool {
+    let value = |r: &ResourceRequirements, name: &str| {
+        (r.limits.as_ref().and_then(|l| l.get(name).cloned()), r.requests.as_ref().and_then(|l| l.get(name).cloned()))
+    };
+    c.resize_policy
+        .iter()
+        .flatten()
+        .any(|p| p.restart_policy == "RestartContainer" && value(from, &p.resource_name) != value(to, &p.resource_name))
 }
 
 fn waiting(name: &str, image: &str, restart_count: i32, reason: &str, message: &str) -> ContainerStatus {
@@ -531,9 +566,15 @@ async fn reconcile_pod(pod: Arc<Pod>, ctx: Arc<Ctx>) -> Result<Action, SimError>
         // Strategic merge: `conditions` merge by type, so conditions other controllers own (such
         // as InPlaceUpdateReady) survive. The resourceVersion makes it a compare-and-swap, so we
         // never compute Ready from a stale view of those conditions.
+        let mut status = with_cleared_condition_fields(serde_json::to_value(&status)?);
+        let had: Vec<&str> = pod.status.iter().flat_map(|s| s.conditions.iter().flatten()).map(|c| c.type_.as_str()).collect();
+        for gone in RESIZE_CONDITIONS.iter().filter(|t| had.contains(t)) {
+            // A strategic merge keeps a condition left out of the list: delete it by name.
+            status["conditions"].as_array_mut().into_iter().for_each(|l| l.push(json!({"type": gone, "$patch": "delete"})));
+        }
         let patch = json!({
             "metadata": { "resourceVersion": pod.resource_version() },
-            "status": with_cleared_condition_fields(serde_json::to_value(&status)?),
+            "status": status,
         });
         match api.patch_status(&pod.name_any(), &PatchParams::default(), &Patch::Strategic(patch)).await {
             Ok(_) => {}
@@ -794,6 +835,52 @@ mod tests {
         assert_ne!(s.image_id, first.image_id);
         assert_ne!(s.container_id, first.container_id);
         assert_eq!(p.status.as_ref().unwrap().pod_ip.as_deref(), Some("10.64.0.2"));
+    }
+
+    fn resources(cpu: &str, memory: &str) -> ResourceRequirements {
+        serde_json::from_value(json!({"requests": {"cpu": cpu, "memory": memory}, "limits": {"memory": memory}})).unwrap()
+    }
+
+    /// A resize (pods/resize changed the spec's resources) is applied to the running container:
+    /// the new resources are reported without a restart, and no resize stays pending.
+    #[test]
+    fn a_resize_is_applied_without_restarting_the_container() {
+        let cfg = SimConfig::default();
+        let mut pending = PendingRestarts::new();
+        let now = Timestamp::now();
+        let mut p = base_pod();
+        p.spec.as_mut().unwrap().containers[0].resources = Some(resources("100m", "64Mi"));
+        let plan = desired_status(&p, &cfg, &NODE, &mut pending, now);
+        apply(&mut p, &plan);
+        let first = p.status.as_ref().unwrap().container_statuses.as_ref().unwrap()[0].clone();
+        assert_eq!(first.resources, Some(resources("100m", "64Mi")), "a running container reports its resources");
+
+        p.spec.as_mut().unwrap().containers[0].resources = Some(resources("200m", "128Mi"));
+        p.status.as_mut().unwrap().conditions.as_mut().unwrap().push(PodCondition {
+            type_: "PodResizeInProgress".into(),
+            status: "True".into(),
+            ..Default::default()
+        });
+        let plan = desired_status(&p, &cfg, &NODE, &mut pending, now);
+        apply(&mut p, &plan);
+        let s = &p.status.as_ref().unwrap().container_statuses.as_ref().unwrap()[0];
+        assert_eq!(s.resources, Some(resources("200m", "128Mi")));
+        assert_eq!(s.allocated_resources, resources("200m", "128Mi").requests);
+        assert_eq!((s.restart_count, &s.container_id), (0, &first.container_id), "not restarted");
+        assert!(p.status.as_ref().unwrap().conditions.as_ref().unwrap().iter().all(|c| !RESIZE_CONDITIONS.contains(&c.type_.as_str())));
+
+        // A memory resize policy of RestartContainer restarts the container for a memory change.
+        p.spec.as_mut().unwrap().containers[0].resize_policy =
+            Some(serde_json::from_value(json!([{"resourceName": "memory", "restartPolicy": "RestartContainer"}])).unwrap());
+        p.spec.as_mut().unwrap().containers[0].resources = Some(resources("300m", "128Mi"));
+        let plan = desired_status(&p, &cfg, &NODE, &mut pending, now);
+        apply(&mut p, &plan);
+        assert_eq!(p.status.as_ref().unwrap().container_statuses.as_ref().unwrap()[0].restart_count, 0, "cpu: no restart");
+        p.spec.as_mut().unwrap().containers[0].resources = Some(resources("300m", "256Mi"));
+        let plan = desired_status(&p, &cfg, &NODE, &mut pending, now);
+        apply(&mut p, &plan);
+        let s = &p.status.as_ref().unwrap().container_statuses.as_ref().unwrap()[0];
+        assert_eq!((s.restart_count, s.resources.clone()), (1, Some(resources("300m", "256Mi"))), "memory: restarted");
     }
 
     #[test]

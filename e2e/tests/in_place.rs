@@ -183,6 +183,68 @@ async fn in_place_only_reports_failed_update_for_a_change_it_cannot_make() {
     assert_eq!(st(&cs).updated_replicas, 0);
 }
 
+/// CloneSet `web` (InPlaceIfPossible) whose container `main` requests `cpu` (Burstable).
+fn sized(replicas: i32, cpu: &str) -> cloneset_operator::api::CloneSet {
+    manifest("web", replicas, "nginx:1.27", in_place(json!({"template": {"spec": {"containers": [cpu_request(cpu)]}}})))
+}
+
+fn cpu_request(cpu: &str) -> serde_json::Value {
+    json!({"name": "main", "image": "nginx:1.27", "resources": {"requests": {"cpu": cpu, "memory": "64Mi"}, "limits": {"memory": "64Mi"}}})
+}
+
+/// The cpu request the kubelet reports container `main` running with.
+fn reported_cpu(p: &Pod) -> Option<String> {
+    let main = p.status.as_ref()?.container_statuses.as_ref()?.iter().find(|c| c.name == "main")?;
+    Some(main.resources.as_ref()?.requests.as_ref()?.get("cpu")?.0.clone())
+}
+
+/// InPlaceWorkloadVerticalScaling: a resources-only template change resizes the running pods
+/// (pods/resize) instead of recreating them: same pods, no restart, the new cpu reported.
+#[tokio::test]
+async fn vertical_scaling_gate_resizes_pods_in_place() {
+    let e = e2e::workload::env_with("resize", &["--feature-gates=InPlaceWorkloadVerticalScaling=true"]).await;
+    e.create(&sized(2, "100m")).await;
+    e.wait_status("web", "2 ready", |cs| rolled_out(cs, 2)).await;
+    let before: BTreeMap<String, i32> =
+        e.active_pods("web").await.iter().map(|p| (p.metadata.uid.clone().unwrap(), restart_count(p))).collect();
+    assert_eq!(before.values().copied().collect::<Vec<_>>(), [0, 0]);
+    e.patch("web", json!({"template": {"spec": {"containers": [cpu_request("200m")]}}})).await;
+    let cs = e.wait_status("web", "rolled out", |cs| rolled_out(cs, 2)).await;
+    let update_revision = st(&cs).update_revision;
+    wait_until(T, "both pods resized and Normal again", || async {
+        let pods = e.active_pods("web").await;
+        Ok(pods.len() == 2
+            && pods.iter().all(|p| reported_cpu(p).as_deref() == Some("200m") && label(p, keys::LIFECYCLE_STATE) == Some("Normal")))
+    })
+    .await
+    .unwrap_or_else(|err| panic!("{err:#}\n--- operator log ---\n{}", e.operator.log_tail(40)));
+    for p in &e.active_pods("web").await {
+        let uid = p.metadata.uid.clone().unwrap();
+        assert!(before.contains_key(&uid), "pod {} is new: recreated instead of resized", p.name_any());
+        assert_eq!(restart_count(p), 0, "{}: resized without a restart", p.name_any());
+        let spec_cpu = p.spec.as_ref().unwrap().containers[0].resources.as_ref().unwrap().requests.as_ref().unwrap()["cpu"].0.clone();
+        assert_eq!(spec_cpu, "200m");
+        assert_eq!(label(p, keys::CONTROLLER_REVISION_HASH), Some(update_revision.as_str()));
+        let state: serde_json::Value = serde_json::from_str(&p.annotations()[keys::INPLACE_UPDATE_STATE]).unwrap();
+        assert_eq!((&state["revision"], &state["updateResources"]), (&json!(update_revision), &json!(true)));
+        assert_eq!(condition(p, "InPlaceUpdateReady").as_deref(), Some("True"));
+    }
+}
+
+/// Without the gate the same change recreates the pods, as Kruise does.
+#[tokio::test]
+async fn without_the_vertical_scaling_gate_a_resources_change_recreates() {
+    let e = env("noresize").await;
+    e.create(&sized(2, "100m")).await;
+    e.wait_status("web", "2 ready", |cs| rolled_out(cs, 2)).await;
+    let old: BTreeSet<String> = e.active_pods("web").await.iter().filter_map(|p| p.metadata.uid.clone()).collect();
+    e.patch("web", json!({"template": {"spec": {"containers": [cpu_request("200m")]}}})).await;
+    e.wait_status("web", "rolled out", |cs| rolled_out(cs, 2)).await;
+    let pods = e.active_pods("web").await;
+    assert!(pods.iter().all(|p| !old.contains(p.metadata.uid.as_ref().unwrap())), "every pod was recreated");
+    assert!(pods.iter().all(|p| reported_cpu(p).as_deref() == Some("200m")));
+}
+
 /// CloneSet `web` whose pods carry the label its preDelete hook waits on (`example.io/hold`).
 fn held_by_pre_delete_hook(replicas: i32) -> cloneset_operator::api::CloneSet {
     let mut cs =

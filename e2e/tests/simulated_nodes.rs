@@ -164,6 +164,34 @@ async fn image_change_restarts_the_container_in_place() {
     assert!(restart_took >= TEST_RESTART_DELAY.mul_f64(0.9), "restart came after the configured delay (took {restart_took:?})");
 }
 
+/// A resize through the pods/resize subresource (as `kubectl patch --subresource resize`): the
+/// container reports the new resources with no restart, and no resize condition stays.
+#[tokio::test]
+async fn a_resize_is_applied_without_restarting_the_container() {
+    let ns = TestNamespace::create("resize").await.unwrap();
+    let pods: Api<Pod> = ns.api();
+    let resources = |cpu: &str| json!({"requests": {"cpu": cpu, "memory": "64Mi"}, "limits": {"memory": "64Mi"}});
+    let containers = json!([{"name": "web", "image": "nginx:1.27", "resources": resources("100m")}]);
+    pods.create(&PostParams::default(), &pod("p", containers, json!({}), json!({}))).await.unwrap();
+    let reported_cpu = |p: &Pod| {
+        let web = statuses(p).into_iter().find(|s| s.name == "web")?;
+        Some(web.resources?.requests?.get("cpu")?.0.clone())
+    };
+    let before = watch_until(&pods, "p", T, |p| is_ready(p) && reported_cpu(p).as_deref() == Some("100m")).await.unwrap();
+
+    let resize = json!({"spec": {"containers": [{"name": "web", "resources": {"requests": {"cpu": "200m"}}}]}});
+    pods.patch_subresource("resize", "p", &PatchParams::default(), &Patch::Strategic(resize)).await.unwrap();
+    let after = watch_until(&pods, "p", T, |p| reported_cpu(p).as_deref() == Some("200m")).await.unwrap();
+
+    let (old, new) = (&statuses(&before)[0], &statuses(&after)[0]);
+    assert_eq!((new.restart_count, &new.container_id), (0, &old.container_id), "the container was not restarted");
+    assert_eq!(new.allocated_resources.as_ref().and_then(|a| a.get("cpu")).map(|q| q.0.as_str()), Some("200m"));
+    assert_eq!(after.uid(), before.uid(), "same pod UID");
+    assert!(is_ready(&after), "still Ready");
+    let conditions = after.status.as_ref().and_then(|s| s.conditions.clone()).unwrap_or_default();
+    assert!(conditions.iter().all(|c| c.type_ != "PodResizePending" && c.type_ != "PodResizeInProgress"), "{conditions:?}");
+}
+
 /// Two tags of one digest (the test profile's registry has `nginx:mainline-alpine` share
 /// `nginx:alpine`'s, as Kruise's e2e spec "in-place update images with the same imageID" needs):
 /// the container restarts for the new tag, but its imageID stays.

@@ -186,6 +186,8 @@ pub fn strip_pod(pod: &mut Pod) {
                 name: std::mem::take(&mut c.name),
                 image: c.image.take(),
                 resources: c.resources.take(),
+                // Whether a resize restarts the container decides InPlaceUpdateReady.
+                resize_policy: c.resize_policy.take(),
                 restart_policy: c.restart_policy.take(),
                 env: (!priority.is_empty()).then_some(priority),
                 ..Default::default()

@@ -479,6 +479,7 @@ async fn apply_pod_writes(ctx: &Context, ns: &str, pod: &Pod, writes: &[sync::Po
         match w {
             sync::PodWrite::Conditions(c) => writes::patch_pod_status(ctx, ns, pod, json!({"status": {"conditions": c}})).await?,
             sync::PodWrite::Patch(p) => writes::patch_pod(ctx, ns, pod, p.clone()).await?,
+            sync::PodWrite::Resize(p) => writes::resize_pod(ctx, ns, pod, p.clone()).await?,
         }
     }
     Ok(())

@@ -327,6 +327,14 @@ pub async fn patch_pod(ctx: &Context, ns: &str, pod: &Pod, patch: Value) -> Resu
     Ok(())
 }
 
+/// A strategic-merge patch of the pod's `resize` subresource (Kubernetes 1.32+), the only way to
+/// change a running pod's cpu/memory.
+pub async fn resize_pod(ctx: &Context, ns: &str, pod: &Pod, patch: Value) -> Result<(), WriteError> {
+    let updated = pods(ctx, ns).patch_subresource("resize", &pod.name_any(), &PatchParams::default(), &Patch::Strategic(&patch)).await?;
+    expect_version(ctx, &updated);
+    Ok(())
+}
+
 /// Releases a pod whose labels no longer match the selector: removes our owner reference (a
 /// merge patch replaces the list; a strategic one would merge it back).
 pub async fn release_pod(ctx: &Context, ns: &str, pod: &Pod, owner_uid: &str) -> Result<(), WriteError> {

@@ -91,7 +91,7 @@ fn apply(pod: &mut Pod, write: &PodWrite) {
                 }
             }
         }
-        PodWrite::Patch(patch) => {
+        PodWrite::Patch(patch) | PodWrite::Resize(patch) => {
             let mut patch = patch.clone();
             // Containers merge by name; finalizers are sent whole.
             if let Some(containers) = patch.get_mut("spec").and_then(|s| s.as_object_mut()).and_then(|s| s.remove("containers")) {
@@ -284,7 +284,8 @@ fn a_pod_stuck_in_updating_with_its_gate_true_finishes() {
     // The Normal patch was lost after InPlaceUpdateReady=True: Kruise's CheckPodUpdateCompleted
     // ignores the condition, so refresh still moves the pod on.
     let mut sim = Sim::new(Value::Null, false);
-    let spec = crate::core::inplace::in_place_spec(Some(&sim.revision_data["web-r1"]), &sim.revision_data["web-r2"], "web-r2", 0).unwrap();
+    let spec =
+        crate::core::inplace::in_place_spec(Some(&sim.revision_data["web-r1"]), &sim.revision_data["web-r2"], "web-r2", 0, false).unwrap();
     let start = PodWrite::Patch(crate::core::inplace::start_patch(&sim.pod, &spec, "web-r2", sim.now));
     apply(&mut sim.pod, &start);
     world_moves(&mut sim.pod, sim.now);

@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::ByteString;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, ResourceRequirements};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use serde::{Deserialize, Serialize};
@@ -14,7 +15,7 @@ use serde_json::{Map, Value, json};
 
 use crate::api::keys;
 use crate::api::shared::{InPlaceUpdateContainerBatch, InPlaceUpdateContainerStatus, InPlaceUpdateState};
-use crate::core::{defaults, revision};
+use crate::core::{defaults, resources, revision};
 
 /// What an in-place update changes, and Kruise's JSON for it (held in the grace annotation).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -24,6 +25,9 @@ pub struct UpdateSpec {
     /// Container name → new image.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub container_images: BTreeMap<String, String>,
+    /// Container name → the cpu/memory values to resize to (InPlaceWorkloadVerticalScaling).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub container_resources: BTreeMap<String, ResourceRequirements>,
     /// A merge patch of the pod's labels and annotations (Go writes `[]byte` as base64).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub meta_data_patch: Option<ByteString>,
@@ -43,9 +47,17 @@ impl UpdateSpec {
 
 /// Decides from the pod's revision data and the target revision's data whether the change can
 /// be made in place: only container images (`replace /spec/containers/<i>/image`) and template
-/// labels/annotations may differ. `None`: recreate (or refuse, under InPlaceOnly). A pod whose
-/// revision is gone (truncated history) cannot be updated in place.
-pub fn in_place_spec(old_data: Option<&[u8]>, new_data: &[u8], new_revision: &str, grace_seconds: i32) -> Option<UpdateSpec> {
+/// labels/annotations may differ, and with `vertical_scaling` (InPlaceWorkloadVerticalScaling)
+/// containers' cpu/memory values too, as long as the pod QoS class stays. `None`: recreate (or
+/// refuse, under InPlaceOnly). A pod whose revision is gone (truncated history) cannot be
+/// updated in place.
+pub fn in_place_spec(
+    old_data: Option<&[u8]>,
+    new_data: &[u8],
+    new_revision: &str,
+    grace_seconds: i32,
+    vertical_scaling: bool,
+) -> Option<UpdateSpec> {
     let old = revision::template_from_revision_data(old_data?).ok()?;
     let new = revision::template_from_revision_data(new_data).ok()?;
     let (old_meta, new_meta) = (old.get("metadata").cloned().unwrap_or(json!({})), new.get("metadata").cloned().unwrap_or(json!({})));
@@ -55,8 +67,12 @@ pub fn in_place_spec(old_data: Option<&[u8]>, new_data: &[u8], new_revision: &st
     defaults::set_default_pod_spec(&mut old_spec);
     defaults::set_default_pod_spec(&mut new_spec);
 
-    // Images: same containers in the same order, differing only in `image`.
+    // A resize never changes the QoS class (the apiserver refuses one that would).
+    let same_qos = resources::qos_class(&old_spec).is_some() && resources::qos_class(&old_spec) == resources::qos_class(&new_spec);
+
+    // Images: same containers in the same order, differing only in `image` (and resources).
     let mut images = BTreeMap::new();
+    let mut container_resources = BTreeMap::new();
     {
         let oc = old_spec.get_mut("containers").and_then(Value::as_array_mut)?;
         let nc = new_spec.get_mut("containers").and_then(Value::as_array_mut)?;
@@ -72,6 +88,11 @@ pub fn in_place_spec(old_data: Option<&[u8]>, new_data: &[u8], new_revision: &st
                 }
                 (a, b) if a == b => {}
                 _ => return None,
+            }
+            let (or, nr) = (o.as_object_mut()?.remove("resources"), n.as_object_mut()?.remove("resources"));
+            if or != nr {
+                let resize = resources::resize_of(or.as_ref(), nr.as_ref()).filter(|_| vertical_scaling && same_qos)?;
+                container_resources.insert(o.get("name")?.as_str()?.to_string(), resize);
             }
         }
     }
@@ -112,7 +133,13 @@ pub fn in_place_spec(old_data: Option<&[u8]>, new_data: &[u8], new_revision: &st
     }
     meta.extend(finalizers_patch(&old_meta, &new_meta));
     let meta_data_patch = (!meta.is_empty()).then(|| serde_json::to_vec(&json!({"metadata": meta})).ok()).flatten().map(ByteString);
-    Some(UpdateSpec { revision: new_revision.to_string(), container_images: images, meta_data_patch, grace_seconds: grace_seconds.max(0) })
+    Some(UpdateSpec {
+        revision: new_revision.to_string(),
+        container_images: images,
+        container_resources,
+        meta_data_patch,
+        grace_seconds: grace_seconds.max(0),
+    })
 }
 
 /// The strategic-merge directives `CreateTwoWayMergePatch` writes for a change of
@@ -163,6 +190,7 @@ pub fn start_state(pod: &Pod, spec: &UpdateSpec, now: Timestamp) -> (InPlaceUpda
         update_timestamp: Some(Time(now)),
         last_container_statuses: None,
         update_images: !spec.container_images.is_empty(),
+        update_resources: !spec.container_resources.is_empty(),
         ..Default::default()
     };
     let batch = if spec.grace_seconds <= 0 { record_batch(&mut state, pod, &spec.container_images, now) } else { BTreeMap::new() };
@@ -299,6 +327,53 @@ pub fn start_patch(pod: &Pod, spec: &UpdateSpec, revision_label: &str, now: Time
     }})
 }
 
+/// The patch of the pod's `resize` subresource that applies the spec's resources: per container,
+/// the cpu/memory values that differ from what its spec has now. `None`: nothing to resize.
+pub fn resize_patch(pod: &Pod, spec: &UpdateSpec) -> Option<Value> {
+    let containers = pod.spec.as_ref().map(|s| s.containers.as_slice()).unwrap_or_default();
+    let mut patched = Vec::new();
+    for c in containers {
+        let Some(wanted) = spec.container_resources.get(&c.name) else { continue };
+        let current = c.resources.clone().unwrap_or_default();
+        let changed = |wanted: &Option<BTreeMap<String, Quantity>>, current: &Option<BTreeMap<String, Quantity>>| {
+            let mut out = Map::new();
+            for (name, q) in wanted.iter().flatten().filter(|(name, _)| resources::RESIZABLE.contains(&name.as_str())) {
+                if !current.as_ref().and_then(|m| m.get(name)).is_some_and(|cur| resources::same_quantity(cur, q)) {
+                    out.insert(name.clone(), json!(q.0));
+                }
+            }
+            out
+        };
+        let (limits, requests) = (changed(&wanted.limits, &current.limits), changed(&wanted.requests, &current.requests));
+        let mut resources = Map::new();
+        if !limits.is_empty() {
+            resources.insert("limits".into(), Value::Object(limits));
+        }
+        if !requests.is_empty() {
+            resources.insert("requests".into(), Value::Object(requests));
+        }
+        if !resources.is_empty() {
+            patched.push(json!({"name": c.name, "resources": resources}));
+        }
+    }
+    (!patched.is_empty()).then(|| json!({"spec": {"containers": patched}}))
+}
+
+/// Kruise's `CheckPodNeedsBeUnready` for a pod with the InPlaceUpdateReady gate: an update of
+/// resources alone leaves the pod Ready, unless a container's resize policy restarts it for a
+/// resource that changes.
+pub fn needs_unready(pod: &Pod, spec: &UpdateSpec) -> bool {
+    if spec.container_resources.is_empty() || !spec.container_images.is_empty() {
+        return true;
+    }
+    let containers = pod.spec.as_ref().map(|s| s.containers.as_slice()).unwrap_or_default();
+    containers.iter().any(|c| {
+        let Some(r) = spec.container_resources.get(&c.name) else { return false };
+        let changes = |name: &str| [&r.limits, &r.requests].into_iter().flatten().any(|m| m.contains_key(name));
+        c.resize_policy.iter().flatten().any(|p| p.restart_policy == "RestartContainer" && changes(&p.resource_name))
+    })
+}
+
 /// When a grace period ends: `None` if it already has.
 pub fn grace_remaining(state: &InPlaceUpdateState, grace_seconds: i32, now: Timestamp) -> Option<Duration> {
     let started = state.update_timestamp.as_ref()?.0;
@@ -342,11 +417,15 @@ pub fn next_batch_patch(pod: &Pod, state: &InPlaceUpdateState, now: Timestamp) -
     Some(apply_patch(pod, &UpdateSpec::default(), &batch, &next, &BTreeMap::new(), None))
 }
 
-/// §5.7: whether the containers report the new images. Not complete while a grace period or a
-/// next batch is pending; otherwise each recorded container must show a new imageID, or report
-/// the spec image (covering re-tags of the same image).
+/// §5.7: whether the containers report the new images (and, after a resize, the new resources).
+/// Not complete while a grace period or a next batch is pending; otherwise each recorded
+/// container must show a new imageID, or report the spec image (covering re-tags of the same
+/// image).
 pub fn update_completed(pod: &Pod, state: &InPlaceUpdateState) -> bool {
-    read_grace(pod).is_none() && state.next_container_images.is_empty() && containers_updated(pod, state)
+    read_grace(pod).is_none()
+        && state.next_container_images.is_empty()
+        && (!state.update_resources || resources::resources_applied(pod))
+        && containers_updated(pod, state)
 }
 
 /// Every container recorded in the state shows a new imageID or reports its spec image.
@@ -406,14 +485,14 @@ mod tests {
         let bare = bare_in_place_manifest("nginx:1.27");
         let want = BTreeMap::from([("main".to_string(), "nginx:1.27".to_string())]);
         for new in [data(bare.clone()), data(defaults::default_pod_template(&bare))] {
-            let spec = in_place_spec(Some(&old), &new, "inplace-new", 0).expect("in place");
+            let spec = in_place_spec(Some(&old), &new, "inplace-new", 0, false).expect("in place");
             assert_eq!(spec.container_images, want);
             assert_eq!(spec.meta_data_patch, None);
         }
         // Spelling out a value other than Kruise's default is a real change: recreate.
         let mut not_default = bare;
         not_default["spec"]["containers"][0]["imagePullPolicy"] = json!("IfNotPresent");
-        assert_eq!(in_place_spec(Some(&old), &data(not_default), "inplace-new", 0), None);
+        assert_eq!(in_place_spec(Some(&old), &data(not_default), "inplace-new", 0, false), None);
     }
 
     /// Kruise pulls every regular container `Always` unless told otherwise, tagged or not (not
@@ -423,7 +502,7 @@ mod tests {
     fn kruise_default_pull_policy_is_always_for_tagged_images_too() {
         let mut always = bare_in_place_manifest("nginx:1.25");
         always["spec"]["containers"][0]["imagePullPolicy"] = json!("Always");
-        let spec = in_place_spec(Some(&data(always)), &data(bare_in_place_manifest("nginx:1.26")), "r", 0).expect("in place");
+        let spec = in_place_spec(Some(&data(always)), &data(bare_in_place_manifest("nginx:1.26")), "r", 0, false).expect("in place");
         assert_eq!(spec.container_images, BTreeMap::from([("main".to_string(), "nginx:1.26".to_string())]));
     }
 
@@ -434,6 +513,7 @@ mod tests {
             &data(tpl("nginx:2", json!({"a": "1"}), None)),
             "cs-new",
             0,
+            false,
         )
         .unwrap();
         assert_eq!(spec.container_images, BTreeMap::from([("main".to_string(), "nginx:2".to_string())]));
@@ -448,6 +528,7 @@ mod tests {
             &data(tpl("nginx:1", json!({"a": "9", "c": "3"}), None)),
             "r",
             0,
+            false,
         )
         .unwrap();
         assert!(spec.container_images.is_empty());
@@ -464,7 +545,7 @@ mod tests {
             t["metadata"]["finalizers"] = finalizers;
             data(t)
         };
-        let spec = in_place_spec(Some(&with(json!(["x/keep", "x/old"]))), &with(json!(["x/keep", "x/new"])), "r", 0).unwrap();
+        let spec = in_place_spec(Some(&with(json!(["x/keep", "x/old"]))), &with(json!(["x/keep", "x/new"])), "r", 0, false).unwrap();
         let patch: Value = serde_json::from_slice(&spec.meta_data_patch.clone().unwrap().0).unwrap();
         let expected = json!({"$deleteFromPrimitiveList/finalizers": ["x/old"], "$setElementOrder/finalizers": ["x/keep", "x/new"], "finalizers": ["x/new"]});
         assert_eq!(patch, json!({"metadata": expected}));
@@ -477,20 +558,133 @@ mod tests {
         let on_pod = apply_patch(&pod, &spec, &BTreeMap::new(), &InPlaceUpdateState::default(), &BTreeMap::new(), None);
         assert_eq!(on_pod["metadata"]["finalizers"], json!(["x/new"]));
         assert_eq!(on_pod["metadata"]["$deleteFromPrimitiveList/finalizers"], json!(["x/old"]));
-        let gone = in_place_spec(Some(&with(json!(["x/old"]))), &with(json!(null)), "r", 0).unwrap();
+        let gone = in_place_spec(Some(&with(json!(["x/old"]))), &with(json!(null)), "r", 0, false).unwrap();
         assert_eq!(serde_json::from_slice::<Value>(&gone.meta_data_patch.unwrap().0).unwrap(), json!({"metadata": {"finalizers": null}}));
     }
 
     #[test]
     fn other_spec_changes_and_missing_revisions_recreate() {
         assert_eq!(
-            in_place_spec(Some(&data(tpl("nginx:1", json!({}), None))), &data(tpl("nginx:2", json!({}), Some("x"))), "r", 0),
+            in_place_spec(Some(&data(tpl("nginx:1", json!({}), None))), &data(tpl("nginx:2", json!({}), Some("x"))), "r", 0, false),
             None,
             "env change"
         );
         let added = json!({"spec": {"containers": [{"name": "main", "image": "nginx:1"}]}});
-        assert_eq!(in_place_spec(Some(&data(tpl("nginx:1", json!({}), None))), &data(added), "r", 0), None, "container removed");
-        assert_eq!(in_place_spec(None, &data(tpl("nginx:2", json!({}), None)), "r", 0), None, "old revision gone");
+        assert_eq!(in_place_spec(Some(&data(tpl("nginx:1", json!({}), None))), &data(added), "r", 0, false), None, "container removed");
+        assert_eq!(in_place_spec(None, &data(tpl("nginx:2", json!({}), None)), "r", 0, false), None, "old revision gone");
+    }
+
+    /// A template whose container `main` runs `image` with `resources`.
+    fn sized(image: &str, resources: Value) -> Vec<u8> {
+        data(
+            json!({"metadata": {"labels": {"app": "a"}}, "spec": {"containers": [{"name": "main", "image": image, "resources": resources}]}}),
+        )
+    }
+
+    fn burstable(cpu: &str) -> Value {
+        json!({"requests": {"cpu": cpu, "memory": "64Mi"}, "limits": {"memory": "128Mi"}})
+    }
+
+    /// InPlaceWorkloadVerticalScaling: a cpu/memory value change is resized in place with the
+    /// gate, and recreates without it.
+    #[test]
+    fn a_resources_only_change_is_in_place_only_under_the_vertical_scaling_gate() {
+        let (old, new) = (sized("nginx:1", burstable("100m")), sized("nginx:1", burstable("200m")));
+        let spec = in_place_spec(Some(&old), &new, "r2", 0, true).expect("in place");
+        assert!(spec.container_images.is_empty());
+        assert_eq!(serde_json::to_value(&spec.container_resources).unwrap(), json!({"main": {"requests": {"cpu": "200m"}}}));
+        assert_eq!(in_place_spec(Some(&old), &new, "r2", 0, false), None, "gate off: recreate");
+        assert_eq!(
+            serde_json::to_string(&spec).unwrap(),
+            r#"{"revision":"r2","containerResources":{"main":{"requests":{"cpu":"200m"}}}}"#,
+            "Kruise's UpdateSpec JSON"
+        );
+    }
+
+    #[test]
+    fn a_resources_change_that_changes_the_qos_class_recreates() {
+        let guaranteed = json!({"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "1", "memory": "1Gi"}});
+        let burst = json!({"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"cpu": "1", "memory": "1Gi"}});
+        assert_eq!(in_place_spec(Some(&sized("nginx:1", guaranteed.clone())), &sized("nginx:1", burst), "r", 0, true), None);
+        let bigger = json!({"requests": {"cpu": "2", "memory": "1Gi"}, "limits": {"cpu": "2", "memory": "1Gi"}});
+        assert!(in_place_spec(Some(&sized("nginx:1", guaranteed)), &sized("nginx:1", bigger), "r", 0, true).is_some(), "still Guaranteed");
+        // A resource added is no resize either (Kruise's json patch "add").
+        let added = json!({"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"memory": "128Mi", "cpu": "1"}});
+        assert_eq!(in_place_spec(Some(&sized("nginx:1", burstable("100m"))), &sized("nginx:1", added), "r", 0, true), None);
+    }
+
+    #[test]
+    fn an_image_and_resources_change_updates_both_in_place_and_restarts() {
+        let spec = in_place_spec(Some(&sized("nginx:1", burstable("100m"))), &sized("nginx:2", burstable("1")), "r2", 0, true).unwrap();
+        assert_eq!(spec.container_images, BTreeMap::from([("main".to_string(), "nginx:2".to_string())]));
+        assert_eq!(serde_json::to_value(&spec.container_resources).unwrap(), json!({"main": {"requests": {"cpu": "1"}}}));
+        let pod: Pod = serde_json::from_value(json!({"metadata": {"name": "p"}, "spec": {"containers": [
+            {"name": "main", "image": "nginx:1", "resources": burstable("100m")}]}}))
+        .unwrap();
+        assert!(needs_unready(&pod, &spec), "an image change restarts the container");
+        let (state, _) = start_state(&pod, &spec, "2026-01-01T00:00:00Z".parse().unwrap());
+        assert!(state.update_images && state.update_resources);
+        assert_eq!(in_place_spec(Some(&sized("nginx:1", burstable("100m"))), &sized("nginx:2", burstable("1")), "r2", 0, false), None);
+    }
+
+    #[test]
+    fn the_resize_patch_names_only_the_values_that_change() {
+        let pod: Pod = serde_json::from_value(json!({"metadata": {"name": "p"}, "spec": {"containers": [
+            {"name": "main", "image": "nginx:1", "resources": burstable("100m"),
+             "resizePolicy": [{"resourceName": "memory", "restartPolicy": "RestartContainer"}]},
+            {"name": "side", "image": "busybox:1"}]}}))
+        .unwrap();
+        let spec = UpdateSpec {
+            container_resources: [(
+                "main".to_string(),
+                serde_json::from_value(json!({"requests": {"cpu": "0.2", "memory": "64Mi"}})).unwrap(),
+            )]
+            .into(),
+            ..Default::default()
+        };
+        assert_eq!(
+            resize_patch(&pod, &spec),
+            Some(json!({"spec": {"containers": [{"name": "main", "resources": {"requests": {"cpu": "0.2"}}}]}}))
+        );
+        let cpu = UpdateSpec {
+            container_resources: [("main".to_string(), serde_json::from_value(json!({"requests": {"cpu": "0.2"}})).unwrap())].into(),
+            ..Default::default()
+        };
+        assert!(!needs_unready(&pod, &cpu), "cpu resizes without a restart: the pod stays Ready");
+        let memory = UpdateSpec {
+            container_resources: [("main".to_string(), serde_json::from_value(json!({"limits": {"memory": "1Gi"}})).unwrap())].into(),
+            ..Default::default()
+        };
+        assert!(needs_unready(&pod, &memory), "the memory resize policy restarts the container");
+        let done = UpdateSpec {
+            container_resources: [(
+                "main".to_string(),
+                serde_json::from_value(json!({"requests": {"cpu": "0.1", "memory": "64Mi"}})).unwrap(),
+            )]
+            .into(),
+            ..Default::default()
+        };
+        assert_eq!(resize_patch(&pod, &done), None, "0.1 is 100m: nothing to resize");
+    }
+
+    /// Kruise's resize completion: every container reports the resources its spec asks for.
+    #[test]
+    fn a_resize_is_complete_once_the_status_reports_the_new_resources() {
+        let pod = |reported: Option<Value>| -> Pod {
+            let mut status = json!({"name": "main", "image": "nginx:1", "imageID": "id-1", "ready": true, "restartCount": 0});
+            if let Some(r) = reported {
+                status["resources"] = r;
+            }
+            serde_json::from_value(json!({"metadata": {"name": "p"},
+                "spec": {"containers": [{"name": "main", "image": "nginx:1", "resources": burstable("200m")}]},
+                "status": {"containerStatuses": [status]}}))
+            .unwrap()
+        };
+        let state = InPlaceUpdateState { revision: "r2".into(), update_resources: true, ..Default::default() };
+        assert!(!update_completed(&pod(None), &state), "nothing reported yet");
+        assert!(!update_completed(&pod(Some(burstable("100m"))), &state), "still the old cpu");
+        assert!(update_completed(&pod(Some(burstable("0.2"))), &state), "the new cpu, spelled otherwise");
+        assert!(update_completed(&pod(None), &InPlaceUpdateState { update_resources: false, ..state }), "no resize asked");
     }
 
     #[test]
@@ -498,6 +692,7 @@ mod tests {
         let spec = UpdateSpec {
             revision: "rev_new".into(),
             container_images: [("c1".into(), "foo2".into())].into(),
+            container_resources: BTreeMap::new(),
             meta_data_patch: None,
             grace_seconds: 3630,
         };

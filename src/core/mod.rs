@@ -15,6 +15,7 @@ pub mod lifecycle;
 pub mod order;
 pub mod pods;
 pub mod readiness;
+pub mod resources;
 pub mod revision;
 pub mod status;
 pub mod sync;

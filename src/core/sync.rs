@@ -103,6 +103,8 @@ pub enum PodWrite {
     Conditions(Vec<Value>),
     /// A strategic-merge patch of the pod (labels, annotations, finalizers, container images).
     Patch(Value),
+    /// A strategic-merge patch of the pod's `resize` subresource (containers' cpu/memory).
+    Resize(Value),
 }
 
 /// The writes refresh makes to one pod, in order.
@@ -147,38 +149,40 @@ pub fn in_place_update_completed(pod: &Pod) -> bool {
 }
 
 /// Kruise's `inplaceupdate.Refresh`: a grace period that ends, the next launch-priority batch,
-/// or `InPlaceUpdateReady=True` once no in-place update is pending. Returns the write (if any)
-/// and when to look again.
-fn refresh_in_place(pod: &Pod, now: Timestamp) -> (Option<PodWrite>, Option<Duration>) {
+/// or `InPlaceUpdateReady=True` once no in-place update is pending. Returns the writes and when
+/// to look again.
+fn refresh_in_place(pod: &Pod, now: Timestamp) -> (Vec<PodWrite>, Option<Duration>) {
     let revision_label = pod.metadata.labels.as_ref().and_then(|l| l.get(keys::CONTROLLER_REVISION_HASH)).cloned().unwrap_or_default();
     if let Some(grace) = inplace::read_grace(pod) {
         if !hash_matches(&revision_label, &grace.revision) {
             // The pod's revision moved on: drop the grace spec and go through the update again.
             let drop = json!({"metadata": {"annotations": {keys::INPLACE_UPDATE_GRACE: null, keys::INPLACE_UPDATE_GRACE_LEGACY: null}}});
-            return (Some(PodWrite::Patch(drop)), None);
+            return (vec![PodWrite::Patch(drop)], None);
         }
-        let Some(state) = inplace::read_state(pod) else { return (None, None) };
+        let Some(state) = inplace::read_state(pod) else { return (vec![], None) };
         if let Some(remaining) = inplace::grace_remaining(&state, grace.grace_seconds, now) {
-            return (None, Some(remaining));
+            return (vec![], Some(remaining));
         }
         let (new_state, batch) = inplace::state_after_grace(pod, &state, &grace, now);
         let mut apply = inplace::apply_patch(pod, &grace, &batch, &new_state, &BTreeMap::new(), None);
         combine_patches(&mut apply, &json!({"metadata": {"annotations": {keys::INPLACE_UPDATE_GRACE: null}}}));
-        return (Some(PodWrite::Patch(apply)), None);
+        // As Kruise: the resize first, so a refused one leaves the grace spec to retry.
+        let resize = inplace::resize_patch(pod, &grace).map(PodWrite::Resize);
+        return (resize.into_iter().chain([PodWrite::Patch(apply)]).collect(), None);
     }
     if let Some(state) = inplace::read_state(pod) {
         if !state.next_container_images.is_empty() {
             // The next batch once the last one runs its new images and is Ready; until then, wait.
-            return (inplace::next_batch_patch(pod, &state, now).map(PodWrite::Patch), None);
+            return (inplace::next_batch_patch(pod, &state, now).map(PodWrite::Patch).into_iter().collect(), None);
         }
         if !inplace::update_completed(pod, &state) {
-            return (None, None);
+            return (vec![], None);
         }
     }
     if !readiness::has_gate(pod, keys::INPLACE_UPDATE_READY) || readiness::has_equal(pod, keys::INPLACE_UPDATE_READY, true, "", "") {
-        return (None, None);
+        return (vec![], None);
     }
-    (Some(PodWrite::Conditions(vec![readiness::condition(keys::INPLACE_UPDATE_READY, true, "", "", now)])), None)
+    (vec![PodWrite::Conditions(vec![readiness::condition(keys::INPLACE_UPDATE_READY, true, "", "", now)])], None)
 }
 
 /// Kruise's `refreshPodState`: the lifecycle state a pod should move to now, if any.
@@ -215,10 +219,11 @@ pub fn plan_refresh(input: &SyncInput<'_>) -> (Vec<Refresh>, Option<Duration>) {
         if readiness::has_gate(pod, keys::KRUISE_POD_READY) && readiness::find(pod, keys::KRUISE_POD_READY).is_none() {
             conditions.push(readiness::condition(keys::KRUISE_POD_READY, true, "", "", input.now));
         }
-        match in_place {
-            Some(PodWrite::Conditions(c)) => conditions.extend(c),
-            Some(write) => r.writes.push(write),
-            None => {}
+        for write in in_place {
+            match write {
+                PodWrite::Conditions(c) => conditions.extend(c),
+                write => r.writes.push(write),
+            }
         }
         let mut patch = json!({});
         if let Some(next) = lifecycle_move(input, pod) {
@@ -495,7 +500,11 @@ fn pod_action(input: &SyncInput<'_>, pod: &Pod, target: &str) -> PodAction {
             (Some(old), Some(new)) => old != new,
             _ => false,
         };
-    let spec = input.revision_data.get(target).filter(|_| !vct_changed).and_then(|new| inplace::in_place_spec(old, new, target, grace));
+    let spec = input
+        .revision_data
+        .get(target)
+        .filter(|_| !vct_changed)
+        .and_then(|new| inplace::in_place_spec(old, new, target, grace, input.gates.in_place_workload_vertical_scaling));
     let Some(spec) = spec else {
         return if kind == update_type::IN_PLACE_ONLY {
             let name = pod.metadata.name.as_deref().unwrap_or_default();
@@ -526,8 +535,13 @@ pub fn action_writes(cs: &CloneSet, pod: &Pod, action: &PodAction, revision_labe
         }
         PodAction::InPlace(spec) => {
             let mut writes = Vec::new();
-            if readiness::has_gate(pod, keys::INPLACE_UPDATE_READY) {
+            if readiness::has_gate(pod, keys::INPLACE_UPDATE_READY) && inplace::needs_unready(pod, spec) {
                 writes.push(PodWrite::Conditions(readiness::start_in_place_update(pod, now)));
+            }
+            // Kruise resizes first and writes the revision and state after: a refused resize
+            // leaves the pod on its old revision, to be tried again.
+            if spec.grace_seconds <= 0 {
+                writes.extend(inplace::resize_patch(pod, spec).map(PodWrite::Resize));
             }
             writes.push(PodWrite::Patch(inplace::start_patch(pod, spec, revision_label, now)));
             writes
@@ -840,6 +854,57 @@ mod tests {
         assert!(matches!(action(&cs, true, &old_without), PodAction::InPlace(_)), "no hash on the old revision: in place");
         cs.spec.update_strategy.type_ = "InPlaceOnly".into();
         assert!(matches!(action(&cs, true, &changed), PodAction::InPlace(_)), "InPlaceOnly ignores the hash");
+    }
+
+    /// InPlaceWorkloadVerticalScaling: a cpu change is made in place, through the resize
+    /// subresource before the revision and state are written, and leaves the pod Ready.
+    #[test]
+    fn kruise_resizes_in_place_under_the_vertical_scaling_gate_and_recreates_without_it() {
+        let sized = |cpu: &str| json!({"requests": {"cpu": cpu}});
+        let template = |cpu: &str| json!({"metadata": {"labels": {"app": "foo"}}, "spec": {"containers": [{"name": "c", "image": "nginx:1", "resources": sized(cpu)}]}});
+        let data: BTreeMap<String, Vec<u8>> = [
+            ("foo-r1".to_string(), crate::core::revision::revision_data(&template("100m"))),
+            ("foo-r2".to_string(), crate::core::revision::revision_data(&template("200m"))),
+        ]
+        .into();
+        let cs = in_place_cloneset(serde_json::Value::Null);
+        let mut pod = ready_pod("foo-1", "foo-r1");
+        let spec = pod.spec.as_mut().unwrap();
+        spec.containers = vec![serde_json::from_value(json!({"name": "c", "image": "nginx:1", "resources": sized("100m")})).unwrap()];
+        spec.readiness_gates =
+            Some(vec![k8s_openapi::api::core::v1::PodReadinessGate { condition_type: keys::INPLACE_UPDATE_READY.into() }]);
+        let pods = [&pod];
+        let now: Timestamp = "2026-01-01T01:00:00Z".parse().unwrap();
+        let action = |gate: bool| {
+            let mut i = input(&cs, &pods, "foo-r2", now);
+            i.revision_data = &data;
+            i.gates.in_place_workload_vertical_scaling = gate;
+            plan_update(&i).pods[0].1.clone()
+        };
+        assert_eq!(action(false), PodAction::Recreate);
+        let in_place = action(true);
+        assert!(matches!(in_place, PodAction::InPlace(_)), "{in_place:?}");
+        let writes = action_writes(&cs, &pod, &in_place, "foo-r2", now);
+        let [PodWrite::Resize(resize), PodWrite::Patch(patch)] = writes.as_slice() else { panic!("{writes:?}") };
+        assert_eq!(resize, &json!({"spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "200m"}}}]}}));
+        assert_eq!(patch["metadata"]["labels"][keys::CONTROLLER_REVISION_HASH], "foo-r2");
+        assert!(patch.get("spec").is_none(), "resources go through the resize subresource only: {patch}");
+
+        // With a grace period the resize waits in the grace annotation, and comes once it ends.
+        let spec = crate::core::inplace::in_place_spec(Some(&data["foo-r1"]), &data["foo-r2"], "foo-r2", 5, true).unwrap();
+        let writes = action_writes(&cs, &pod, &PodAction::InPlace(spec), "foo-r2", now);
+        let [PodWrite::Patch(start)] = writes.as_slice() else { panic!("nothing is resized during the grace period: {writes:?}") };
+        let annotations: BTreeMap<String, String> = serde_json::from_value(start["metadata"]["annotations"].clone()).unwrap();
+        let mut waiting = with_label(pod.clone(), keys::CONTROLLER_REVISION_HASH, "foo-r2");
+        waiting.metadata.annotations = Some(annotations);
+        let refs = [&waiting];
+        let (r, requeue) = plan_refresh(&input(&cs, &refs, "foo-r2", now + SignedDuration::from_secs(2)));
+        assert_eq!(requeue, Some(Duration::from_secs(3)));
+        assert!(r.iter().flat_map(|r| &r.writes).all(|w| !matches!(w, PodWrite::Resize(_))), "{r:?}");
+        let (r, _) = plan_refresh(&input(&cs, &refs, "foo-r2", now + SignedDuration::from_secs(5)));
+        let [PodWrite::Resize(resize), PodWrite::Patch(apply), ..] = r[0].writes.as_slice() else { panic!("{r:?}") };
+        assert_eq!(resize["spec"]["containers"][0]["resources"], json!({"requests": {"cpu": "200m"}}));
+        assert_eq!(apply["metadata"]["annotations"][keys::INPLACE_UPDATE_GRACE], json!(null), "the grace annotation goes with it");
     }
 
     #[test]
