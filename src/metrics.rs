@@ -23,6 +23,7 @@
 //! | `kruise_manager_is_leader` | gauge | — |
 //! | `leader_election_master_status` | gauge | `name` (the Lease) |
 //! | `cloneset_operator_standing_by_for_kruise` | gauge | — |
+//! | `cloneset_status_replicas` | gauge | `namespace`, `name`, `state` = replicas, ready, available, updated, updated_ready, expected_updated (the CloneSet's status as last computed, for rollout progress) |
 //! | `process_cpu_seconds_total`, `process_open_fds`, `process_max_fds`, `process_resident_memory_bytes`, `process_virtual_memory_bytes`, `process_virtual_memory_max_bytes`, `process_start_time_seconds` | counter / gauges | — |
 //!
 //! `rest_client_requests_total` keeps client-go's name and its `code`, `host` and `method`
@@ -90,6 +91,16 @@ pub struct ObjectLabels {
     pub namespace: String,
     pub name: String,
 }
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StatusLabels {
+    pub namespace: String,
+    pub name: String,
+    pub state: &'static str,
+}
+
+/// The status counts `cloneset_status_replicas` publishes, by its `state` label.
+pub const STATUS_STATES: [&str; 6] = ["replicas", "ready", "available", "updated", "updated_ready", "expected_updated"];
 
 /// How one reconcile ended, as controller-runtime labels it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -179,6 +190,7 @@ pub struct Metrics {
     longest_running: Family<QueueLabels, SecondsGauge>,
     rest_requests: Family<RequestLabels, Counter>,
     expectation_leakage: Family<ObjectLabels, Gauge>,
+    status_replicas: Family<StatusLabels, Gauge>,
     is_leader: Gauge,
     master_status: Family<NameLabels, Gauge>,
     standing_by_for_kruise: Gauge,
@@ -213,6 +225,7 @@ impl Metrics {
         let longest_running = Family::<QueueLabels, SecondsGauge>::default();
         let rest_requests = Family::<RequestLabels, Counter>::default();
         let expectation_leakage = Family::<ObjectLabels, Gauge>::default();
+        let status_replicas = Family::<StatusLabels, Gauge>::default();
         let is_leader = Gauge::default();
         let master_status = Family::<NameLabels, Gauge>::default();
         let standing_by_for_kruise = Gauge::default();
@@ -268,6 +281,11 @@ impl Metrics {
             "CloneSet scale expectations that timed out (a counter in Kruise; see the operator's metrics docs)",
             expectation_leakage.clone(),
         );
+        registry.register(
+            "cloneset_status_replicas",
+            "A CloneSet's status counts as last computed, by state (replicas, ready, available, updated, updated_ready, expected_updated)",
+            status_replicas.clone(),
+        );
         registry.register("kruise_manager_is_leader", "Whether this manager is the leader (1) or not (0)", is_leader.clone());
         registry.register(
             "leader_election_master_status",
@@ -297,6 +315,7 @@ impl Metrics {
             longest_running,
             rest_requests,
             expectation_leakage,
+            status_replicas,
             is_leader,
             master_status,
             standing_by_for_kruise,
@@ -369,6 +388,21 @@ impl Metrics {
     }
 
     /// A scale expectation of CloneSet `namespace/name` timed out.
+    /// Publishes a CloneSet's status counts, in the order of [`STATUS_STATES`].
+    pub fn set_status(&self, namespace: &str, name: &str, counts: [i32; 6]) {
+        for (state, value) in STATUS_STATES.into_iter().zip(counts) {
+            let labels = StatusLabels { namespace: namespace.to_string(), name: name.to_string(), state };
+            self.status_replicas.get_or_create(&labels).set(i64::from(value));
+        }
+    }
+
+    /// Drops a deleted CloneSet's status series.
+    pub fn forget_status(&self, namespace: &str, name: &str) {
+        for state in STATUS_STATES {
+            self.status_replicas.remove(&StatusLabels { namespace: namespace.to_string(), name: name.to_string(), state });
+        }
+    }
+
     pub fn expectation_leaked(&self, key: &str) {
         let (namespace, name) = key.split_once('/').unwrap_or(("", key));
         self.expectation_leakage.get_or_create(&ObjectLabels { namespace: namespace.to_string(), name: name.to_string() }).inc();

@@ -951,3 +951,16 @@ fn ha_defaults_spread_the_replicas_and_bound_disruptions() {
             .is_array()
     );
 }
+
+#[test]
+fn the_grafana_dashboard_is_a_configmap_for_the_sidecar_when_enabled() {
+    assert!(of_kind(&render(&[]), "ConfigMap").is_empty(), "off by default");
+    let docs = render(&["--set", "grafanaDashboard.enabled=true"]);
+    let cm = one(&docs, "ConfigMap");
+    assert_eq!(cm["metadata"]["labels"]["grafana_dashboard"], "1", "the label Grafana's dashboard sidecar selects");
+    let rendered: Value = serde_json::from_str(cm["data"]["cloneset-operator.json"].as_str().unwrap()).unwrap();
+    let file =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../charts/cloneset-operator/dashboards/cloneset-operator.json"))
+            .unwrap();
+    assert_eq!(rendered, serde_json::from_str::<Value>(&file).unwrap(), "the chart ships the dashboard file unchanged");
+}

@@ -52,6 +52,7 @@ const AFTER_FORCED_EXPECTATIONS: Duration = Duration::from_secs(10);
 pub async fn reconcile(ctx: &Arc<Context>, key: &str) -> Result<Option<Duration>, ReconcileError> {
     let (ns, name) = key.split_once('/').unwrap_or(("", key));
     let Some(cs) = ctx.stores.cloneset(ns, name) else {
+        ctx.metrics.forget_status(ns, name);
         ctx.scale_expectations.lock().unwrap_or_else(|e| e.into_inner()).forget(key);
         return Ok(None);
     };
@@ -205,6 +206,10 @@ pub async fn reconcile(ctx: &Arc<Context>, key: &str) -> Result<Option<Duration>
     for f in failures {
         status::set_condition(&mut new_status.conditions, f);
     }
+    let s = &new_status;
+    let counts =
+        [s.replicas, s.ready_replicas, s.available_replicas, s.updated_replicas, s.updated_ready_replicas, s.expected_updated_replicas];
+    ctx.metrics.set_status(ns, name, counts);
     let old_status = cs.status.clone().unwrap_or_default();
     if status::needs_write(&old_status, &new_status) {
         writes::write_status(ctx, cs, &old_status, &new_status).await?;
