@@ -59,6 +59,18 @@ impl PodLedger {
         self.pods.keys().filter(|u| !before.contains(*u)).cloned().collect()
     }
 
+    /// Records one event of pod `p` (from a list or a watch): its name, and whether it is being
+    /// deleted. Returns its UID.
+    fn saw(&mut self, p: &Pod) -> String {
+        self.events += 1;
+        let uid = p.uid().unwrap_or_default();
+        self.pods.entry(uid.clone()).or_insert_with(|| p.name_any());
+        if p.metadata.deletion_timestamp.is_some() {
+            self.deleted.insert(uid.clone());
+        }
+        uid
+    }
+
     /// A one-line summary for reports.
     pub fn summary(&self) -> String {
         let per_name = self.creates_per_name();
@@ -117,12 +129,7 @@ impl PodWatch {
                         continue;
                     }
                     Ok(Event::InitApply(p)) => {
-                        l.events += 1;
-                        let uid = p.uid().unwrap_or_default();
-                        l.pods.entry(uid.clone()).or_insert_with(|| p.name_any());
-                        if p.metadata.deletion_timestamp.is_some() {
-                            l.deleted.insert(uid.clone());
-                        }
+                        let uid = l.saw(&p);
                         relisting.get_or_insert_with(BTreeMap::new).insert(uid, p);
                         continue;
                     }
@@ -140,12 +147,7 @@ impl PodWatch {
                         }
                     }
                     Ok(Event::Apply(p)) => {
-                        l.events += 1;
-                        let uid = p.uid().unwrap_or_default();
-                        l.pods.entry(uid.clone()).or_insert_with(|| p.name_any());
-                        if p.metadata.deletion_timestamp.is_some() {
-                            l.deleted.insert(uid.clone());
-                        }
+                        let uid = l.saw(&p);
                         current.insert(uid, p);
                     }
                     Ok(Event::Delete(p)) => {

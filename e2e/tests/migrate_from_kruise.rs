@@ -133,7 +133,8 @@ fn write_kruise_like_chart(dir: &Path) {
         json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "kruise-controller-manager", "namespace": "kruise-system"},
                "spec": {"replicas": 0, "selector": {"matchLabels": {"control-plane": "controller-manager"}},
                         "template": {"metadata": {"labels": {"control-plane": "controller-manager"}},
-                                     "spec": {"containers": [{"name": "manager", "image": "openkruise/kruise-manager:v1.9.0"}]}}}}),
+                                     // Scaled to zero and never run: the image is a placeholder.
+                                     "spec": {"containers": [{"name": "manager", "image": "registry.invalid/stopped-manager:0"}]}}}}),
     ];
     std::fs::write(dir.join("templates/manager.yaml"), manager.iter().map(to_yaml).collect::<Vec<_>>().join("---\n")).unwrap();
 }

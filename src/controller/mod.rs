@@ -530,15 +530,6 @@ where
     store.get(&ObjectRef::new(name).within(ns))
 }
 
-/// Shortest of two optional requeue delays.
-fn sooner(a: Option<Duration>, b: Option<Duration>) -> Option<Duration> {
-    match (a, b) {
-        (Some(x), Some(y)) => Some(x.min(y)),
-        (x, None) => x,
-        (None, y) => y,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

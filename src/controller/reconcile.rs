@@ -15,13 +15,13 @@ use kube::runtime::events::EventType;
 use serde_json::json;
 
 use super::writes::{self, WriteError, event};
-use super::{Context, cached, sooner};
+use super::{Context, cached};
 use crate::api::cloneset::condition;
 use crate::api::shared::LifecycleState;
 use crate::api::{CloneSet, CloneSetCondition, keys};
 use crate::core::expectations::{Cached, Gate, ObjectKind, combine};
 use crate::core::history::{self, RevisionView, UpdateRevisionPlan};
-use crate::core::sync::{self, SyncInput};
+use crate::core::sync::{self, SyncInput, sooner};
 use crate::core::{gojson, intstr, order, pods as podcore, revision, status};
 
 /// Why a reconcile failed; the worker retries with backoff.

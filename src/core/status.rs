@@ -9,8 +9,8 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
 use crate::api::cloneset::condition;
 use crate::api::{CloneSet, CloneSetCondition, CloneSetStatus, keys};
-use crate::core::order;
 use crate::core::pods::hash_matches;
+use crate::core::{order, readiness};
 
 pub const REASON_AVAILABLE: &str = "CloneSetAvailable";
 pub const REASON_PAUSED: &str = "CloneSetPaused";
@@ -23,16 +23,12 @@ const NO_DEADLINE: i32 = i32::MAX;
 /// state does not matter here.
 pub fn is_ready(pod: &Pod) -> bool {
     let running = pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
-    running && order::is_pod_ready(pod) && condition_status(pod, keys::INPLACE_UPDATE_READY).is_none_or(|s| s == "True")
+    running && order::is_pod_ready(pod) && readiness::find(pod, keys::INPLACE_UPDATE_READY).is_none_or(|c| c.status == "True")
 }
 
 /// Available: ready, Ready for `minReadySeconds`, and lifecycle state empty or Normal.
 pub fn is_available(pod: &Pod, min_ready_seconds: i32, now: Timestamp) -> bool {
     is_ready(pod) && order::is_pod_available(pod, min_ready_seconds, now)
-}
-
-fn condition_status<'a>(pod: &'a Pod, type_: &str) -> Option<&'a str> {
-    pod.status.as_ref()?.conditions.as_ref()?.iter().find(|c| c.type_ == type_).map(|c| c.status.as_str())
 }
 
 /// The revision hash label of a pod.

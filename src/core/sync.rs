@@ -258,7 +258,8 @@ pub fn plan_refresh(input: &SyncInput<'_>) -> (Vec<Refresh>, Option<Duration>) {
     (out, requeue)
 }
 
-fn sooner(a: Option<Duration>, b: Option<Duration>) -> Option<Duration> {
+/// Shortest of two optional requeue delays.
+pub fn sooner(a: Option<Duration>, b: Option<Duration>) -> Option<Duration> {
     match (a, b) {
         (Some(x), Some(y)) => Some(x.min(y)),
         (x, None) => x,
