@@ -1,7 +1,9 @@
-//! The Kubernetes client: kube's default stack plus what client-go has and kube lacks — a
-//! client-side token bucket (Kruise's `--rest-config-qps` / `--rest-config-burst`), a count of
-//! every request by status code, host and method (`rest_client_requests_total`), and a
-//! User-Agent naming the operator ([`USER_AGENT`]) on every request.
+//! The Kubernetes client: kube's default stack plus what client-go has and kube lacks — an
+//! optional client-side token bucket (Kruise's `--rest-config-qps` / `--rest-config-burst`, off
+//! unless given: the apiserver's Priority and Fairness is the limit, see [`RateLimit::from_flags`]),
+//! retries of 429/503/504 that honour `Retry-After`, a count of every request by status code,
+//! host and method (`rest_client_requests_total`), and a User-Agent naming the operator
+//! ([`USER_AGENT`]) on every request.
 //!
 //! The stack, outermost first:
 //!
@@ -44,6 +46,37 @@ impl Default for RateLimit {
     /// Kruise's defaults.
     fn default() -> Self {
         Self { qps: 30.0, burst: 50 }
+    }
+}
+
+impl RateLimit {
+    /// The client-side limit of `--rest-config-qps` / `--rest-config-burst`.
+    ///
+    /// Neither flag given: no client-side limit. The apiserver's API Priority and Fairness (on by
+    /// default since Kubernetes 1.20) queues or rejects with 429 + `Retry-After` what it cannot
+    /// take, and the client retries those; this is what SIG API Machinery recommends and what
+    /// controller-runtime does since v0.21. Either flag given: Kruise's meaning, a token bucket,
+    /// the other flag keeping Kruise's default (30 / 50). As in client-go, a negative QPS turns
+    /// the bucket off, a QPS of 0 means client-go's default 5, a burst of 0 its default 10.
+    /// A negative burst (which client-go would turn into a bucket that never serves) is refused
+    /// when the flags are parsed.
+    pub fn from_flags(qps: Option<i32>, burst: Option<i32>) -> Option<RateLimit> {
+        if qps.is_none() && burst.is_none() {
+            return None;
+        }
+        let kruise = RateLimit::default();
+        let qps = match qps {
+            Some(q) if q < 0 => return None,
+            Some(0) => 5.0,
+            Some(q) => f64::from(q),
+            None => kruise.qps,
+        };
+        let burst = match burst {
+            Some(0) => 10,
+            Some(b) => b.unsigned_abs(),
+            None => kruise.burst,
+        };
+        Some(RateLimit { qps, burst })
     }
 }
 
@@ -97,18 +130,19 @@ impl TokenBucket {
 /// managedFields show `cloneset-operator` (not `unknown`), as do audit logs.
 pub const USER_AGENT: &str = concat!("cloneset-operator/", env!("CARGO_PKG_VERSION"));
 
-/// A [`Layer`] that makes every request wait for a token and counts it in `rest_client_requests_total`.
+/// A [`Layer`] that makes every request wait for a token (when there is a bucket) and counts it
+/// in `rest_client_requests_total`.
 #[derive(Clone)]
 pub struct ThrottleLayer {
-    bucket: Arc<TokenBucket>,
+    bucket: Option<Arc<TokenBucket>>,
     metrics: Arc<Metrics>,
     /// The apiserver's `host:port` (requests here carry only a path; kube adds the host below).
     host: Arc<str>,
 }
 
 impl ThrottleLayer {
-    pub fn new(limit: RateLimit, metrics: Arc<Metrics>, host: &str) -> Self {
-        Self { bucket: Arc::new(TokenBucket::new(limit)), metrics, host: host.into() }
+    pub fn new(limit: Option<RateLimit>, metrics: Arc<Metrics>, host: &str) -> Self {
+        Self { bucket: limit.map(|l| Arc::new(TokenBucket::new(l))), metrics, host: host.into() }
     }
 }
 
@@ -124,7 +158,7 @@ impl<S> Layer<S> for ThrottleLayer {
 #[derive(Clone)]
 pub struct Throttle<S> {
     inner: S,
-    bucket: Arc<TokenBucket>,
+    bucket: Option<Arc<TokenBucket>>,
     metrics: Arc<Metrics>,
     host: Arc<str>,
 }
@@ -155,7 +189,9 @@ where
         let metrics = self.metrics.clone();
         let host = self.host.clone();
         Box::pin(async move {
-            bucket.acquire().await;
+            if let Some(bucket) = bucket {
+                bucket.acquire().await;
+            }
             let method = req.method().clone();
             let path = req.uri().path().to_string();
             let res = inner.oneshot(req).await;
@@ -165,12 +201,13 @@ where
     }
 }
 
-/// Builds a client for `config` whose requests all pass through its own token bucket.
+/// Builds a client for `config` whose requests all pass through its own token bucket, if
+/// `limit` is set.
 ///
 /// Each call makes a separate bucket, like each client-go client built from a rest.Config: the
 /// leader-election client gets its own, so lease renewals never queue behind a burst of pod
 /// creations (and both count in the same `rest_client_requests_total`).
-pub fn build(mut config: kube::Config, limit: RateLimit, metrics: Arc<Metrics>) -> kube::Result<Client> {
+pub fn build(mut config: kube::Config, limit: Option<RateLimit>, metrics: Arc<Metrics>) -> kube::Result<Client> {
     let retry = std::mem::replace(&mut config.default_retry, false);
     if !config.headers.iter().any(|(name, _)| name == http::header::USER_AGENT) {
         config.headers.push((http::header::USER_AGENT, http::HeaderValue::from_static(USER_AGENT)));
@@ -262,7 +299,7 @@ mod tests {
     async fn the_layer_waits_for_tokens_and_counts_requests() {
         let metrics = Arc::new(Metrics::new());
         let inner = tower::service_fn(|_req: Request<()>| async { Ok::<_, std::convert::Infallible>(Response::new(())) });
-        let mut svc = ThrottleLayer::new(RateLimit { qps: 2.0, burst: 1 }, metrics.clone(), "127.0.0.1:6443").layer(inner);
+        let mut svc = ThrottleLayer::new(Some(RateLimit { qps: 2.0, burst: 1 }), metrics.clone(), "127.0.0.1:6443").layer(inner);
         let start = Instant::now();
         for _ in 0..3 {
             svc.ready().await.unwrap().call(Request::new(())).await.unwrap();
@@ -275,5 +312,42 @@ mod tests {
             ),
             "{text}"
         );
+    }
+
+    /// With no client-side limit, the apiserver's 429s are what slows the operator down: they
+    /// are retried after the server's `Retry-After`, and every attempt is counted.
+    #[tokio::test(start_paused = true)]
+    async fn a_429_is_retried_after_retry_after_and_counted() {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        let metrics = Arc::new(Metrics::new());
+        let calls = Arc::new(AtomicU32::new(0));
+        let seen = calls.clone();
+        let apiserver = tower::service_fn(move |_req: Request<kube::client::Body>| {
+            let n = seen.fetch_add(1, Ordering::SeqCst);
+            async move {
+                let status = if n < 2 { http::StatusCode::TOO_MANY_REQUESTS } else { http::StatusCode::CREATED };
+                Ok::<_, tower::BoxError>(Response::builder().status(status).header("Retry-After", "1").body(()).unwrap())
+            }
+        });
+        let throttle = ThrottleLayer::new(None, metrics.clone(), "127.0.0.1:6443").layer(apiserver);
+        let mut svc = RetryLayer::new(RetryPolicy::server_retry()).layer(throttle);
+        let start = Instant::now();
+        let req = Request::post("/api/v1/namespaces/a/pods").body(kube::client::Body::from(b"{}".to_vec())).unwrap();
+        let res = svc.ready().await.unwrap().call(req).await.unwrap();
+        assert_eq!(res.status(), http::StatusCode::CREATED);
+        assert_eq!(calls.load(Ordering::SeqCst), 3);
+        assert_eq!(Instant::now() - start, Duration::from_secs(2), "two waits of Retry-After: 1s");
+        let text = metrics.encode();
+        for (code, n) in [("429", 2), ("201", 1)] {
+            let line = format!(
+                "rest_client_requests_total{{code=\"{code}\",host=\"127.0.0.1:6443\",method=\"POST\",resource=\"pods\",subresource=\"\"}} {n}"
+            );
+            assert!(text.contains(&line), "{line}\n{text}");
+        }
+    }
+
+    #[test]
+    fn no_bucket_means_no_wait() {
+        assert!(ThrottleLayer::new(None, Arc::new(Metrics::new()), "h").bucket.is_none());
     }
 }

@@ -98,11 +98,14 @@ struct RunArgs {
     #[arg(global = true, long = "sync-period", value_parser = parse_optional_duration)]
     sync_period: Option<Duration>,
     /// Client-side limit on apiserver requests per second (a token bucket on every request).
-    #[arg(global = true, long = "rest-config-qps", default_value_t = 30, value_parser = clap::value_parser!(u32).range(1..))]
-    rest_config_qps: u32,
-    /// Requests allowed at once above --rest-config-qps (the token bucket's size).
-    #[arg(global = true, long = "rest-config-burst", default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..))]
-    rest_config_burst: u32,
+    /// Unset (and --rest-config-burst unset): no client-side limit, the apiserver's Priority and
+    /// Fairness decides; negative: no limit; 0: client-go's default 5.
+    #[arg(global = true, long = "rest-config-qps", allow_negative_numbers = true)]
+    rest_config_qps: Option<i32>,
+    /// Requests allowed at once above --rest-config-qps (the token bucket's size); given alone,
+    /// the QPS is Kruise's 30. 0: client-go's default 10.
+    #[arg(global = true, long = "rest-config-burst", value_parser = clap::value_parser!(i32).range(0..))]
+    rest_config_burst: Option<i32>,
     /// Run only while holding a Lease, so several replicas can run with one active.
     #[arg(global = true, long = "enable-leader-election", default_value = "true", value_parser = config::parse_go_bool,
           num_args = 0..=1, require_equals = true, default_missing_value = "true")]
@@ -246,8 +249,8 @@ impl RunArgs {
         cfg.validate().map(|()| cfg)
     }
 
-    fn rate_limit(&self) -> RateLimit {
-        RateLimit { qps: f64::from(self.rest_config_qps), burst: self.rest_config_burst }
+    fn rate_limit(&self) -> Option<RateLimit> {
+        RateLimit::from_flags(self.rest_config_qps, self.rest_config_burst)
     }
 }
 
@@ -296,6 +299,12 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     }
 
     let kube_config = kube_config(&args.kubeconfig).await?;
+    match args.rate_limit() {
+        Some(l) => tracing::info!(qps = l.qps, burst = l.burst, "client-side rate limit (--rest-config-qps / --rest-config-burst)"),
+        None => {
+            tracing::info!("no client-side rate limit: the apiserver's Priority and Fairness decides; 429s are retried after Retry-After")
+        }
+    }
     let client = client::build(kube_config.clone(), args.rate_limit(), metrics.clone()).context("building the Kubernetes client")?;
     let version = client.apiserver_version().await.context("cannot reach the Kubernetes apiserver")?;
     tracing::info!(server_version = %version.git_version, platform = %version.platform, "connected to Kubernetes");
@@ -495,5 +504,22 @@ mod tests {
         assert_eq!(parse(&[]).unwrap().0.run.kruise_lease(), Some(("kruise-system", "kruise-manager")));
         assert_eq!(parse(&["--kruise-manager-lease="]).unwrap().0.run.kruise_lease(), None);
         assert!(parse(&["--kruise-manager-lease=no-slash"]).is_err());
+    }
+
+    #[test]
+    fn the_client_side_limit_is_off_unless_a_rest_config_flag_is_given() {
+        let limit = |args: &[&str]| parse(args).unwrap().0.run.rate_limit();
+        assert_eq!(limit(&[]), None, "APF-first: no client-side bucket by default");
+        assert_eq!(limit(&["--rest-config-qps=-1"]), None, "negative QPS turns it off, as in client-go");
+        assert_eq!(limit(&["--rest-config-qps", "-1", "--rest-config-burst=80"]), None);
+        // Kruise's meaning when given: the other flag keeps Kruise's default.
+        assert_eq!(limit(&["--rest-config-qps=100"]), Some(RateLimit { qps: 100.0, burst: 50 }));
+        assert_eq!(limit(&["--rest-config-burst=100"]), Some(RateLimit { qps: 30.0, burst: 100 }));
+        assert_eq!(limit(config::KRUISE_CHART_ARGS), Some(RateLimit { qps: 30.0, burst: 50 }));
+        // client-go's defaults for 0.
+        assert_eq!(limit(&["--rest-config-qps=0", "--rest-config-burst=0"]), Some(RateLimit { qps: 5.0, burst: 10 }));
+        let err = parse(&["--rest-config-burst=-1"]).unwrap_err().to_string();
+        assert!(err.contains("rest-config-burst"), "{err}");
+        assert!(parse(&["--rest-config-qps=2.5"]).is_err(), "an int flag, as in Kruise");
     }
 }

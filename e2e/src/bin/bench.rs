@@ -334,7 +334,7 @@ impl Bench {
     async fn baseline_flow(&self, n: u32, t: &str, windows: &[String], op_rolls: &[(f64, Requests)]) -> anyhow::Result<(f64, Vec<f64>)> {
         let ns = TestNamespace::create("bench-base").await?;
         let cfg = kube::Config::from_custom_kubeconfig(kube::config::Kubeconfig::read_from(&self.kubeconfig)?, &Default::default()).await?;
-        let client = opclient::build(cfg, LIMIT, Arc::new(Metrics::new()))?;
+        let client = opclient::build(cfg, Some(LIMIT), Arc::new(Metrics::new()))?;
         let api: Api<Pod> = Api::namespaced(client, &ns.name);
         let pods = PodWatch::start(ns.api()).await?;
         let template = manifest("web", 1, &image(1), json!({})).spec.template;
