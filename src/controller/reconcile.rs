@@ -5,6 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures::StreamExt as _;
 use futures::future::join_all;
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, PodTemplateSpec};
@@ -596,12 +597,20 @@ async fn execute_scale(
 /// writes are denied would keep every other pod of the CloneSet from finishing. Returns whether
 /// a lifecycle state was moved (which ends the pass), and the first failure.
 async fn execute_refresh(ctx: &Context, ns: &str, refresh: &[sync::Refresh], active: &[&Pod]) -> (bool, Option<WriteError>) {
+    // The futures are built first: stream closures in a spawned future trip a compiler limit
+    // (rust-lang/rust#102211).
+    let mut writes = Vec::with_capacity(refresh.len());
+    for r in refresh {
+        if let Some(pod) = find_pod(active, &r.pod) {
+            writes.push(async move { (r.moves_lifecycle, apply_pod_writes(ctx, ns, pod, &r.writes).await) });
+        }
+    }
+    let mut results = futures::stream::iter(writes).buffer_unordered(POD_WRITES_IN_FLIGHT);
     let mut moved = false;
     let mut first_error = None;
-    for r in refresh {
-        let Some(pod) = active.iter().find(|p| p.metadata.name.as_deref() == Some(r.pod.as_str())) else { continue };
-        match apply_pod_writes(ctx, ns, pod, &r.writes).await {
-            Ok(()) => moved |= r.moves_lifecycle,
+    while let Some((moves, result)) = results.next().await {
+        match result {
+            Ok(()) => moved |= moves,
             Err(e) => {
                 first_error.get_or_insert(e);
             }
@@ -610,8 +619,19 @@ async fn execute_refresh(ctx: &Context, ns: &str, refresh: &[sync::Refresh], act
     (moved, first_error)
 }
 
-/// Carries out the update plan, stopping at the first failure. Returns when to look again (a
-/// grace period's end), and the failure.
+/// Pods whose writes are under way at once. Each pod's own writes stay in order (the
+/// readiness-gate sequence); different pods no longer wait for each other, so a rollout of many
+/// pods is not one long chain of round trips.
+const POD_WRITES_IN_FLIGHT: usize = 16;
+
+fn find_pod<'a>(active: &[&'a Pod], name: &str) -> Option<&'a Pod> {
+    active.iter().copied().find(|p| p.metadata.name.as_deref() == Some(name))
+}
+
+/// Carries out the update plan, in order, several pods at a time. After the first failure no
+/// further pod is started (those under way finish), as Kruise stops at its first failing pod; a
+/// refusal (InPlaceOnly without an in-place path) ends the list where it stands. Returns when to
+/// look again (a grace period's end), and the failure.
 async fn execute_update(
     ctx: &Context,
     cs: &CloneSet,
@@ -622,17 +642,35 @@ async fn execute_update(
     let ns = ns_of(cs);
     let target = plan.target.as_str();
     let label = if ctx.config.gates.cloneset_short_hash { podcore::short_hash(target) } else { target };
-    let mut requeue = None;
     if !plan.pods.is_empty() {
         tracing::debug!(cloneset = %writes::cs_key(cs), diffs = ?plan.diffs, pods = ?plan.pods.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(), "updating pods");
     }
+    let refused = plan.pods.iter().find_map(|(_, a)| if let sync::PodAction::Refuse(msg) = a { Some(msg.clone()) } else { None });
+    let failed = std::sync::atomic::AtomicBool::new(false);
+    let failed = &failed;
+    let ns = ns.as_str();
+    let mut updates = Vec::with_capacity(plan.pods.len());
     for (name, action) in &plan.pods {
-        let Some(pod) = active.iter().find(|p| p.metadata.name.as_deref() == Some(name.as_str())) else { continue };
-        if let sync::PodAction::Refuse(msg) = action {
-            // Kruise returns this as the pass's error: the FailedUpdate condition says it.
-            return (requeue, Some(WriteError::Refused(msg.clone())));
+        if matches!(action, sync::PodAction::Refuse(_)) {
+            break;
         }
-        let result = apply_pod_writes(ctx, &ns, pod, &sync::action_writes(cs, pod, action, label, now)).await;
+        let Some(pod) = find_pod(active, name) else { continue };
+        updates.push(async move {
+            if failed.load(std::sync::atomic::Ordering::Acquire) {
+                return None;
+            }
+            let result = apply_pod_writes(ctx, ns, pod, &sync::action_writes(cs, pod, action, label, now)).await;
+            if result.is_err() {
+                failed.store(true, std::sync::atomic::Ordering::Release);
+            }
+            Some((name, action, result))
+        });
+    }
+    let mut results = futures::stream::iter(updates).buffered(POD_WRITES_IN_FLIGHT);
+    let mut requeue = None;
+    let mut first_error = None;
+    while let Some(done) = results.next().await {
+        let Some((name, action, result)) = done else { continue };
         match (action, result) {
             (sync::PodAction::Recreate, Ok(())) => {
                 let msg = format!("successfully patch pod {name} specified-delete for update(revision {target})");
@@ -642,7 +680,7 @@ async fn execute_update(
                 let msg =
                     format!("failed to patch pod specified-delete {name} for update(revision {target}): {}", writes::plain_message(&e));
                 event(ctx, cs, EventType::Warning, "FailedUpdatePodReCreate", msg).await;
-                return (requeue, Some(e));
+                first_error.get_or_insert(e);
             }
             (sync::PodAction::InPlace(spec), Ok(())) => {
                 let msg = format!("successfully update pod {name} in-place(revision {target})");
@@ -654,11 +692,14 @@ async fn execute_update(
             (sync::PodAction::InPlace(_), Err(e)) => {
                 let msg = format!("failed to update pod {name} in-place(revision {target}): {}", writes::plain_message(&e));
                 event(ctx, cs, EventType::Warning, "FailedUpdatePodInPlace", msg).await;
-                return (requeue, Some(e));
+                first_error.get_or_insert(e);
             }
-            (_, Err(e)) => return (requeue, Some(e)),
+            (_, Err(e)) => {
+                first_error.get_or_insert(e);
+            }
             (_, Ok(())) => {}
         }
     }
-    (requeue, None)
+    // Kruise returns a refusal as the pass's error: the FailedUpdate condition says it.
+    (requeue, first_error.or(refused.map(WriteError::Refused)))
 }
