@@ -15,7 +15,7 @@
 //! * `BENCH_LIMITED_SIZES` (default `100x1`): the flow of `BENCH_SIZES` with operator and
 //!   baseline both at Kruise's `--rest-config-qps=30 --rest-config-burst=50` (the baseline doing,
 //!   in maxUnavailable batches, as many pod writes per pod as the operator made).
-//! * `BENCH_RESOURCES` (default `10x50,100x50`: CloneSets × pods each, in that order in one
+//! * `BENCH_RESOURCES` (default `10x50,50x50`: CloneSets × pods each, in that order in one
 //!   namespace): memory and CPU, then a restart of the operator over the last step (startup).
 //!   The operator runs at its defaults, or with a bucket of `BENCH_RESOURCES_QPS` (default
 //!   empty) and twice that burst.
@@ -43,7 +43,11 @@
 //! `BENCH_SCALE_UP_SIZES` scenarios run, without baselines unless `BENCH_EXTERNAL_BASELINE=1`;
 //! its RSS is read from /proc/<pid>, its request counts from `BENCH_EXTERNAL_METRICS` (optional,
 //! `http://host:port/metrics`; client-go's metric has no resource label, so its writes are
-//! given per method: `writes_post_per_pod`, …).
+//! given per method: `writes_post_per_pod`, …). Its rows name its client-side limit as
+//! `BENCH_EXTERNAL_CLIENT` says (default `?`; Kruise's manager defaults to `30/50`), the
+//! baseline's being none. Run one controller per cluster at a time: an external one reconciles
+//! the bench's CloneSets in every namespace, and our operator stands by while Kruise's manager
+//! holds its Lease (`--kruise-manager-lease`).
 //!
 //! Output: `BENCH_OUT` (default `target/bench/results.json`), written also when a scenario
 //! failed (with the rows measured so far). `E2E_OPERATOR_LOG` sets the operator's RUST_LOG
@@ -103,6 +107,9 @@ struct External {
     pid: u32,
     /// `host:port` and path of its Prometheus endpoint.
     metrics: Option<(String, String)>,
+    /// Its client-side limit as the rows should name it (`BENCH_EXTERNAL_CLIENT`, default `?`:
+    /// the bench cannot see it; Kruise's manager defaults to `30/50`).
+    client: String,
 }
 
 impl Knobs {
@@ -134,8 +141,17 @@ impl Knobs {
             Some(pid) => Some(External {
                 pid: pid.trim().parse().with_context(|| format!("BENCH_EXTERNAL_PID={pid}"))?,
                 metrics: get("BENCH_EXTERNAL_METRICS").filter(|u| !u.is_empty()).map(|u| http_url(&u)).transpose()?,
+                client: var("BENCH_EXTERNAL_CLIENT", "?"),
             }),
         };
+        let types = list("BENCH_TYPES", "ReCreate,InPlaceIfPossible");
+        if let Some(t) = types.iter().find(|t| !["ReCreate", "InPlaceIfPossible", "InPlaceOnly"].contains(&t.as_str())) {
+            bail!("BENCH_TYPES: {t} is not ReCreate, InPlaceIfPossible or InPlaceOnly");
+        }
+        let windows = list("BENCH_WINDOWS", "100%,20%");
+        if let Some(w) = windows.iter().find(|w| w.strip_suffix('%').unwrap_or(w).parse::<u32>().map_or(true, |n| n == 0)) {
+            bail!("BENCH_WINDOWS: {w} is not a positive count or percentage");
+        }
         let concurrency = number("BENCH_BASELINE_CONCURRENCY", 16)?;
         if concurrency == 0 {
             bail!("BENCH_BASELINE_CONCURRENCY must be at least 1");
@@ -144,9 +160,9 @@ impl Knobs {
             sizes: pairs("BENCH_SIZES", "100x3,1000x1")?,
             scale_up_sizes: pairs("BENCH_SCALE_UP_SIZES", "5000x1")?,
             limited_sizes: pairs("BENCH_LIMITED_SIZES", "100x1")?,
-            windows: list("BENCH_WINDOWS", "100%,20%"),
-            types: list("BENCH_TYPES", "ReCreate,InPlaceIfPossible"),
-            resources: pairs("BENCH_RESOURCES", "10x50,100x50")?,
+            windows,
+            types,
+            resources: pairs("BENCH_RESOURCES", "10x50,50x50")?,
             resources_limit,
             concurrency: concurrency as usize,
             large,
@@ -359,13 +375,18 @@ async fn timed(
     limit: Option<RateLimit>,
     rows: &mut Vec<Row>,
 ) -> anyhow::Result<()> {
-    let client = bench::client_label(limit.map(|l| (l.qps, l.burst)));
+    let client = match &b.knobs.external {
+        Some(e) => e.client.clone(),
+        None => bench::client_label(limit.map(|l| (l.qps, l.burst))),
+    };
     let mut up = Samples::default();
     let mut rollouts: BTreeMap<String, Samples> = BTreeMap::new();
     for rep in 0..reps {
         for t in types {
             eprintln!("bench: N={n} {t} client {client} run {}/{reps}", rep + 1);
+            let t0 = Instant::now();
             let flow = b.operator_flow(n, t, windows, limit).await?;
+            let t1 = Instant::now();
             let base = if !b.baselines() {
                 None
             } else if limit.is_none() {
@@ -373,6 +394,11 @@ async fn timed(
             } else {
                 Some(b.limited_baseline(n, t, windows, &flow.rolls, limit).await?)
             };
+            eprintln!(
+                "bench: N={n} {t}: controller flow {:.0}s, baseline flow {:.0}s",
+                t1.duration_since(t0).as_secs_f64(),
+                t1.elapsed().as_secs_f64()
+            );
             let flow_extra = flow.rss_extra();
             up.push(&flow.up, base.as_ref().map(|(u, _)| u), &flow_extra);
             for (i, (w, roll)) in windows.iter().zip(&flow.rolls).enumerate() {
@@ -502,7 +528,7 @@ mod tests {
         assert_eq!(d.limited_sizes, vec![(100, 1)]);
         assert_eq!(d.windows, ["100%", "20%"]);
         assert_eq!(d.types, ["ReCreate", "InPlaceIfPossible"]);
-        assert_eq!(d.resources, vec![(10, 50), (100, 50)]);
+        assert_eq!(d.resources, vec![(10, 50), (50, 50)]);
         assert_eq!((d.resources_limit, d.concurrency, d.large), (None, 16, None));
         assert_eq!((d.large_rollout, d.large_probes), (1000, 20));
         assert_eq!((d.kubeconfig.as_ref(), d.external.as_ref(), d.external_baseline, d.keep_cluster), (None, None, false, false));
@@ -529,12 +555,19 @@ mod tests {
         assert_eq!(k.types, ["InPlaceIfPossible"]);
         assert_eq!(k.resources_limit, Some(RateLimit { qps: 200.0, burst: 400 }));
         assert_eq!((k.concurrency, k.large, k.large_probes), (8, Some((500, 40)), 5));
-        assert_eq!(k.external, Some(External { pid: 4242, metrics: Some(("127.0.0.1:8080".into(), "/metrics".into())) }));
+        assert_eq!(
+            k.external,
+            Some(External { pid: 4242, metrics: Some(("127.0.0.1:8080".into(), "/metrics".into())), client: "?".into() })
+        );
         assert!(k.external_baseline && !k.cluster_is_temporary());
 
         assert!(knobs(&[("BENCH_LARGE", "500")]).is_err());
         assert!(knobs(&[("BENCH_SIZES", "100")]).is_err());
         assert!(knobs(&[("BENCH_BASELINE_CONCURRENCY", "0")]).is_err());
+        assert!(knobs(&[("BENCH_TYPES", "Bogus")]).is_err());
+        assert!(knobs(&[("BENCH_WINDOWS", "0%")]).is_err());
+        assert!(knobs(&[("BENCH_WINDOWS", "half")]).is_err());
+        assert_eq!(knobs(&[("BENCH_WINDOWS", "5,50%")]).unwrap().windows, ["5", "50%"]);
         assert!(knobs(&[("BENCH_EXTERNAL_PID", "kruise")]).is_err());
         assert!(knobs(&[("BENCH_EXTERNAL_PID", "1"), ("BENCH_EXTERNAL_METRICS", "https://h:8443/metrics")]).is_err());
     }
