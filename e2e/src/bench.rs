@@ -9,8 +9,8 @@ use anyhow::Context as _;
 use serde::{Deserialize, Serialize};
 
 /// Version of the JSON layout of [`Report`]. 2: per-row `client` and `controller`; `qps` and
-/// `burst` left the top level (each row names its client limit); `baseline_concurrency` and
-/// `sim_kubelet_args` joined it.
+/// `burst` left the top level (each row names its client limit); `baseline_concurrency`,
+/// `sim_kubelet_args` and `scheduler_args` joined it.
 pub const FORMAT_VERSION: u32 = 2;
 
 /// `100x3,1000x1` → [(100, 3), (1000, 1)]; empty → none.
@@ -358,6 +358,9 @@ pub struct Report {
     pub baseline_concurrency: u32,
     /// The simulated kubelet's flags (empty on a cluster the bench did not start).
     pub sim_kubelet_args: Vec<String>,
+    /// kube-scheduler's extra flags (empty: its defaults, or a cluster the bench did not start).
+    #[serde(default)]
+    pub scheduler_args: Vec<String>,
     /// git describe of the tree measured, if available.
     pub revision: String,
     pub rows: Vec<Row>,

@@ -35,7 +35,10 @@
 //! Where: the bench starts its own control plane in `BENCH_CLUSTER_DIR` (default
 //! `target/bench-cluster`) and stops it at the end, also after a failure or Ctrl-C, unless
 //! `BENCH_KEEP_CLUSTER=1`. The simulated kubelet gets 3 nodes with room for the largest
-//! scenario. `BENCH_KUBECONFIG=<file>` uses that cluster instead (never started or stopped).
+//! scenario. kube-scheduler binds at most 50 pods a second (its client's default QPS, as in a
+//! default cluster), which bounds every scale-up, the baseline's too; `BENCH_SCHEDULER_QPS=<n>`
+//! raises it (burst 2n). `BENCH_KUBECONFIG=<file>` uses that cluster instead (never started or
+//! stopped).
 //!
 //! Another controller: `BENCH_EXTERNAL_PID=<pid>` measures a CloneSet controller that is already
 //! running with that pid and reconciles CloneSets in every namespace (CRD installed by whoever
@@ -93,6 +96,7 @@ struct Knobs {
     large: Option<(u32, u32)>,
     large_rollout: u32,
     large_probes: u32,
+    scheduler_qps: Option<u32>,
     kubeconfig: Option<PathBuf>,
     external: Option<External>,
     external_baseline: bool,
@@ -168,6 +172,10 @@ impl Knobs {
             large,
             large_rollout: number("BENCH_LARGE_ROLLOUT", 1000)?,
             large_probes: number("BENCH_LARGE_PROBES", 20)?,
+            scheduler_qps: match var("BENCH_SCHEDULER_QPS", "").trim() {
+                "" => None,
+                q => Some(q.parse().with_context(|| format!("BENCH_SCHEDULER_QPS={q}: expected a whole number"))?),
+            },
             kubeconfig: get("BENCH_KUBECONFIG").filter(|k| !k.is_empty()).map(PathBuf::from),
             external,
             external_baseline: flag("BENCH_EXTERNAL_BASELINE"),
@@ -197,6 +205,13 @@ impl Knobs {
             "--max-grace-period=1s".into(),
             "--restart-delay=200ms".into(),
         ]
+    }
+
+    /// kube-scheduler's flags: its client's QPS (and twice that burst) when `BENCH_SCHEDULER_QPS`
+    /// is set; otherwise none, and it binds at most 50 pods a second (its default 50/100), like
+    /// a default cluster's scheduler.
+    fn scheduler_args(&self) -> Vec<String> {
+        self.scheduler_qps.map_or_else(Vec::new, |q| vec![format!("--kube-api-qps={q}"), format!("--kube-api-burst={}", q * 2)])
     }
 
     /// Whether the cluster goes away at the end (so the large scenario's namespace need not be
@@ -243,18 +258,20 @@ fn main() -> anyhow::Result<()> {
         bail!("BENCH_EXTERNAL_PID={}: no such process", ext.pid);
     }
     let mut guard = ClusterGuard(None);
-    let (kubeconfig, sim_args) = match &knobs.kubeconfig {
+    let (kubeconfig, sim_args, scheduler_args) = match &knobs.kubeconfig {
         Some(k) => {
             eprintln!("bench: using the cluster of {} (not started or stopped here)", k.display());
-            (k.clone(), Vec::new())
+            (k.clone(), Vec::new(), Vec::new())
         }
         None => {
             let mut opts = UpOptions::new(&knobs.cluster_dir);
             opts.sim_kubelet_args = knobs.sim_kubelet_args();
+            opts.scheduler_args = knobs.scheduler_args();
             eprintln!(
-                "bench: starting the control plane in {} (sim-kubelet {})",
+                "bench: starting the control plane in {} (sim-kubelet {}; kube-scheduler {})",
                 knobs.cluster_dir.display(),
-                opts.sim_kubelet_args.join(" ")
+                opts.sim_kubelet_args.join(" "),
+                if opts.scheduler_args.is_empty() { "at its default client QPS 50".to_string() } else { opts.scheduler_args.join(" ") }
             );
             if !knobs.keep_cluster {
                 guard.0 = Some(knobs.cluster_dir.clone());
@@ -264,7 +281,7 @@ fn main() -> anyhow::Result<()> {
             if up.reused_running_cluster {
                 eprintln!("bench: reusing the control plane already running there (its sim-kubelet flags may differ)");
             }
-            (state.kubeconfig, opts.sim_kubelet_args)
+            (state.kubeconfig, opts.sim_kubelet_args, opts.scheduler_args)
         }
     };
     // Single-threaded so far: the helpers read these.
@@ -301,6 +318,7 @@ fn main() -> anyhow::Result<()> {
         cpus: std::thread::available_parallelism().map_or(0, |n| n.get()),
         baseline_concurrency: knobs.concurrency as u32,
         sim_kubelet_args: sim_args,
+        scheduler_args,
         revision,
         rows,
     };
@@ -531,6 +549,9 @@ mod tests {
         assert_eq!(d.resources, vec![(10, 50), (50, 50)]);
         assert_eq!((d.resources_limit, d.concurrency, d.large), (None, 16, None));
         assert_eq!((d.large_rollout, d.large_probes), (1000, 20));
+        assert!(d.scheduler_args().is_empty());
+        assert_eq!(knobs(&[("BENCH_SCHEDULER_QPS", "500")]).unwrap().scheduler_args(), ["--kube-api-qps=500", "--kube-api-burst=1000"]);
+        assert!(knobs(&[("BENCH_SCHEDULER_QPS", "fast")]).is_err());
         assert_eq!((d.kubeconfig.as_ref(), d.external.as_ref(), d.external_baseline, d.keep_cluster), (None, None, false, false));
         assert_eq!(d.out, Path::new("/repo/target/bench/results.json"));
         assert!(d.cluster_is_temporary());
