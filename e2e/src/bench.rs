@@ -1,13 +1,43 @@
-//! Pure parts of `make bench` (the driver is `src/bin/bench.rs`): medians, the operator's
-//! request counts by verb from its `/metrics` text, /proc readings, and the table and JSON the
-//! bench prints and writes.
+//! Pure parts of `make bench` (the driver is `src/bin/bench/`): knob parsing, medians, request
+//! counts by verb and status code from a `/metrics` text, /proc readings, the fairness bound of
+//! the large scenario, and the table and JSON the bench prints and writes.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
+use anyhow::Context as _;
 use serde::{Deserialize, Serialize};
 
-/// Version of the JSON layout of [`Report`].
-pub const FORMAT_VERSION: u32 = 1;
+/// Version of the JSON layout of [`Report`]. 2: per-row `client` and `controller`; `qps` and
+/// `burst` left the top level (each row names its client limit); `baseline_concurrency`,
+/// `sim_kubelet_args` and `scheduler_args` joined it.
+pub const FORMAT_VERSION: u32 = 2;
+
+/// `100x3,1000x1` → [(100, 3), (1000, 1)]; empty → none.
+pub fn pairs(spec: &str) -> anyhow::Result<Vec<(u32, u32)>> {
+    spec.split(',').filter(|s| !s.trim().is_empty()).map(pair).collect()
+}
+
+/// `500x40` → (500, 40).
+pub fn pair(spec: &str) -> anyhow::Result<(u32, u32)> {
+    let (a, b) = spec.trim().split_once('x').with_context(|| format!("{spec}: expected AxB"))?;
+    Ok((
+        a.trim().parse().with_context(|| format!("{spec}: {a} is not a count"))?,
+        b.trim().parse().with_context(|| format!("{spec}: {b} is not a count"))?,
+    ))
+}
+
+/// The large scenario's fairness bound: a small change to an idle CloneSet, made while a large
+/// rollout runs, must be reflected in its status within this long, or within
+/// [`PROBE_ROLLOUT_FRACTION`] of the rollout's duration, whichever is longer.
+pub const PROBE_LATENCY_FLOOR: Duration = Duration::from_secs(30);
+/// See [`PROBE_LATENCY_FLOOR`].
+pub const PROBE_ROLLOUT_FRACTION: f64 = 0.5;
+
+/// The longest a probe may take while a rollout of `rollout_s` seconds runs (seconds).
+pub fn probe_bound_s(rollout_s: f64) -> f64 {
+    PROBE_LATENCY_FLOOR.as_secs_f64().max(rollout_s * PROBE_ROLLOUT_FRACTION)
+}
 
 /// The median (mean of the middle two for an even count); `None` for no samples.
 pub fn median(samples: &[f64]) -> Option<f64> {
@@ -47,11 +77,7 @@ impl Requests {
     /// Counts from `rest_client_requests_total{code,method,resource,subresource}` samples.
     pub fn from_metrics(text: &str) -> Self {
         let mut r = Self::default();
-        for line in text.lines() {
-            let Some(rest) = line.strip_prefix("rest_client_requests_total{") else { continue };
-            let Some((labels, value)) = rest.rsplit_once("} ") else { continue };
-            let Ok(value) = value.trim().parse::<f64>() else { continue };
-            let labels = parse_labels(labels);
+        for (labels, value) in samples(text, "rest_client_requests_total") {
             let get = |k: &str| labels.get(k).map(String::as_str).unwrap_or_default();
             let (method, resource, sub) = (get("method"), get("resource"), get("subresource"));
             let slot = match (method, resource, sub) {
@@ -118,6 +144,83 @@ impl Requests {
     }
 }
 
+/// One reading of a client's `rest_client_requests_total`: writes by kind (when the samples
+/// carry `resource`/`subresource` labels, as ours do), writes by method (always), and the 429s.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Snapshot {
+    pub requests: Requests,
+    /// Non-GET requests by method (`POST`, `PATCH`, `PUT`, `DELETE`), every code.
+    pub writes_by_method: BTreeMap<String, f64>,
+    /// Responses with code 429 (Too Many Requests), every method.
+    pub throttled: f64,
+    /// Whether every sample names its resource: client-go's metric has only `code`, `host` and
+    /// `method`, so for such a controller [`Snapshot::requests`] cannot tell pods from the rest.
+    pub per_resource: bool,
+}
+
+impl Snapshot {
+    pub fn from_metrics(text: &str) -> Self {
+        let mut s = Self { requests: Requests::from_metrics(text), per_resource: true, ..Self::default() };
+        for (labels, value) in samples(text, "rest_client_requests_total") {
+            s.per_resource &= labels.contains_key("resource");
+            if labels.get("code").is_some_and(|c| c == "429") {
+                s.throttled += value;
+            }
+            match labels.get("method").map(String::as_str) {
+                Some("GET") | None => {}
+                Some(m) => *s.writes_by_method.entry(m.to_string()).or_default() += value,
+            }
+        }
+        s
+    }
+
+    /// `self - before` (counters only grow).
+    pub fn since(&self, before: &Self) -> Self {
+        let mut writes_by_method = self.writes_by_method.clone();
+        for (m, v) in &before.writes_by_method {
+            *writes_by_method.entry(m.clone()).or_default() -= v;
+        }
+        Self {
+            requests: self.requests.since(&before.requests),
+            writes_by_method,
+            throttled: self.throttled - before.throttled,
+            per_resource: self.per_resource && before.per_resource,
+        }
+    }
+
+    /// Requests per pod when the samples name resources; otherwise `None`, the writes going to
+    /// [`Snapshot::method_extra`] instead.
+    pub fn per_pod(&self, pods: f64) -> Option<Requests> {
+        self.per_resource.then(|| self.requests.per(pods))
+    }
+
+    /// `writes_<method>_per_pod` figures for a controller whose metric has no resource labels
+    /// (nothing when it has them: the table's columns show those).
+    pub fn method_extra(&self, pods: f64) -> BTreeMap<String, f64> {
+        if self.per_resource {
+            return BTreeMap::new();
+        }
+        let d = if pods > 0.0 { pods } else { 1.0 };
+        self.writes_by_method.iter().map(|(m, v)| (format!("writes_{}_per_pod", m.to_lowercase()), round2(v / d))).collect()
+    }
+}
+
+/// Every sample of metric `name` as (labels, value).
+fn samples<'a>(text: &'a str, name: &'a str) -> impl Iterator<Item = (BTreeMap<String, String>, f64)> + 'a {
+    text.lines().filter_map(move |line| {
+        let rest = line.strip_prefix(name)?;
+        let (labels, value) = match rest.strip_prefix('{') {
+            Some(r) => r.rsplit_once("} ")?,
+            None => ("", rest.strip_prefix(' ')?),
+        };
+        Some((parse_labels(labels), value.trim().parse::<f64>().ok()?))
+    })
+}
+
+pub fn round2(v: f64) -> f64 {
+    (v * 100.0).round() / 100.0
+}
+
 fn parse_labels(s: &str) -> BTreeMap<String, String> {
     let mut out = BTreeMap::new();
     let mut rest = s;
@@ -131,10 +234,7 @@ fn parse_labels(s: &str) -> BTreeMap<String, String> {
 
 /// The sum of every sample of metric `name` (e.g. `controller_runtime_reconcile_total`).
 pub fn metric_sum(text: &str, name: &str) -> f64 {
-    text.lines()
-        .filter(|l| l.strip_prefix(name).is_some_and(|r| r.starts_with('{') || r.starts_with(' ')))
-        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
-        .sum()
+    samples(text, name).map(|(_, v)| v).sum()
 }
 
 /// From the operator's metrics: it has reconciled at least `reconciles` times, its queue is
@@ -165,35 +265,82 @@ pub fn cpu_ticks_from_stat(text: &str) -> Option<u64> {
     Some(fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?)
 }
 
+/// Which client-side rate limit a row's clients had: `none` (the operator's default: the
+/// apiserver's Priority and Fairness decides) or `<qps>/<burst>`.
+pub fn client_label(limit: Option<(f64, u32)>) -> String {
+    limit.map_or_else(|| "none".into(), |(qps, burst)| format!("{}/{burst}", trim_float(qps)))
+}
+
 /// One line of the table: a timed scenario against its baseline, or a resource reading.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Row {
-    /// `scale-up`, `rollout recreate 100%`, `resources`, `startup`, …
+    /// `scale-up`, `rollout recreate 100%`, `resources`, `startup`, `large: …`
     pub scenario: String,
+    /// The client-side limit of the controller and the baseline: `none` or `30/50` (see
+    /// [`client_label`]).
+    #[serde(default)]
+    pub client: String,
+    /// Whose controller was measured: `operator` (this one, started by the bench) or `external`
+    /// (`BENCH_EXTERNAL_PID`).
+    #[serde(default)]
+    pub controller: String,
     /// Pods involved.
     pub pods: u32,
     /// CloneSets involved.
     pub clonesets: u32,
     /// Repetitions the times are the median of.
     pub runs: u32,
-    /// Operator time in seconds (median).
+    /// Controller time in seconds (median).
     pub operator_s: Option<f64>,
     /// Direct-client baseline in seconds (median).
     pub baseline_s: Option<f64>,
-    /// Operator requests per pod (the run the median came from is not tracked: per-run counts
-    /// are deterministic up to status writes; this is the last run's).
+    /// Controller requests per pod (the run the median came from is not tracked: per-run counts
+    /// are deterministic up to status writes; this is the last run's). `None` for a controller
+    /// whose metrics do not name resources (see `writes_<method>_per_pod` in `extra`).
     pub per_pod: Option<Requests>,
-    /// Other figures: `peak_rss_mib`, `steady_rss_mib`, `cpu_s`, `bytes_per_pod`,
-    /// `writes_after_restart`, …
+    /// Other figures: `operator_429`, `baseline_429` (totals over the runs), `rss_after_mib`,
+    /// `peak_rss_mib` (the most over the runs), `steady_rss_mib`, `cpu_s`, `bytes_per_pod`,
+    /// `cpu_s_per_1k_pod_events`, `probe_max_s`, `writes_after_restart`, …
     #[serde(default)]
     pub extra: BTreeMap<String, f64>,
 }
 
 impl Row {
+    /// One run of this operator with no baseline (a resource reading, a large-scale step);
+    /// `per_pod` and `extra` are the caller's to fill in.
+    pub fn operator_only(scenario: impl Into<String>, client: &str, pods: u32, clonesets: u32, secs: f64) -> Self {
+        Self {
+            scenario: scenario.into(),
+            client: client.into(),
+            controller: "operator".into(),
+            pods,
+            clonesets,
+            runs: 1,
+            operator_s: Some(secs),
+            ..Self::default()
+        }
+    }
+
     pub fn ratio(&self) -> Option<f64> {
         match (self.operator_s, self.baseline_s) {
             (Some(o), Some(b)) if b > 0.0 => Some(o / b),
             _ => None,
+        }
+    }
+}
+
+/// Folds one run's `extra` figures into a row's: counts of 429s add up, memory keeps the most,
+/// anything else keeps the last run's.
+pub fn merge_extra(into: &mut BTreeMap<String, f64>, run: &BTreeMap<String, f64>) {
+    for (k, v) in run {
+        let slot = into.entry(k.clone());
+        if k.ends_with("_429") {
+            *slot.or_default() += v;
+        } else if k.ends_with("_mib") {
+            let e = slot.or_insert(*v);
+            *e = e.max(*v);
+        } else {
+            *slot.or_default() = *v;
         }
     }
 }
@@ -206,9 +353,14 @@ pub struct Report {
     pub started: String,
     /// Wall-clock seconds of the whole run.
     pub total_s: f64,
-    pub qps: f64,
-    pub burst: u32,
     pub cpus: usize,
+    /// Requests (and pod sequences) the raw baseline has in flight at most.
+    pub baseline_concurrency: u32,
+    /// The simulated kubelet's flags (empty on a cluster the bench did not start).
+    pub sim_kubelet_args: Vec<String>,
+    /// kube-scheduler's extra flags (empty: its defaults, or a cluster the bench did not start).
+    #[serde(default)]
+    pub scheduler_args: Vec<String>,
     /// git describe of the tree measured, if available.
     pub revision: String,
     pub rows: Vec<Row>,
@@ -218,12 +370,23 @@ fn opt(v: Option<f64>, digits: usize) -> String {
     v.map_or_else(|| "-".into(), |x| format!("{x:.digits$}"))
 }
 
+/// `operator/baseline` 429 counts for the table (`-` for one not measured).
+fn throttled(extra: &BTreeMap<String, f64>) -> String {
+    let get = |k: &str| extra.get(k).map_or_else(|| "-".into(), |v| trim_float(*v));
+    if !extra.contains_key("operator_429") && !extra.contains_key("baseline_429") {
+        return "-".into();
+    }
+    format!("{}/{}", get("operator_429"), get("baseline_429"))
+}
+
 /// The table printed at the end of a run.
 pub fn table(rows: &[Row]) -> String {
     let mut out = String::new();
     let header = format!(
-        "{:<28} {:>5} {:>4} {:>4} {:>9} {:>9} {:>6} | {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} | {}",
+        "{:<34} {:<6} {:<3} {:>5} {:>4} {:>4} {:>9} {:>9} {:>6} | {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} | {:>9} | {}",
         "scenario",
+        "client",
+        "ctl",
         "pods",
         "cs",
         "runs",
@@ -237,6 +400,7 @@ pub fn table(rows: &[Row]) -> String {
         "podst",
         "csst",
         "events",
+        "429 op/bs",
         "other"
     );
     out.push_str(&header);
@@ -246,10 +410,14 @@ pub fn table(rows: &[Row]) -> String {
     for r in rows {
         let p = r.per_pod;
         let f = |x: fn(&Requests) -> f64| p.as_ref().map_or_else(|| "-".into(), |p| format!("{:.2}", x(p)));
-        let extra: Vec<String> = r.extra.iter().map(|(k, v)| format!("{k}={}", trim_float(*v))).collect();
+        let extra: Vec<String> =
+            r.extra.iter().filter(|(k, _)| !k.ends_with("_429")).map(|(k, v)| format!("{k}={}", trim_float(*v))).collect();
+        let ctl = if r.controller == "external" { "ext" } else { "op" };
         out.push_str(&format!(
-            "{:<28} {:>5} {:>4} {:>4} {:>9} {:>9} {:>6} | {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} | {}\n",
+            "{:<34} {:<6} {:<3} {:>5} {:>4} {:>4} {:>9} {:>9} {:>6} | {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} | {:>9} | {}\n",
             r.scenario,
+            r.client,
+            ctl,
             r.pods,
             r.clonesets,
             r.runs,
@@ -263,6 +431,7 @@ pub fn table(rows: &[Row]) -> String {
             f(|p| p.pod_status),
             f(|p| p.cs_status),
             f(|p| p.events),
+            throttled(&r.extra),
             extra.join(" "),
         ));
     }
@@ -335,13 +504,15 @@ controller_runtime_reconcile_total{controller=\"cloneset\",result=\"requeue_afte
     fn table_and_json_round_trip() {
         let row = Row {
             scenario: "scale-up".into(),
+            client: client_label(Some((30.0, 50))),
+            controller: "operator".into(),
             pods: 100,
             clonesets: 1,
             runs: 3,
             operator_s: Some(6.0),
             baseline_s: Some(4.0),
             per_pod: Some(Requests { pod_create: 1.0, ..Default::default() }),
-            extra: [("peak_rss_mib".to_string(), 12.5)].into(),
+            extra: [("peak_rss_mib".to_string(), 12.5), ("operator_429".to_string(), 0.0), ("baseline_429".to_string(), 7.0)].into(),
         };
         let t = table(std::slice::from_ref(&row));
         let line = t.lines().nth(2).unwrap();
@@ -350,8 +521,74 @@ controller_runtime_reconcile_total{controller=\"cloneset\",result=\"requeue_afte
             line.contains(" 6.00 ") && line.contains(" 4.00 ") && line.contains(" 1.50 ") && line.contains("peak_rss_mib=12.50"),
             "{t}"
         );
+        assert!(line.contains(" 30/50 ") && line.contains(" op ") && line.contains(" 0/7 |"), "{t}");
+        assert!(!line.contains("operator_429="), "429s have their own column: {t}");
         let report = Report { format: FORMAT_VERSION, rows: vec![row], ..Default::default() };
         let json = serde_json::to_string(&report).unwrap();
         assert_eq!(serde_json::from_str::<Report>(&json).unwrap(), report);
+        // A version 1 row (no client, no controller) still reads.
+        let v1: Row =
+            serde_json::from_str(r#"{"scenario":"s","pods":1,"clonesets":1,"runs":1,"operator_s":1.0,"baseline_s":null,"per_pod":null}"#)
+                .unwrap();
+        assert_eq!((v1.client.as_str(), v1.controller.as_str()), ("", ""));
+    }
+
+    #[test]
+    fn pairs_parse() {
+        assert_eq!(pairs("100x3,1000x1").unwrap(), vec![(100, 3), (1000, 1)]);
+        assert_eq!(pairs("").unwrap(), vec![]);
+        assert_eq!(pairs(" 5000x1 ,").unwrap(), vec![(5000, 1)]);
+        assert!(pairs("100").is_err());
+        assert!(pairs("ax1").is_err());
+        assert_eq!(pair("500x40").unwrap(), (500, 40));
+    }
+
+    #[test]
+    fn snapshots_count_429s_and_writes_by_method() {
+        // client-go's metric: code, host and method only.
+        let go = "\
+rest_client_requests_total{code=\"201\",host=\"10.0.0.1:6443\",method=\"POST\"} 120
+rest_client_requests_total{code=\"429\",host=\"10.0.0.1:6443\",method=\"POST\"} 3
+rest_client_requests_total{code=\"200\",host=\"10.0.0.1:6443\",method=\"PATCH\"} 200
+rest_client_requests_total{code=\"200\",host=\"10.0.0.1:6443\",method=\"GET\"} 40
+";
+        let s = Snapshot::from_metrics(go);
+        assert!(!s.per_resource);
+        assert_eq!(s.throttled, 3.0);
+        assert_eq!(s.writes_by_method, [("PATCH".to_string(), 200.0), ("POST".to_string(), 123.0)].into());
+        assert_eq!(s.per_pod(100.0), None);
+        assert_eq!(s.method_extra(100.0), [("writes_patch_per_pod".to_string(), 2.0), ("writes_post_per_pod".to_string(), 1.23)].into());
+        let zero = s.since(&s);
+        assert_eq!((zero.throttled, zero.writes_by_method["POST"]), (0.0, 0.0));
+
+        let ours = "rest_client_requests_total{code=\"429\",host=\"h\",method=\"PATCH\",resource=\"pods\",subresource=\"status\"} 2\n";
+        let s = Snapshot::from_metrics(ours);
+        assert!(s.per_resource);
+        assert_eq!((s.throttled, s.requests.pod_status), (2.0, 2.0));
+        assert!(s.method_extra(1.0).is_empty());
+        assert_eq!(s.per_pod(2.0).unwrap().pod_status, 1.0);
+        assert_eq!(Snapshot::from_metrics("").throttled, 0.0);
+    }
+
+    #[test]
+    fn extras_merge_over_runs() {
+        let mut row = BTreeMap::new();
+        for (r429, rss, w) in [(2.0, 30.0, 1.0), (3.0, 25.0, 2.0)] {
+            let run: BTreeMap<String, f64> =
+                [("operator_429".into(), r429), ("rss_after_mib".into(), rss), ("baseline_writes_per_pod".into(), w)].into();
+            merge_extra(&mut row, &run);
+        }
+        assert_eq!(row["operator_429"], 5.0);
+        assert_eq!(row["rss_after_mib"], 30.0);
+        assert_eq!(row["baseline_writes_per_pod"], 2.0);
+    }
+
+    #[test]
+    fn probe_bound_and_client_labels() {
+        assert_eq!(probe_bound_s(10.0), 30.0);
+        assert_eq!(probe_bound_s(100.0), 50.0);
+        assert_eq!(client_label(None), "none");
+        assert_eq!(client_label(Some((30.0, 50))), "30/50");
+        assert_eq!(client_label(Some((7.5, 15))), "7.50/15");
     }
 }

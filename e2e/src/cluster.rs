@@ -26,6 +26,8 @@ pub struct UpOptions {
     pub k8s_version: String,
     /// Extra arguments for the simulated kubelet (node count, delays, grace cap).
     pub sim_kubelet_args: Vec<String>,
+    /// Extra arguments for kube-scheduler (e.g. its client's `--kube-api-qps`).
+    pub scheduler_args: Vec<String>,
 }
 
 impl UpOptions {
@@ -34,6 +36,7 @@ impl UpOptions {
             dir: dir.into(),
             k8s_version: std::env::var("K8S_VERSION").unwrap_or_else(|_| DEFAULT_K8S_VERSION.to_string()),
             sim_kubelet_args: Vec::new(),
+            scheduler_args: Vec::new(),
         }
     }
 }
@@ -219,16 +222,14 @@ pub async fn up(opts: &UpOptions) -> anyhow::Result<(ClusterState, UpReport)> {
             "--v=1".into(),
         ],
     )?;
-    start(
-        "kube-scheduler",
-        &bin_dir.join("kube-scheduler"),
-        vec![
-            format!("--kubeconfig={}", layout.component_kubeconfig("scheduler").display()),
-            "--leader-elect=false".into(),
-            "--secure-port=0".into(),
-            "--v=1".into(),
-        ],
-    )?;
+    let mut scheduler_args = vec![
+        format!("--kubeconfig={}", layout.component_kubeconfig("scheduler").display()),
+        "--leader-elect=false".into(),
+        "--secure-port=0".into(),
+        "--v=1".into(),
+    ];
+    scheduler_args.extend(opts.scheduler_args.iter().cloned());
+    start("kube-scheduler", &bin_dir.join("kube-scheduler"), scheduler_args)?;
     let mut sim_args = vec![format!("--kubeconfig={}", kubeconfig.display())];
     sim_args.extend(opts.sim_kubelet_args.iter().cloned());
     start("sim-kubelet", &sim_kubelet, sim_args)?;

@@ -1,0 +1,237 @@
+//! The controller side of the timed scenarios: our operator (started here, at its defaults or
+//! with a client-side limit) or an external controller (`BENCH_EXTERNAL_PID`), one CloneSet
+//! scaled up and rolled out, and the namespace cleanup every scenario ends with.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+use cloneset_operator::api::{CloneSet, CloneSetStatus};
+use cloneset_operator::client::RateLimit;
+use e2e::bench::{self, Requests, Snapshot};
+use e2e::testenv::{Operator, OperatorOptions, TestNamespace};
+use e2e::workload::manifest;
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+use serde_json::json;
+
+use crate::cache::Cache;
+use crate::{External, Knobs, POLL, image, mib, proc_reading, ready_with, strategy};
+
+pub struct Bench {
+    pub knobs: Knobs,
+    pub admin: Client,
+}
+
+/// The controller under measurement.
+pub enum Ctl {
+    Ours(Operator),
+    External(External),
+}
+
+impl Ctl {
+    pub fn pid(&self) -> u32 {
+        match self {
+            Ctl::Ours(op) => op.pid(),
+            Ctl::External(e) => e.pid,
+        }
+    }
+
+    /// Its request counts, if it exposes them.
+    pub async fn snapshot(&self) -> anyhow::Result<Option<Snapshot>> {
+        let text = match self {
+            Ctl::Ours(op) => op.metrics().await?,
+            Ctl::External(External { metrics: None, .. }) => return Ok(None),
+            Ctl::External(External { metrics: Some((host, path)), .. }) => {
+                let addr = tokio::net::lookup_host(host.as_str()).await?.next().with_context(|| format!("cannot resolve {host}"))?;
+                match e2e::testenv::http_get(addr, path).await? {
+                    (200, body) => body,
+                    (code, _) => bail!("http://{host}{path} answered {code}"),
+                }
+            }
+        };
+        Ok(Some(Snapshot::from_metrics(&text)))
+    }
+}
+
+/// One timed phase of a controller: seconds, and its requests over the phase for `pods` pods.
+pub struct Phase {
+    pub secs: f64,
+    pub pods: u32,
+    pub counts: Option<Snapshot>,
+}
+
+impl Phase {
+    pub fn per_pod(&self) -> Option<Requests> {
+        self.counts.as_ref().and_then(|c| c.per_pod(f64::from(self.pods)))
+    }
+
+    /// `operator_429`, and per-method writes for a controller whose metric has no resources.
+    pub fn extra(&self) -> BTreeMap<String, f64> {
+        let Some(c) = &self.counts else { return BTreeMap::new() };
+        let mut extra = c.method_extra(f64::from(self.pods));
+        extra.insert("operator_429".into(), c.throttled);
+        extra
+    }
+}
+
+/// One timed phase of a baseline: seconds, and its client's requests over the phase.
+pub struct BasePhase {
+    pub secs: f64,
+    pub pods: u32,
+    pub counts: Snapshot,
+}
+
+impl BasePhase {
+    pub fn extra(&self) -> BTreeMap<String, f64> {
+        [
+            ("baseline_429".to_string(), self.counts.throttled),
+            ("baseline_writes_per_pod".to_string(), bench::round2(self.counts.requests.writes() / f64::from(self.pods.max(1)))),
+        ]
+        .into()
+    }
+}
+
+/// A controller's scale-up, its rollouts, and its memory right after the last one.
+pub struct Flow {
+    pub up: Phase,
+    pub rolls: Vec<Phase>,
+    pub rss_after: u64,
+    pub peak_rss: u64,
+}
+
+impl Flow {
+    pub fn rss_extra(&self) -> BTreeMap<String, f64> {
+        [("rss_after_mib".to_string(), mib(self.rss_after)), ("peak_rss_mib".to_string(), mib(self.peak_rss))].into()
+    }
+}
+
+/// The status reports `cond` for the CloneSet's current generation, which is at least `min_gen`
+/// (the generation a write returned: a cache may still hold the version before it).
+pub fn observed(cs: &CloneSet, min_gen: i64, cond: impl Fn(&CloneSetStatus) -> bool) -> bool {
+    let current = cs.metadata.generation.unwrap_or(0);
+    current >= min_gen && cs.status.as_ref().is_some_and(|s| s.observed_generation == current && cond(s))
+}
+
+/// `replicas` pods, all ready and (with `updated`) all on the update revision.
+pub fn converged(s: &CloneSetStatus, replicas: i32, updated: bool) -> bool {
+    s.replicas == replicas
+        && s.ready_replicas == replicas
+        && (!updated || (s.updated_replicas == replicas && s.updated_ready_replicas == replicas))
+}
+
+impl Bench {
+    pub fn controller_label(&self) -> &'static str {
+        if self.knobs.external.is_some() { "external" } else { "operator" }
+    }
+
+    /// Baselines run for our operator, and for an external controller only when asked.
+    pub fn baselines(&self) -> bool {
+        self.knobs.external.is_none() || self.knobs.external_baseline
+    }
+
+    /// Our operator in `ns`, with `limit` as its --rest-config-* flags (none: its defaults),
+    /// once it answers /readyz.
+    pub async fn start_operator(&self, ns: &str, limit: Option<RateLimit>) -> anyhow::Result<Operator> {
+        let args =
+            limit.map_or_else(Vec::new, |l| vec![format!("--rest-config-qps={}", l.qps), format!("--rest-config-burst={}", l.burst)]);
+        let op = Operator::start_with(ns, OperatorOptions { args, kubeconfig: None }).await?;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while op.probe("/readyz").await.ok() != Some(200) {
+            if Instant::now() > deadline {
+                bail!("operator not ready: {}", op.log_tail(20));
+            }
+            tokio::time::sleep(POLL).await;
+        }
+        Ok(op)
+    }
+
+    /// The controller for a scenario in `ns`: ours, started here, or the external one.
+    async fn controller(&self, ns: &str, limit: Option<RateLimit>) -> anyhow::Result<Ctl> {
+        match &self.knobs.external {
+            Some(e) => Ok(Ctl::External(e.clone())),
+            None => Ok(Ctl::Ours(self.start_operator(ns, limit).await?)),
+        }
+    }
+
+    /// Scale-up 0 → n, then one rollout per window, by the controller (ours with client-side
+    /// `limit`, or the external one).
+    pub async fn operator_flow(&self, n: u32, t: &str, windows: &[String], limit: Option<RateLimit>) -> anyhow::Result<Flow> {
+        let ns = TestNamespace::create("bench-op").await?;
+        let ctl = self.controller(&ns.name, limit).await?;
+        let pods = Cache::<Pod>::start(ns.api(), &ns.name).await?;
+        let sets = Cache::<CloneSet>::start(ns.api(), &ns.name).await?;
+        let cs_api: Api<CloneSet> = ns.api();
+        let ni = n as i32;
+        let before = ctl.snapshot().await?;
+        let t0 = Instant::now();
+        let min_gen = generation(&cs_api.create(&PostParams::default(), &manifest("web", ni, &image(1), strategy(t, "100%"))).await?);
+        let (a, c) = tokio::join!(
+            pods.wait_count(n as usize, "ready", |p| ready_with(p, &image(1))),
+            sets.wait_object("web", "to report all replicas ready", move |cs| observed(cs, min_gen, |s| converged(s, ni, false)))
+        );
+        let up_s = a?.max(c?).duration_since(t0).as_secs_f64();
+        // Trailing writes (status, lifecycle) belong to the scale-up.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let up = Phase { secs: up_s, pods: n, counts: since(ctl.snapshot().await?, before) };
+        let mut rolls = Vec::new();
+        for (i, w) in windows.iter().enumerate() {
+            let v = i as u32 + 2;
+            let before = ctl.snapshot().await?;
+            let t0 = Instant::now();
+            let mut spec = strategy(t, w);
+            spec["template"] = json!({"spec": {"containers": [{"name": "main", "image": image(v)}]}});
+            let min_gen = generation(&cs_api.patch("web", &PatchParams::default(), &Patch::Merge(json!({"spec": spec}))).await?);
+            let end =
+                sets.wait_object("web", "to report the rollout done", move |cs| observed(cs, min_gen, |s| converged(s, ni, true))).await?;
+            let secs = end.duration_since(t0).as_secs_f64();
+            // Trailing writes (status, refresh) belong to this rollout: wait for the pods to settle.
+            pods.wait_count(n as usize, "ready on the new image", |p| ready_with(p, &image(v))).await?;
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            rolls.push(Phase { secs, pods: n, counts: since(ctl.snapshot().await?, before) });
+        }
+        let (rss_after, peak_rss, _) = proc_reading(ctl.pid())?;
+        drop(ctl);
+        drop((pods, sets));
+        self.delete_namespace(ns).await?;
+        Ok(Flow { up, rolls, rss_after, peak_rss })
+    }
+
+    /// Deletes a scenario's namespace: its CloneSets first (so no controller replaces pods),
+    /// then its pods at once (grace 0: no kubelet grace to wait out, and nothing here is timed),
+    /// then the namespace. Waits until no pod is left, not for the namespace to be gone: the
+    /// namespace controller takes seconds to finish an empty namespace, at no cost to the next
+    /// scenario.
+    pub async fn delete_namespace(&self, ns: TestNamespace) -> anyhow::Result<()> {
+        let name = ns.name.clone();
+        let t0 = Instant::now();
+        // The namespace is deleted here, not by its Drop.
+        std::mem::forget(ns);
+        let sets: Api<CloneSet> = Api::namespaced(self.admin.clone(), &name);
+        let pods: Api<Pod> = Api::namespaced(self.admin.clone(), &name);
+        let _ = sets.delete_collection(&DeleteParams::background(), &ListParams::default()).await;
+        let now = DeleteParams { grace_period_seconds: Some(0), ..DeleteParams::background() };
+        let _ = pods.delete_collection(&now, &ListParams::default()).await;
+        let _ = Api::<Namespace>::all(self.admin.clone()).delete(&name, &DeleteParams::background()).await;
+        let deadline = Instant::now() + Duration::from_secs(300);
+        while !pods.list_metadata(&ListParams::default().limit(1)).await?.items.is_empty() {
+            if Instant::now() > deadline {
+                eprintln!("bench: namespace {name} still has pods; going on");
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        eprintln!("bench: namespace {name} emptied in {:.1}s", t0.elapsed().as_secs_f64());
+        Ok(())
+    }
+}
+
+pub fn generation(cs: &CloneSet) -> i64 {
+    cs.metadata.generation.unwrap_or(0)
+}
+
+/// `after - before` when both were read.
+pub fn since(after: Option<Snapshot>, before: Option<Snapshot>) -> Option<Snapshot> {
+    Some(after?.since(&before?))
+}

@@ -1,0 +1,615 @@
+//! `make bench`: the operator at scale on the project's own local control plane, next to a plain
+//! client doing the same pod writes. Prints one table and writes the same figures as JSON (see
+//! `e2e::bench::Report`); every row names the client-side rate limit it ran with (`client`:
+//! `none` or `30/50`) and whose controller it measured (`controller`: `operator` or `external`).
+//!
+//! Scenarios, in this order, each skipped when its knob is empty:
+//!
+//! * `BENCH_SIZES` (default `100x3,1000x1`: pods × repetitions): the scale-up 0 → N and one
+//!   rollout per window of `BENCH_WINDOWS` (default `100%,20%`: maxUnavailable) for each of
+//!   `BENCH_TYPES` (default `ReCreate,InPlaceIfPossible`), the operator at its defaults (no
+//!   client-side limit), against the **raw baseline**: a plain client with no client-side limit
+//!   and at most `BENCH_BASELINE_CONCURRENCY` (default 16) requests in flight, making the same
+//!   pod writes as the operator, pod by pod (see `baseline.rs`).
+//! * `BENCH_SCALE_UP_SIZES` (default `5000x1`): the scale-up alone, the same way.
+//! * `BENCH_LIMITED_SIZES` (default `100x1`): the flow of `BENCH_SIZES` with operator and
+//!   baseline both at Kruise's `--rest-config-qps=30 --rest-config-burst=50` (the baseline doing,
+//!   in maxUnavailable batches, as many pod writes per pod as the operator made).
+//! * `BENCH_RESOURCES` (default `10x50,50x50`: CloneSets × pods each, in that order in one
+//!   namespace): memory and CPU, then a restart of the operator over the last step (startup).
+//!   The operator runs at its defaults, or with a bucket of `BENCH_RESOURCES_QPS` (default
+//!   empty) and twice that burst.
+//! * `BENCH_LARGE` (default empty: skipped; e.g. `500x40` = 500 CloneSets × 40 pods): one
+//!   operator at its defaults over C×P pods in one namespace: create all (time, steady and peak
+//!   RSS, bytes per cached pod, CPU seconds per 1,000 pod events); then one CloneSet of
+//!   `BENCH_LARGE_ROLLOUT` (default 1000) pods rolled in place at maxUnavailable 100% while
+//!   `BENCH_LARGE_PROBES` (default 20) idle CloneSets are each scaled P → P+1, one a second: the
+//!   probes' latency must stay within `e2e::bench::probe_bound_s` (the larger of 30 s and half
+//!   the rollout) or the run fails; then a restart (time to observe every CloneSet, and zero
+//!   writes, or the run fails). Runs last; its namespace is left to the cluster's shutdown.
+//!
+//! Timed rows record the controller's and the baseline's 429 responses (`operator_429`,
+//! `baseline_429`; the table's `429 op/bs` column) and the controller's RSS right after its last
+//! rollout (`rss_after_mib`, `peak_rss_mib`).
+//!
+//! Where: the bench starts its own control plane in `BENCH_CLUSTER_DIR` (default
+//! `target/bench-cluster`) and stops it at the end, also after a failure or Ctrl-C, unless
+//! `BENCH_KEEP_CLUSTER=1`. The simulated kubelet gets 3 nodes with room for the largest
+//! scenario. kube-scheduler binds at most 50 pods a second (its client's default QPS, as in a
+//! default cluster), which bounds every scale-up, the baseline's too; `BENCH_SCHEDULER_QPS=<n>`
+//! raises it (burst 2n). `BENCH_KUBECONFIG=<file>` uses that cluster instead (never started or
+//! stopped).
+//!
+//! Another controller: `BENCH_EXTERNAL_PID=<pid>` measures a CloneSet controller that is already
+//! running with that pid and reconciles CloneSets in every namespace (CRD installed by whoever
+//! started it; this bench installs nothing and starts no operator). Only the `BENCH_SIZES` and
+//! `BENCH_SCALE_UP_SIZES` scenarios run, without baselines unless `BENCH_EXTERNAL_BASELINE=1`;
+//! its RSS is read from /proc/<pid>, its request counts from `BENCH_EXTERNAL_METRICS` (optional,
+//! `http://host:port/metrics`; client-go's metric has no resource label, so its writes are
+//! given per method: `writes_post_per_pod`, …). Its rows name its client-side limit as
+//! `BENCH_EXTERNAL_CLIENT` says (default `?`; Kruise's manager defaults to `30/50`), the
+//! baseline's being none. Run one controller per cluster at a time: an external one reconciles
+//! the bench's CloneSets in every namespace, and our operator stands by while Kruise's manager
+//! holds its Lease (`--kruise-manager-lease`).
+//!
+//! Output: `BENCH_OUT` (default `target/bench/results.json`), written also when a scenario
+//! failed (with the rows measured so far). `E2E_OPERATOR_LOG` sets the operator's RUST_LOG
+//! (default `info`); its logs are in `target/e2e-logs/`.
+
+mod baseline;
+mod cache;
+mod flows;
+mod scale;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+use cloneset_operator::client::RateLimit;
+use e2e::bench::{self, Report, Requests, Row};
+use e2e::cluster::{self, UpOptions};
+use k8s_openapi::api::core::v1::Pod;
+use serde_json::{Value, json};
+
+use crate::flows::{BasePhase, Bench, Phase};
+
+/// Kruise's client-side limit, for the `BENCH_LIMITED_SIZES` rows.
+const LIMIT: RateLimit = RateLimit { qps: 30.0, burst: 50 };
+/// The longest any single wait may take (the large scenario scales it with its pod count).
+const TIMEOUT: Duration = Duration::from_secs(900);
+const POLL: Duration = Duration::from_millis(20);
+/// Simulated nodes: pods are spread over them; the scheduler's work grows with their number.
+const SIM_NODES: u32 = 3;
+
+/// Everything the environment can set (see the module documentation).
+#[derive(Clone, Debug, PartialEq)]
+struct Knobs {
+    sizes: Vec<(u32, u32)>,
+    scale_up_sizes: Vec<(u32, u32)>,
+    limited_sizes: Vec<(u32, u32)>,
+    windows: Vec<String>,
+    types: Vec<String>,
+    resources: Vec<(u32, u32)>,
+    resources_limit: Option<RateLimit>,
+    concurrency: usize,
+    large: Option<(u32, u32)>,
+    large_rollout: u32,
+    large_probes: u32,
+    scheduler_qps: Option<u32>,
+    kubeconfig: Option<PathBuf>,
+    external: Option<External>,
+    external_baseline: bool,
+    out: PathBuf,
+    cluster_dir: PathBuf,
+    keep_cluster: bool,
+}
+
+/// The controller of `BENCH_EXTERNAL_PID`.
+#[derive(Clone, Debug, PartialEq)]
+struct External {
+    pid: u32,
+    /// `host:port` and path of its Prometheus endpoint.
+    metrics: Option<(String, String)>,
+    /// Its client-side limit as the rows should name it (`BENCH_EXTERNAL_CLIENT`, default `?`:
+    /// the bench cannot see it; Kruise's manager defaults to `30/50`).
+    client: String,
+}
+
+impl Knobs {
+    /// From `get` (the environment, or a map in tests); paths default under `root`.
+    fn parse(get: impl Fn(&str) -> Option<String>, root: &Path) -> anyhow::Result<Self> {
+        let var = |k: &str, default: &str| get(k).unwrap_or_else(|| default.to_string());
+        let list = |k: &str, default: &str| -> Vec<String> {
+            var(k, default).split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect()
+        };
+        let pairs = |k: &str, default: &str| bench::pairs(&var(k, default)).with_context(|| k.to_string());
+        let number = |k: &str, default: u32| -> anyhow::Result<u32> {
+            let v = var(k, &default.to_string());
+            v.trim().parse().with_context(|| format!("{k}={v}: expected a whole number"))
+        };
+        let flag = |k: &str| get(k).is_some_and(|v| !v.is_empty() && v != "0" && v != "false");
+        let resources_limit = match var("BENCH_RESOURCES_QPS", "").trim() {
+            "" => None,
+            q => {
+                let qps: f64 = q.parse().with_context(|| format!("BENCH_RESOURCES_QPS={q}"))?;
+                Some(RateLimit { qps, burst: (qps * 2.0) as u32 })
+            }
+        };
+        let large = match var("BENCH_LARGE", "").trim() {
+            "" => None,
+            spec => Some(bench::pair(spec).context("BENCH_LARGE")?),
+        };
+        let external = match get("BENCH_EXTERNAL_PID").filter(|p| !p.trim().is_empty()) {
+            None => None,
+            Some(pid) => Some(External {
+                pid: pid.trim().parse().with_context(|| format!("BENCH_EXTERNAL_PID={pid}"))?,
+                metrics: get("BENCH_EXTERNAL_METRICS").filter(|u| !u.is_empty()).map(|u| http_url(&u)).transpose()?,
+                client: var("BENCH_EXTERNAL_CLIENT", "?"),
+            }),
+        };
+        let types = list("BENCH_TYPES", "ReCreate,InPlaceIfPossible");
+        if let Some(t) = types.iter().find(|t| !["ReCreate", "InPlaceIfPossible", "InPlaceOnly"].contains(&t.as_str())) {
+            bail!("BENCH_TYPES: {t} is not ReCreate, InPlaceIfPossible or InPlaceOnly");
+        }
+        let windows = list("BENCH_WINDOWS", "100%,20%");
+        if let Some(w) = windows.iter().find(|w| w.strip_suffix('%').unwrap_or(w).parse::<u32>().map_or(true, |n| n == 0)) {
+            bail!("BENCH_WINDOWS: {w} is not a positive count or percentage");
+        }
+        let concurrency = number("BENCH_BASELINE_CONCURRENCY", 16)?;
+        if concurrency == 0 {
+            bail!("BENCH_BASELINE_CONCURRENCY must be at least 1");
+        }
+        Ok(Self {
+            sizes: pairs("BENCH_SIZES", "100x3,1000x1")?,
+            scale_up_sizes: pairs("BENCH_SCALE_UP_SIZES", "5000x1")?,
+            limited_sizes: pairs("BENCH_LIMITED_SIZES", "100x1")?,
+            windows,
+            types,
+            resources: pairs("BENCH_RESOURCES", "10x50,50x50")?,
+            resources_limit,
+            concurrency: concurrency as usize,
+            large,
+            large_rollout: number("BENCH_LARGE_ROLLOUT", 1000)?,
+            large_probes: number("BENCH_LARGE_PROBES", 20)?,
+            scheduler_qps: match var("BENCH_SCHEDULER_QPS", "").trim() {
+                "" => None,
+                q => Some(q.parse().with_context(|| format!("BENCH_SCHEDULER_QPS={q}: expected a whole number"))?),
+            },
+            kubeconfig: get("BENCH_KUBECONFIG").filter(|k| !k.is_empty()).map(PathBuf::from),
+            external,
+            external_baseline: flag("BENCH_EXTERNAL_BASELINE"),
+            out: PathBuf::from(var("BENCH_OUT", &root.join("target/bench/results.json").display().to_string())),
+            cluster_dir: PathBuf::from(var("BENCH_CLUSTER_DIR", &root.join("target/bench-cluster").display().to_string())),
+            keep_cluster: flag("BENCH_KEEP_CLUSTER"),
+        })
+    }
+
+    /// The most pods that exist at once in any scenario.
+    fn most_pods(&self) -> u32 {
+        let timed = self.sizes.iter().chain(&self.scale_up_sizes).chain(&self.limited_sizes).map(|&(n, _)| n);
+        let resources = self.resources.iter().map(|&(c, p)| c * p);
+        let large = self.large.map(|(c, p)| c * p + self.large_rollout + self.large_probes);
+        timed.chain(resources).chain(large).max().unwrap_or(0)
+    }
+
+    /// The simulated kubelet's flags: 3 nodes with room for the largest scenario and a quarter
+    /// more (at least 4,000 pods each, as before the large scenario existed), 32 workers, and
+    /// short restart and grace delays.
+    fn sim_kubelet_args(&self) -> Vec<String> {
+        let per_node = (u64::from(self.most_pods()) * 5 / 4).div_ceil(u64::from(SIM_NODES)).div_ceil(1000) * 1000;
+        vec![
+            format!("--nodes={SIM_NODES}"),
+            format!("--pods-per-node={}", per_node.max(4000)),
+            "--workers=32".into(),
+            "--max-grace-period=1s".into(),
+            "--restart-delay=200ms".into(),
+        ]
+    }
+
+    /// kube-scheduler's flags: its client's QPS (and twice that burst) when `BENCH_SCHEDULER_QPS`
+    /// is set; otherwise none, and it binds at most 50 pods a second (its default 50/100), like
+    /// a default cluster's scheduler.
+    fn scheduler_args(&self) -> Vec<String> {
+        self.scheduler_qps.map_or_else(Vec::new, |q| vec![format!("--kube-api-qps={q}"), format!("--kube-api-burst={}", q * 2)])
+    }
+
+    /// Whether the cluster goes away at the end (so the large scenario's namespace need not be
+    /// deleted).
+    fn cluster_is_temporary(&self) -> bool {
+        self.kubeconfig.is_none() && !self.keep_cluster
+    }
+}
+
+/// `http://host:port/path` → (`host:port`, `/path`); only plain HTTP.
+fn http_url(url: &str) -> anyhow::Result<(String, String)> {
+    let rest = url.strip_prefix("http://").with_context(|| format!("{url}: only http:// metrics endpoints are supported"))?;
+    let (host, path) = rest.split_once('/').map_or((rest, "/metrics".to_string()), |(h, p)| (h, format!("/{p}")));
+    if !host.contains(':') {
+        bail!("{url}: give the port (http://host:port/metrics)");
+    }
+    Ok((host.to_string(), path))
+}
+
+/// Stops the control plane the bench started when dropped, so a failure or panic does not leave
+/// it running (`BENCH_KEEP_CLUSTER=1` keeps it).
+struct ClusterGuard(Option<PathBuf>);
+
+impl Drop for ClusterGuard {
+    fn drop(&mut self) {
+        if let Some(dir) = self.0.take() {
+            eprintln!("bench: stopping the control plane in {}", dir.display());
+            if let Err(e) = cluster::down(&dir) {
+                eprintln!("bench: stopping the control plane: {e:#}");
+            }
+        }
+    }
+}
+
+fn main() -> anyhow::Result<()> {
+    let started = Instant::now();
+    let started_at = k8s_openapi::jiff::Timestamp::now().to_string();
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let root = root.canonicalize().unwrap_or(root);
+    let knobs = Knobs::parse(|k| std::env::var(k).ok(), &root)?;
+    if let Some(ext) = &knobs.external
+        && !Path::new(&format!("/proc/{}", ext.pid)).exists()
+    {
+        bail!("BENCH_EXTERNAL_PID={}: no such process", ext.pid);
+    }
+    let mut guard = ClusterGuard(None);
+    let (kubeconfig, sim_args, scheduler_args) = match &knobs.kubeconfig {
+        Some(k) => {
+            eprintln!("bench: using the cluster of {} (not started or stopped here)", k.display());
+            (k.clone(), Vec::new(), Vec::new())
+        }
+        None => {
+            let mut opts = UpOptions::new(&knobs.cluster_dir);
+            opts.sim_kubelet_args = knobs.sim_kubelet_args();
+            opts.scheduler_args = knobs.scheduler_args();
+            eprintln!(
+                "bench: starting the control plane in {} (sim-kubelet {}; kube-scheduler {})",
+                knobs.cluster_dir.display(),
+                opts.sim_kubelet_args.join(" "),
+                if opts.scheduler_args.is_empty() { "at its default client QPS 50".to_string() } else { opts.scheduler_args.join(" ") }
+            );
+            if !knobs.keep_cluster {
+                guard.0 = Some(knobs.cluster_dir.clone());
+            }
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+            let (state, up) = rt.block_on(cluster::up(&opts))?;
+            if up.reused_running_cluster {
+                eprintln!("bench: reusing the control plane already running there (its sim-kubelet flags may differ)");
+            }
+            (state.kubeconfig, opts.sim_kubelet_args, opts.scheduler_args)
+        }
+    };
+    // Single-threaded so far: the helpers read these.
+    unsafe {
+        std::env::set_var(e2e::testenv::KUBECONFIG_VAR, &kubeconfig);
+        if std::env::var("E2E_OPERATOR_LOG").is_err() {
+            std::env::set_var("E2E_OPERATOR_LOG", "info");
+        }
+    }
+    let mut rows = Vec::new();
+    let mut failures = Vec::new();
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let result = rt.block_on(async {
+        let b = Bench { admin: cluster::client_for(&kubeconfig).await?, knobs: knobs.clone() };
+        tokio::select! {
+            r = run(&b, &mut rows, &mut failures) => r,
+            _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted")),
+        }
+    });
+    drop(rt);
+    drop(guard);
+
+    let total_s = started.elapsed().as_secs_f64();
+    let revision = std::process::Command::new("git")
+        .args(["describe", "--always", "--dirty"])
+        .output()
+        .ok()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default();
+    let report = Report {
+        format: bench::FORMAT_VERSION,
+        started: started_at,
+        total_s,
+        cpus: std::thread::available_parallelism().map_or(0, |n| n.get()),
+        baseline_concurrency: knobs.concurrency as u32,
+        sim_kubelet_args: sim_args,
+        scheduler_args,
+        revision,
+        rows,
+    };
+    if let Some(parent) = knobs.out.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    std::fs::write(&knobs.out, serde_json::to_string_pretty(&report)?)?;
+    println!("\n{}", bench::table(&report.rows));
+    println!(
+        "client: `none` = no client-side limit (the operator's default; the raw baseline keeps {} requests in flight at most); \
+         `30/50` = --rest-config-qps=30 --rest-config-burst=50 for controller and baseline. 429 op/bs: 429 responses to the \
+         controller / the baseline.",
+        knobs.concurrency
+    );
+    println!("{} CPUs; total {:.0}s; JSON: {}", report.cpus, total_s, knobs.out.display());
+    result?;
+    if !failures.is_empty() {
+        for f in &failures {
+            eprintln!("bench: FAILED: {f}");
+        }
+        bail!("{} check(s) failed (see above)", failures.len());
+    }
+    Ok(())
+}
+
+async fn run(b: &Bench, rows: &mut Vec<Row>, failures: &mut Vec<String>) -> anyhow::Result<()> {
+    let k = &b.knobs;
+    if k.external.is_none() {
+        e2e::testenv::install_api().await?;
+    } else {
+        let skipped = [
+            ("BENCH_LIMITED_SIZES", !k.limited_sizes.is_empty()),
+            ("BENCH_RESOURCES", !k.resources.is_empty()),
+            ("BENCH_LARGE", k.large.is_some()),
+        ];
+        for (knob, _) in skipped.iter().filter(|(_, set)| *set) {
+            eprintln!("bench: {knob} is skipped for an external controller");
+        }
+    }
+    for &(n, reps) in &k.sizes {
+        timed(b, n, reps, &k.types, &k.windows, None, rows).await?;
+    }
+    // Sizes too large for the rollout matrix on this machine: scale-up only.
+    for &(n, reps) in &k.scale_up_sizes {
+        timed(b, n, reps, &["ReCreate".to_string()], &[], None, rows).await?;
+    }
+    if k.external.is_some() {
+        return Ok(());
+    }
+    for &(n, reps) in &k.limited_sizes {
+        timed(b, n, reps, &k.types, &k.windows, Some(LIMIT), rows).await?;
+    }
+    if !k.resources.is_empty() {
+        rows.extend(b.resources(&k.resources).await?);
+        eprintln!("{}", bench::table(rows));
+    }
+    if let Some((c, p)) = k.large {
+        b.large(c, p, rows, failures).await?;
+        eprintln!("{}", bench::table(rows));
+    }
+    Ok(())
+}
+
+/// `reps` × `types` runs of the scale-up 0 → n and one rollout per window, controller and
+/// baseline both with client-side `limit`; one row for the scale-up, one per rollout kind.
+async fn timed(
+    b: &Bench,
+    n: u32,
+    reps: u32,
+    types: &[String],
+    windows: &[String],
+    limit: Option<RateLimit>,
+    rows: &mut Vec<Row>,
+) -> anyhow::Result<()> {
+    let client = match &b.knobs.external {
+        Some(e) => e.client.clone(),
+        None => bench::client_label(limit.map(|l| (l.qps, l.burst))),
+    };
+    let mut up = Samples::default();
+    let mut rollouts: BTreeMap<String, Samples> = BTreeMap::new();
+    for rep in 0..reps {
+        for t in types {
+            eprintln!("bench: N={n} {t} client {client} run {}/{reps}", rep + 1);
+            let t0 = Instant::now();
+            let flow = b.operator_flow(n, t, windows, limit).await?;
+            let t1 = Instant::now();
+            let base = if !b.baselines() {
+                None
+            } else if limit.is_none() {
+                Some(b.raw_baseline(n, t, windows).await?)
+            } else {
+                Some(b.limited_baseline(n, t, windows, &flow.rolls, limit).await?)
+            };
+            eprintln!(
+                "bench: N={n} {t}: controller flow {:.0}s, baseline flow {:.0}s",
+                t1.duration_since(t0).as_secs_f64(),
+                t1.elapsed().as_secs_f64()
+            );
+            let flow_extra = flow.rss_extra();
+            up.push(&flow.up, base.as_ref().map(|(u, _)| u), &flow_extra);
+            for (i, (w, roll)) in windows.iter().zip(&flow.rolls).enumerate() {
+                let base = base.as_ref().and_then(|(_, r)| r.get(i));
+                rollouts.entry(format!("rollout {} {w}", short(t))).or_default().push(roll, base, &flow_extra);
+            }
+        }
+    }
+    let controller = b.controller_label();
+    rows.push(up.row("scale-up", n, &client, controller));
+    rows.extend(rollouts.iter().map(|(name, s)| s.row(name, n, &client, controller)));
+    eprintln!("{}", bench::table(rows));
+    Ok(())
+}
+
+fn short(t: &str) -> &str {
+    if t.starts_with("InPlace") { "in-place" } else { "recreate" }
+}
+
+/// The runs behind one row.
+#[derive(Default)]
+struct Samples {
+    operator: Vec<f64>,
+    baseline: Vec<f64>,
+    per_pod: Option<Requests>,
+    extra: BTreeMap<String, f64>,
+}
+
+impl Samples {
+    fn push(&mut self, op: &Phase, base: Option<&BasePhase>, flow_extra: &BTreeMap<String, f64>) {
+        self.operator.push(op.secs);
+        self.per_pod = op.per_pod();
+        bench::merge_extra(&mut self.extra, &op.extra());
+        if let Some(base) = base {
+            self.baseline.push(base.secs);
+            bench::merge_extra(&mut self.extra, &base.extra());
+        }
+        bench::merge_extra(&mut self.extra, flow_extra);
+    }
+
+    fn row(&self, name: &str, n: u32, client: &str, controller: &str) -> Row {
+        Row {
+            scenario: name.into(),
+            client: client.into(),
+            controller: controller.into(),
+            pods: n,
+            clonesets: 1,
+            runs: self.operator.len() as u32,
+            operator_s: bench::median(&self.operator),
+            baseline_s: bench::median(&self.baseline),
+            per_pod: self.per_pod,
+            extra: self.extra.clone(),
+        }
+    }
+}
+
+/// Ready, not terminating, and running `image` in every container (spec and status).
+fn ready_with(p: &Pod, image: &str) -> bool {
+    let Some(s) = p.status.as_ref() else { return false };
+    p.metadata.deletion_timestamp.is_none()
+        && s.conditions.iter().flatten().any(|c| c.type_ == "Ready" && c.status == "True")
+        && s.container_statuses.iter().flatten().all(|c| c.ready && c.image == image)
+        && p.spec.as_ref().is_some_and(|sp| sp.containers.iter().all(|c| c.image.as_deref() == Some(image)))
+}
+
+/// The container `main` reports running `image` (ready or not).
+fn running_image(p: &Pod, image: &str) -> bool {
+    p.status
+        .iter()
+        .flat_map(|s| s.container_statuses.iter().flatten())
+        .any(|c| c.name == "main" && c.image == image && c.state.as_ref().is_some_and(|st| st.running.is_some()))
+}
+
+fn image(v: u32) -> String {
+    format!("registry.example/bench/app:v{v}")
+}
+
+fn strategy(t: &str, window: &str) -> Value {
+    json!({"updateStrategy": {"type": t, "maxUnavailable": window}})
+}
+
+/// Pods rounded up from a percentage or count of `n` (at least 1).
+fn window_pods(window: &str, n: u32) -> u32 {
+    let w = match window.strip_suffix('%') {
+        Some(p) => (f64::from(n) * p.parse::<f64>().unwrap_or(100.0) / 100.0).ceil() as u32,
+        None => window.parse().unwrap_or(n),
+    };
+    w.clamp(1, n.max(1))
+}
+
+fn mib(bytes: u64) -> f64 {
+    (bytes as f64 / 1024.0 / 1024.0 * 10.0).round() / 10.0
+}
+
+fn ticks_to_s(ticks: u64) -> f64 {
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    bench::round2(ticks as f64 / hz)
+}
+
+/// (VmRSS, VmHWM, utime+stime ticks) of `pid`.
+fn proc_reading(pid: u32) -> anyhow::Result<(u64, u64, u64)> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).with_context(|| format!("reading /proc/{pid}/status"))?;
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    let (rss, hwm) = bench::rss_from_status(&status);
+    Ok((rss, hwm, bench::cpu_ticks_from_stat(&stat).context("bad /proc stat")?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn knobs(vars: &[(&str, &str)]) -> anyhow::Result<Knobs> {
+        let map: BTreeMap<String, String> = vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        Knobs::parse(|k| map.get(k).cloned(), Path::new("/repo"))
+    }
+
+    #[test]
+    fn knobs_parse() {
+        assert_eq!(window_pods("20%", 1000), 200);
+        assert_eq!(window_pods("20%", 3), 1);
+        assert_eq!(window_pods("100%", 100), 100);
+        assert_eq!(window_pods("5", 100), 5);
+
+        let d = knobs(&[]).unwrap();
+        assert_eq!(d.sizes, vec![(100, 3), (1000, 1)]);
+        assert_eq!(d.scale_up_sizes, vec![(5000, 1)]);
+        assert_eq!(d.limited_sizes, vec![(100, 1)]);
+        assert_eq!(d.windows, ["100%", "20%"]);
+        assert_eq!(d.types, ["ReCreate", "InPlaceIfPossible"]);
+        assert_eq!(d.resources, vec![(10, 50), (50, 50)]);
+        assert_eq!((d.resources_limit, d.concurrency, d.large), (None, 16, None));
+        assert_eq!((d.large_rollout, d.large_probes), (1000, 20));
+        assert!(d.scheduler_args().is_empty());
+        assert_eq!(knobs(&[("BENCH_SCHEDULER_QPS", "500")]).unwrap().scheduler_args(), ["--kube-api-qps=500", "--kube-api-burst=1000"]);
+        assert!(knobs(&[("BENCH_SCHEDULER_QPS", "fast")]).is_err());
+        assert_eq!((d.kubeconfig.as_ref(), d.external.as_ref(), d.external_baseline, d.keep_cluster), (None, None, false, false));
+        assert_eq!(d.out, Path::new("/repo/target/bench/results.json"));
+        assert!(d.cluster_is_temporary());
+
+        let k = knobs(&[
+            ("BENCH_SIZES", ""),
+            ("BENCH_SCALE_UP_SIZES", "1000x1"),
+            ("BENCH_LIMITED_SIZES", ""),
+            ("BENCH_TYPES", "InPlaceIfPossible"),
+            ("BENCH_RESOURCES_QPS", "200"),
+            ("BENCH_BASELINE_CONCURRENCY", "8"),
+            ("BENCH_LARGE", "500x40"),
+            ("BENCH_LARGE_PROBES", "5"),
+            ("BENCH_KUBECONFIG", "/tmp/kc"),
+            ("BENCH_EXTERNAL_PID", "4242"),
+            ("BENCH_EXTERNAL_METRICS", "http://127.0.0.1:8080/metrics"),
+            ("BENCH_EXTERNAL_BASELINE", "1"),
+            ("BENCH_KEEP_CLUSTER", "1"),
+        ])
+        .unwrap();
+        assert!(k.sizes.is_empty() && k.limited_sizes.is_empty());
+        assert_eq!(k.types, ["InPlaceIfPossible"]);
+        assert_eq!(k.resources_limit, Some(RateLimit { qps: 200.0, burst: 400 }));
+        assert_eq!((k.concurrency, k.large, k.large_probes), (8, Some((500, 40)), 5));
+        assert_eq!(
+            k.external,
+            Some(External { pid: 4242, metrics: Some(("127.0.0.1:8080".into(), "/metrics".into())), client: "?".into() })
+        );
+        assert!(k.external_baseline && !k.cluster_is_temporary());
+
+        assert!(knobs(&[("BENCH_LARGE", "500")]).is_err());
+        assert!(knobs(&[("BENCH_SIZES", "100")]).is_err());
+        assert!(knobs(&[("BENCH_BASELINE_CONCURRENCY", "0")]).is_err());
+        assert!(knobs(&[("BENCH_TYPES", "Bogus")]).is_err());
+        assert!(knobs(&[("BENCH_WINDOWS", "0%")]).is_err());
+        assert!(knobs(&[("BENCH_WINDOWS", "half")]).is_err());
+        assert_eq!(knobs(&[("BENCH_WINDOWS", "5,50%")]).unwrap().windows, ["5", "50%"]);
+        assert!(knobs(&[("BENCH_EXTERNAL_PID", "kruise")]).is_err());
+        assert!(knobs(&[("BENCH_EXTERNAL_PID", "1"), ("BENCH_EXTERNAL_METRICS", "https://h:8443/metrics")]).is_err());
+    }
+
+    #[test]
+    fn metrics_urls() {
+        assert_eq!(http_url("http://10.0.0.5:8080/metrics").unwrap(), ("10.0.0.5:8080".into(), "/metrics".into()));
+        assert_eq!(http_url("http://localhost:8080").unwrap(), ("localhost:8080".into(), "/metrics".into()));
+        assert!(http_url("http://localhost/metrics").is_err());
+    }
+
+    #[test]
+    fn the_simulated_kubelet_fits_the_largest_scenario() {
+        let per_node = |k: &Knobs| k.sim_kubelet_args().iter().find_map(|a| a.strip_prefix("--pods-per-node=")?.parse::<u32>().ok());
+        let d = knobs(&[]).unwrap();
+        assert_eq!(d.most_pods(), 5000);
+        assert_eq!(per_node(&d), Some(4000), "the defaults keep the old 3 × 4,000");
+        let large = knobs(&[("BENCH_LARGE", "500x40")]).unwrap();
+        assert_eq!(large.most_pods(), 20000 + 1000 + 20);
+        let cap = per_node(&large).unwrap();
+        assert_eq!(cap, 9000);
+        assert!(cap * SIM_NODES >= large.most_pods() * 5 / 4);
+    }
+}

@@ -1,0 +1,299 @@
+//! Many CloneSets in one namespace under one operator: the resources/startup scenario
+//! (`BENCH_RESOURCES`) and the large one (`BENCH_LARGE`).
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use cloneset_operator::api::CloneSet;
+use cloneset_operator::client::RateLimit;
+use e2e::bench::{self, Row, Snapshot};
+use e2e::testenv::{Operator, TestNamespace};
+use e2e::workload::manifest;
+use futures::{StreamExt as _, TryStreamExt as _};
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use kube::api::{Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+
+use crate::cache::Cache;
+use crate::flows::{Bench, converged, generation, observed};
+use crate::{POLL, TIMEOUT, image, mib, proc_reading, ready_with, strategy, ticks_to_s};
+
+/// The time between two probes of the large scenario (the first one this long after the
+/// rollout starts).
+const PROBE_SPACING: Duration = Duration::from_secs(1);
+
+/// One namespace's CloneSets and pods, watched.
+struct Watched {
+    api: Api<CloneSet>,
+    pods: Cache<Pod>,
+    sets: Cache<CloneSet>,
+}
+
+/// An operator's memory, CPU and the pod events seen, at one moment.
+struct Reading {
+    rss: u64,
+    hwm: u64,
+    cpu: u64,
+    events: u64,
+}
+
+impl Reading {
+    fn take(op: &Operator, w: &Watched) -> anyhow::Result<Self> {
+        let (rss, hwm, cpu) = proc_reading(op.pid())?;
+        Ok(Self { rss, hwm, cpu, events: w.pods.events() })
+    }
+
+    /// CPU used and pod events seen since `from`, and CPU seconds per 1,000 of those events.
+    fn usage_since(&self, from: &Reading) -> BTreeMap<String, f64> {
+        let cpu_s = ticks_to_s(self.cpu.saturating_sub(from.cpu));
+        let events = self.events.saturating_sub(from.events);
+        let mut extra: BTreeMap<String, f64> = [("cpu_s".to_string(), cpu_s), ("pod_events".to_string(), events as f64)].into();
+        if events > 0 {
+            extra.insert("cpu_s_per_1k_pod_events".into(), (cpu_s / (events as f64 / 1000.0) * 1000.0).round() / 1000.0);
+        }
+        extra
+    }
+
+    fn memory(&self, rss_key: &str) -> BTreeMap<String, f64> {
+        [(rss_key.to_string(), mib(self.rss)), ("peak_rss_mib".to_string(), mib(self.hwm))].into()
+    }
+}
+
+async fn snapshot(op: &Operator) -> anyhow::Result<Snapshot> {
+    Ok(Snapshot::from_metrics(&op.metrics().await?))
+}
+
+impl Bench {
+    async fn watched(&self, ns: &TestNamespace, timeout: Duration) -> anyhow::Result<Watched> {
+        Ok(Watched {
+            api: ns.api(),
+            pods: Cache::start(ns.api(), &ns.name).await?.with_timeout(timeout),
+            sets: Cache::start(ns.api(), &ns.name).await?.with_timeout(timeout),
+        })
+    }
+
+    /// Creates `names` with `per` pods each and `spec` (at most the baseline's concurrency of
+    /// creates in flight), then waits until `total` pods of the namespace are Ready and every
+    /// CloneSet reports all its replicas ready.
+    async fn create_and_converge(&self, w: &Watched, names: Vec<String>, per: u32, spec: Value, total: u32) -> anyhow::Result<Instant> {
+        let creates = names.iter().map(|name| {
+            let (api, cs) = (w.api.clone(), manifest(name, per as i32, &image(1), spec.clone()));
+            async move { api.create(&PostParams::default(), &cs).await }
+        });
+        futures::stream::iter(creates).buffer_unordered(self.knobs.concurrency).try_collect::<Vec<_>>().await?;
+        let ready = w.pods.wait_count(total as usize, "ready", |p| ready_with(p, &image(1))).await?;
+        let (_, all) = w
+            .sets
+            .wait_all("every CloneSet to report its replicas ready", |all| {
+                let pending = all.iter().filter(|cs| !observed(cs, 0, |s| converged(s, cs.spec.replicas.unwrap_or(1), false))).count();
+                if pending == 0 { Ok(()) } else { Err(format!("{pending} of {} not yet", all.len())) }
+            })
+            .await?;
+        Ok(ready.max(all))
+    }
+
+    /// Stops `op` and starts a fresh operator over `count` converged CloneSets: the time until
+    /// it has reconciled them all and is idle, and what it did on the way (`extra`).
+    async fn restart(
+        &self,
+        ns: &str,
+        mut op: Operator,
+        count: u32,
+        w: &Watched,
+        limit: Option<RateLimit>,
+    ) -> anyhow::Result<(f64, BTreeMap<String, f64>, Operator)> {
+        op.stop();
+        let t0 = Instant::now();
+        let op = self.start_operator(ns, limit).await?;
+        let deadline = Instant::now() + TIMEOUT;
+        let end = loop {
+            let m = op.metrics().await.unwrap_or_default();
+            if bench::reconciled_and_idle(&m, f64::from(count)) {
+                break Instant::now();
+            }
+            if Instant::now() > deadline {
+                anyhow::bail!("startup: not all {count} CloneSets reconciled after {TIMEOUT:?}");
+            }
+            tokio::time::sleep(POLL).await;
+        };
+        let converged = w.sets.store.state().iter().all(|cs| observed(cs, 0, |s| converged(s, cs.spec.replicas.unwrap_or(1), false)));
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let m = op.metrics().await?;
+        let reqs = Snapshot::from_metrics(&m).requests;
+        let (rss, hwm, cpu) = proc_reading(op.pid())?;
+        let extra = [
+            ("writes_after_restart", reqs.writes()),
+            ("reads_after_restart", reqs.reads),
+            ("reconciles", bench::metric_sum(&m, "controller_runtime_reconcile_total")),
+            ("all_observed", if converged { 1.0 } else { 0.0 }),
+            ("peak_rss_mib", mib(hwm)),
+            ("steady_rss_mib", mib(rss)),
+            ("cpu_s", ticks_to_s(cpu)),
+        ]
+        .map(|(k, v)| (k.to_string(), v))
+        .into();
+        Ok((end.duration_since(t0).as_secs_f64(), extra, op))
+    }
+
+    /// Memory and CPU at each (clonesets × pods) step in one namespace, then a restart of the
+    /// operator with everything converged.
+    pub async fn resources(&self, steps: &[(u32, u32)]) -> anyhow::Result<Vec<Row>> {
+        let limit = self.knobs.resources_limit;
+        let client = bench::client_label(limit.map(|l| (l.qps, l.burst)));
+        let row = |scenario: &str, pods, clonesets, secs, per_pod, extra| Row {
+            per_pod,
+            extra,
+            ..Row::operator_only(scenario, &client, pods, clonesets, secs)
+        };
+        let ns = TestNamespace::create("bench-mem").await?;
+        let w = self.watched(&ns, TIMEOUT).await?;
+        let op = self.start_operator(&ns.name, limit).await?;
+        let mut rows = Vec::new();
+        let mut made = 0u32;
+        let mut prev = (Reading::take(&op, &w)?, 0u32);
+        for &(count, per) in steps {
+            eprintln!("bench: resources {count} CloneSets x {per} pods");
+            let before = snapshot(&op).await?;
+            let t0 = Instant::now();
+            let end =
+                self.create_and_converge(&w, (made..count).map(|i| format!("cs-{i:03}")).collect(), per, json!({}), count * per).await?;
+            made = made.max(count);
+            let secs = end.duration_since(t0).as_secs_f64();
+            tokio::time::sleep(Duration::from_secs(10)).await;
+            let now = Reading::take(&op, &w)?;
+            let counts = snapshot(&op).await?.since(&before);
+            let total = count * per;
+            let new_pods = f64::from((total - prev.1).max(1));
+            let mut extra = now.memory("steady_rss_mib");
+            extra.insert("cpu_s".into(), ticks_to_s(now.cpu - prev.0.cpu));
+            extra.insert("bytes_per_pod".into(), ((now.rss as f64 - prev.0.rss as f64) / new_pods).round());
+            extra.insert("operator_429".into(), counts.throttled);
+            rows.push(row("resources (create all)", total, count, secs, Some(counts.requests.per(new_pods)), extra));
+            prev = (now, total);
+        }
+        // Startup: a fresh process over converged CloneSets.
+        let (count, per) = *steps.last().unwrap_or(&(0, 0));
+        let (startup_s, extra, op) = self.restart(&ns.name, op, count, &w, limit).await?;
+        rows.push(row("startup (restart)", count * per, count, startup_s, None, extra));
+        drop(op);
+        drop(w);
+        self.delete_namespace(ns).await?;
+        Ok(rows)
+    }
+
+    /// The large scenario (see the binary's documentation): `c` CloneSets of `p` pods, a rollout
+    /// of one more large CloneSet with probes on idle ones, and a restart. Fairness and restart
+    /// checks that fail are added to `failures`; the rows are pushed as each step ends.
+    pub async fn large(&self, c: u32, p: u32, rows: &mut Vec<Row>, failures: &mut Vec<String>) -> anyhow::Result<()> {
+        let big = self.knobs.large_rollout;
+        let probes = self.knobs.large_probes.min(c);
+        let total = c * p;
+        let client = bench::client_label(None);
+        let row = |scenario: String, pods, clonesets, secs, per_pod, extra| Row {
+            per_pod,
+            extra,
+            ..Row::operator_only(scenario, &client, pods, clonesets, secs)
+        };
+        // Waits scale with the pods: 20,000 take minutes to create on 2 cores.
+        let timeout = TIMEOUT.max(Duration::from_secs(u64::from(total + big) / 10));
+        let ns = TestNamespace::create("bench-large").await?;
+        let w = self.watched(&ns, timeout).await?;
+        let op = self.start_operator(&ns.name, None).await?;
+
+        eprintln!("bench: large: {c} CloneSets x {p} pods");
+        let start = Reading::take(&op, &w)?;
+        let before = snapshot(&op).await?;
+        let t0 = Instant::now();
+        let end = self.create_and_converge(&w, (0..c).map(|i| format!("cs-{i:04}")).collect(), p, json!({}), total).await?;
+        let secs = end.duration_since(t0).as_secs_f64();
+        let busy = Reading::take(&op, &w)?;
+        let counts = snapshot(&op).await?.since(&before);
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        let idle = Reading::take(&op, &w)?;
+        let mut extra = busy.usage_since(&start);
+        extra.extend(idle.memory("steady_rss_mib"));
+        extra.insert("bytes_per_pod".into(), ((idle.rss as f64 - start.rss as f64) / f64::from(total.max(1))).round());
+        extra.insert("operator_429".into(), counts.throttled);
+        rows.push(row(format!("large: create {c}x{p}"), total, c, secs, counts.per_pod(f64::from(total)), extra));
+        eprintln!("{}", bench::table(rows));
+
+        eprintln!("bench: large: one CloneSet of {big} pods");
+        let t0 = Instant::now();
+        let end = self.create_and_converge(&w, vec!["big".into()], big, strategy("InPlaceIfPossible", "100%"), total + big).await?;
+        let create_big_s = end.duration_since(t0).as_secs_f64();
+
+        eprintln!("bench: large: rolling out {big} pods in place with {probes} probes on idle CloneSets");
+        let start = Reading::take(&op, &w)?;
+        let before = snapshot(&op).await?;
+        let t0 = Instant::now();
+        let patch = Patch::Merge(json!({"spec": {"template": {"spec": {"containers": [{"name": "main", "image": image(2)}]}}}}));
+        let min_gen = generation(&w.api.patch("big", &PatchParams::default(), &patch).await?);
+        let bi = big as i32;
+        let rollout = w.sets.wait_object("big", "to report the rollout done", move |cs| observed(cs, min_gen, |s| converged(s, bi, true)));
+        let probe_runs = (0..probes).map(|k| {
+            let name = format!("cs-{:04}", u64::from(k) * u64::from(c) / u64::from(probes.max(1)));
+            let (api, sets) = (w.api.clone(), &w.sets);
+            async move {
+                tokio::time::sleep_until((t0 + PROBE_SPACING * (k + 1)).into()).await;
+                let sent = Instant::now();
+                let scale = Patch::Merge(json!({"spec": {"replicas": p + 1}}));
+                let min_gen = generation(&api.patch(&name, &PatchParams::default(), &scale).await?);
+                let pi = (p + 1) as i32;
+                let end = sets
+                    .wait_object(&name, "to report the new replica ready", move |cs| observed(cs, min_gen, |s| converged(s, pi, false)))
+                    .await?;
+                anyhow::Ok((name, end.duration_since(sent).as_secs_f64()))
+            }
+        });
+        let (done, latencies) = tokio::join!(rollout, futures::future::try_join_all(probe_runs));
+        let rollout_s = done?.duration_since(t0).as_secs_f64();
+        let latencies = latencies?;
+        w.pods.wait_count((total + big + probes) as usize, "ready", |p| ready_with(p, &image(1)) || ready_with(p, &image(2))).await?;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let after = Reading::take(&op, &w)?;
+        let counts = snapshot(&op).await?.since(&before);
+        let bound = bench::probe_bound_s(rollout_s);
+        for (name, s) in latencies.iter().filter(|(_, s)| *s > bound) {
+            failures.push(format!(
+                "large: {name} took {s:.1}s to report a scale-up while {big} pods rolled out in {rollout_s:.1}s \
+                 (bound {bound:.1}s: the larger of {}s and {} of the rollout)",
+                bench::PROBE_LATENCY_FLOOR.as_secs(),
+                bench::PROBE_ROLLOUT_FRACTION
+            ));
+        }
+        let secs: Vec<f64> = latencies.iter().map(|(_, s)| *s).collect();
+        let mut extra = after.usage_since(&start);
+        extra.extend(after.memory("rss_after_mib"));
+        extra.insert("operator_429".into(), counts.throttled);
+        extra.insert("create_big_s".into(), bench::round2(create_big_s));
+        extra.insert("probes".into(), secs.len() as f64);
+        extra.insert("probe_bound_s".into(), bench::round2(bound));
+        if let Some(max) = secs.iter().copied().reduce(f64::max) {
+            extra.insert("probe_max_s".into(), bench::round2(max));
+            extra.insert("probe_median_s".into(), bench::round2(bench::median(&secs).unwrap_or(max)));
+        }
+        rows.push(row(format!("large: rollout {big} with {c} idle"), big, c + 1, rollout_s, counts.per_pod(f64::from(big)), extra));
+        eprintln!("{}", bench::table(rows));
+
+        eprintln!("bench: large: restart over {} CloneSets", c + 1);
+        let (startup_s, extra, op) = self.restart(&ns.name, op, c + 1, &w, None).await?;
+        if extra["writes_after_restart"] != 0.0 || extra["all_observed"] != 1.0 {
+            failures.push(format!(
+                "large: after the restart the operator made {} writes (expected none) and found every CloneSet converged: {}",
+                extra["writes_after_restart"],
+                extra["all_observed"] == 1.0
+            ));
+        }
+        rows.push(row("large: restart".into(), total + big + probes, c + 1, startup_s, None, extra));
+        drop(op);
+        drop(w);
+        if self.knobs.cluster_is_temporary() {
+            // Deleting 20,000 pods takes long; the control plane and its etcd go away anyway.
+            std::mem::forget(ns);
+        } else {
+            self.delete_namespace(ns).await?;
+        }
+        Ok(())
+    }
+}
