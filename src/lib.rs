@@ -8,6 +8,7 @@ pub mod client;
 pub mod config;
 pub mod controller;
 pub mod core;
+pub mod heap;
 pub mod kruise_guard;
 pub mod leader;
 pub mod metrics;

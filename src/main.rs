@@ -329,6 +329,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     };
 
     let runtime = controller::Runtime { metrics, health, elector, guard };
+    tokio::spawn(cloneset_operator::heap::trim_periodically());
     controller::run(client, config, runtime, shutdown).await?;
     tracing::info!("shut down");
     Ok(())

@@ -325,7 +325,8 @@ fn planned_update_order(e: &Env, name: &str) -> Vec<String> {
         .filter_map(|l| l.split("pods=[").nth(1)?.split(']').next())
         .map(|list| list.split(", ").map(|s| s.trim_matches('"').to_string()).filter(|s| !s.is_empty()).collect())
         .collect();
-    let most = plans.iter().map(Vec::len).max().unwrap_or_else(|| panic!("no 'updating pods' line for {key}:\n{}", e.operator.log_tail(40)));
+    let most =
+        plans.iter().map(Vec::len).max().unwrap_or_else(|| panic!("no 'updating pods' line for {key}:\n{}", e.operator.log_tail(40)));
     plans.into_iter().find(|p| p.len() == most).unwrap_or_default()
 }
 

@@ -19,6 +19,8 @@ use serde_json::json;
 use crate::cache::Cache;
 use crate::{External, Knobs, POLL, image, mib, proc_reading, ready_with, strategy};
 
+/// How long after its last rollout a controller's RSS is read (`rss_after_mib`).
+const RSS_SETTLE: Duration = Duration::from_secs(15);
 pub struct Bench {
     pub knobs: Knobs,
     pub admin: Client,
@@ -191,6 +193,9 @@ impl Bench {
             tokio::time::sleep(Duration::from_secs(1)).await;
             rolls.push(Phase { secs, pods: n, counts: since(ctl.snapshot().await?, before) });
         }
+        // Settled, as a dashboard would show it between rollouts: long enough for the operator's
+        // heap trim (every 10 s) and for a Go controller's scavenger to start returning memory.
+        tokio::time::sleep(RSS_SETTLE).await;
         let (rss_after, peak_rss, _) = proc_reading(ctl.pid())?;
         drop(ctl);
         drop((pods, sets));

@@ -29,8 +29,8 @@
 //!   writes, or the run fails). Runs last; its namespace is left to the cluster's shutdown.
 //!
 //! Timed rows record the controller's and the baseline's 429 responses (`operator_429`,
-//! `baseline_429`; the table's `429 op/bs` column) and the controller's RSS right after its last
-//! rollout (`rss_after_mib`, `peak_rss_mib`).
+//! `baseline_429`; the table's `429 op/bs` column) and the controller's RSS 15 s after its last
+//! rollout (`rss_after_mib`; `peak_rss_mib` is VmHWM).
 //!
 //! Where: the bench starts its own control plane in `BENCH_CLUSTER_DIR` (default
 //! `target/bench-cluster`) and stops it at the end, also after a failure or Ctrl-C, unless
