@@ -57,7 +57,7 @@ impl RateLimit {
     /// Neither flag given: no client-side limit. The apiserver's API Priority and Fairness (on by
     /// default since Kubernetes 1.20) queues or rejects with 429 + `Retry-After` what it cannot
     /// take, and the client retries those; this is what SIG API Machinery recommends and what
-    /// controller-runtime does since v0.21. Either flag given: Kruise's meaning, a token bucket,
+    /// controller-runtime does since kubernetes-sigs/controller-runtime#3119. Either flag given: Kruise's meaning, a token bucket,
     /// the other flag keeping Kruise's default (30 / 50). As in client-go, a negative QPS turns
     /// the bucket off, a QPS of 0 means client-go's default 5, a burst of 0 its default 10.
     /// A negative burst (which client-go would turn into a bucket that never serves) is refused
@@ -357,8 +357,16 @@ mod tests {
         }
     }
 
-    #[test]
-    fn no_bucket_means_no_wait() {
-        assert!(ThrottleLayer::new(None, Arc::new(Metrics::new()), "h").bucket.is_none());
+    /// No limit given (the default): a burst far above Kruise's 50 goes out without waiting.
+    #[tokio::test(start_paused = true)]
+    async fn without_a_limit_no_request_waits() {
+        let metrics = Arc::new(Metrics::new());
+        let inner = tower::service_fn(|_req: Request<()>| async { Ok::<_, std::convert::Infallible>(Response::new(())) });
+        let mut svc = ThrottleLayer::new(None, metrics, "127.0.0.1:6443").layer(inner);
+        let start = Instant::now();
+        for _ in 0..500 {
+            svc.ready().await.unwrap().call(Request::new(())).await.unwrap();
+        }
+        assert_eq!(Instant::now(), start);
     }
 }

@@ -56,10 +56,6 @@ mod tests {
 
     fn resident_kib() -> i64 {
         let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse().ok())
-            .unwrap_or(0)
+        crate::procfs::parse_resident_bytes(&status).map_or(0, |b| (b / 1024.0) as i64)
     }
 }

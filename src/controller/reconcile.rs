@@ -569,7 +569,7 @@ async fn execute_scale(
     for (names, state) in [(&plan.prepare_delete, LifecycleState::PreparingDelete), (&plan.cancel_delete, LifecycleState::PreparingNormal)]
     {
         for name in names {
-            let Some(pod) = active.iter().find(|p| p.metadata.name.as_deref() == Some(name.as_str())) else { continue };
+            let Some(pod) = find_pod(active, name) else { continue };
             if let Err(e) = apply_pod_writes(ctx, &ns, pod, &sync::lifecycle_writes(cs, pod, state, now)).await {
                 return (changed, Some(e));
             }
@@ -577,7 +577,7 @@ async fn execute_scale(
         }
     }
     for name in &plan.delete {
-        let Some(pod) = active.iter().find(|p| p.metadata.name.as_deref() == Some(name.as_str())) else { continue };
+        let Some(pod) = find_pod(active, name) else { continue };
         let id = podcore::instance_id(pod.metadata.labels.as_ref()).unwrap_or_default().to_string();
         let claims: Vec<String> = pvcs
             .iter()
@@ -597,8 +597,8 @@ async fn execute_scale(
 /// writes are denied would keep every other pod of the CloneSet from finishing. Returns whether
 /// a lifecycle state was moved (which ends the pass), and the first failure.
 async fn execute_refresh(ctx: &Context, ns: &str, refresh: &[sync::Refresh], active: &[&Pod]) -> (bool, Option<WriteError>) {
-    // The futures are built first: stream closures in a spawned future trip a compiler limit
-    // (rust-lang/rust#102211).
+    // The futures are built first: stream combinators with closures inside the spawned reconcile
+    // future fail to compile (a "higher-ranked lifetime error").
     let mut writes = Vec::with_capacity(refresh.len());
     for r in refresh {
         if let Some(pod) = find_pod(active, &r.pod) {
