@@ -786,6 +786,12 @@ mod tests {
         p.status.as_ref().unwrap().conditions.as_ref().unwrap().iter().find(|c| c.type_ == t).unwrap()
     }
 
+    /// Adds condition `t` = True, as the operator (or the resize subresource) would.
+    fn set_true(p: &mut Pod, t: &str) {
+        let condition = PodCondition { type_: t.into(), status: "True".into(), ..Default::default() };
+        p.status.as_mut().unwrap().conditions.as_mut().unwrap().push(condition);
+    }
+
     const NODE: NodeSlot<'static> = NodeSlot { host_ip: "10.0.0.10", fresh_pod_ip: "10.64.0.2" };
 
     #[test]
@@ -800,11 +806,7 @@ mod tests {
         assert_eq!(cond(&p, "Ready").status, "False", "gate condition missing");
         assert_eq!(cond(&p, "Ready").reason.as_deref(), Some("ReadinessGatesNotReady"));
 
-        p.status.as_mut().unwrap().conditions.as_mut().unwrap().push(PodCondition {
-            type_: "InPlaceUpdateReady".into(),
-            status: "True".into(),
-            ..Default::default()
-        });
+        set_true(&mut p, "InPlaceUpdateReady");
         let plan = desired_status(&p, &cfg, &NODE, &mut pending, now);
         apply(&mut p, &plan);
         assert_eq!(cond(&p, "Ready").status, "True");
@@ -856,11 +858,7 @@ mod tests {
         assert_eq!(first.resources, Some(resources("100m", "64Mi")), "a running container reports its resources");
 
         p.spec.as_mut().unwrap().containers[0].resources = Some(resources("200m", "128Mi"));
-        p.status.as_mut().unwrap().conditions.as_mut().unwrap().push(PodCondition {
-            type_: "PodResizeInProgress".into(),
-            status: "True".into(),
-            ..Default::default()
-        });
+        set_true(&mut p, "PodResizeInProgress");
         let plan = desired_status(&p, &cfg, &NODE, &mut pending, now);
         apply(&mut p, &plan);
         let s = &p.status.as_ref().unwrap().container_statuses.as_ref().unwrap()[0];
