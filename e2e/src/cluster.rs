@@ -15,6 +15,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, bail};
 use serde::{Deserialize, Serialize};
 
+use crate::addresses;
+
 /// The Kubernetes release the control plane is built from.
 pub const DEFAULT_K8S_VERSION: &str = "v1.36.3";
 
@@ -132,8 +134,7 @@ pub async fn up(opts: &UpOptions) -> anyhow::Result<(ClusterState, UpReport)> {
     }
 
     let t_build = Instant::now();
-    let bin_dir = build_kubernetes(&opts.k8s_version)?;
-    let etcd = find_or_install_etcd()?;
+    let Binaries { kubernetes: bin_dir, etcd } = prepare(&opts.k8s_version)?;
     let sim_kubelet = sibling_binary("sim-kubelet")?;
     let build = t_build.elapsed();
 
@@ -198,7 +199,13 @@ pub async fn up(opts: &UpOptions) -> anyhow::Result<(ClusterState, UpReport)> {
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
             format!("--service-account-key-file={}", p("sa.pub")),
             format!("--service-account-signing-key-file={}", p("sa.key")),
-            "--service-cluster-ip-range=10.96.0.0/16".into(),
+            format!("--service-cluster-ip-range={}", addresses::SERVICE_CIDR),
+            // Webhooks and APIServices backed by a Service are called at its endpoints, never its
+            // ClusterIP: one without endpoints fails here, before any connection is attempted.
+            "--enable-aggregator-routing=true".into(),
+            // `kubectl logs/exec/port-forward` dial a node's InternalIP (loopback), never resolve
+            // its Hostname through DNS.
+            "--kubelet-preferred-address-types=InternalIP".into(),
             "--authorization-mode=Node,RBAC".into(),
             "--allow-privileged=true".into(),
             "--profiling=false".into(),
@@ -217,8 +224,8 @@ pub async fn up(opts: &UpOptions) -> anyhow::Result<(ClusterState, UpReport)> {
             "--use-service-account-credentials=true".into(),
             format!("--service-account-private-key-file={}", p("sa.key")),
             format!("--root-ca-file={}", p("ca.crt")),
-            "--cluster-cidr=10.64.0.0/10".into(),
-            "--service-cluster-ip-range=10.96.0.0/16".into(),
+            format!("--cluster-cidr={}", addresses::CLUSTER_CIDR),
+            format!("--service-cluster-ip-range={}", addresses::SERVICE_CIDR),
             "--v=1".into(),
         ],
     )?;
@@ -238,6 +245,19 @@ pub async fn up(opts: &UpOptions) -> anyhow::Result<(ClusterState, UpReport)> {
         .await
         .with_context(|| format!("the cluster did not settle; component logs are in {}", layout.logs().display()))?;
     Ok((state, UpReport { reused_running_cluster: false, build, start: t_start.elapsed() }))
+}
+
+/// Where the control plane's binaries are.
+pub struct Binaries {
+    /// The directory holding kube-apiserver, kube-controller-manager and kube-scheduler.
+    pub kubernetes: PathBuf,
+    pub etcd: PathBuf,
+}
+
+/// Builds (once) the pinned Kubernetes and installs etcd when it is missing: everything `up`
+/// needs from the network, so it can run later with the network closed.
+pub fn prepare(k8s_version: &str) -> anyhow::Result<Binaries> {
+    Ok(Binaries { kubernetes: build_kubernetes(k8s_version)?, etcd: find_or_install_etcd()? })
 }
 
 /// Stops every process recorded in `dir` and removes etcd's data. Logs are kept.
@@ -574,7 +594,16 @@ impl Pki {
     fn ensure(dir: &Path) -> anyhow::Result<Self> {
         fs::create_dir_all(dir)?;
         let pki = Self { dir: dir.to_path_buf() };
+        let serving = format!(
+            "subjectAltName=IP:127.0.0.1,DNS:localhost,IP:{},DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc\nextendedKeyUsage=serverAuth\n",
+            addresses::KUBERNETES_SERVICE_IP
+        );
         if dir.join("complete").exists() {
+            // A state directory from before the address plan changed: only the serving
+            // certificate names the `kubernetes` Service's ClusterIP.
+            if fs::read_to_string(dir.join("apiserver.ext")).ok().as_deref() != Some(serving.as_str()) {
+                pki.sign("apiserver", "/CN=kube-apiserver", &serving)?;
+            }
             return Ok(pki);
         }
         which("openssl").context("openssl is needed to create the local cluster's certificates")?;
@@ -593,11 +622,7 @@ impl Pki {
             "-out",
             "ca.crt",
         ])?;
-        pki.sign(
-            "apiserver",
-            "/CN=kube-apiserver",
-            "subjectAltName=IP:127.0.0.1,DNS:localhost,IP:10.96.0.1,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc\nextendedKeyUsage=serverAuth\n",
-        )?;
+        pki.sign("apiserver", "/CN=kube-apiserver", &serving)?;
         let client = "extendedKeyUsage=clientAuth\n";
         pki.sign("admin", "/O=system:masters/CN=cloneset-admin", client)?;
         pki.sign("controller-manager", "/CN=system:kube-controller-manager", client)?;

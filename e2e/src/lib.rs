@@ -1,6 +1,7 @@
 //! End-to-end support for cloneset-operator: a real local control plane ([`cluster`]), a
 //! simulated kubelet ([`simkubelet`]), and helpers for tests against them ([`testenv`]).
 
+pub mod addresses;
 pub mod bench;
 pub mod chaos;
 pub mod cluster;

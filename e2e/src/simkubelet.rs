@@ -479,16 +479,12 @@ struct Ctx {
 }
 
 impl Ctx {
-    fn host_ip(index: usize) -> String {
-        format!("10.0.0.{}", index + 10)
-    }
-
     fn allocate_pod_ip(&self, node: usize) -> String {
         let mut next = self.next_ip.lock().expect("ip lock");
         let n = next.entry(node).or_insert(0);
-        let ip = format!("10.{}.{}.{}", 64 + node, (*n / 250) % 256, *n % 250 + 2);
+        let ip = crate::addresses::pod_ip(node, *n);
         *n += 1;
-        ip
+        ip.to_string()
     }
 }
 
@@ -556,7 +552,7 @@ async fn reconcile_pod(pod: Arc<Pod>, ctx: Arc<Ctx>) -> Result<Action, SimError>
         return Ok(Action::await_change());
     }
 
-    let host_ip = Ctx::host_ip(node);
+    let host_ip = crate::addresses::node_ip(node).to_string();
     let fresh_ip = if pod.status.as_ref().and_then(|s| s.pod_ip.as_ref()).is_some() { String::new() } else { ctx.allocate_pod_ip(node) };
     let plan = {
         let mut pending = ctx.pending.lock().expect("pending lock");
@@ -639,7 +635,7 @@ async fn patch_node_status(nodes: &Api<Node>, name: &str, index: usize, cfg: &Si
                 cond("DiskPressure", "False", "KubeletHasNoDiskPressure", "simulated"),
                 cond("PIDPressure", "False", "KubeletHasSufficientPID", "simulated"),
             ],
-            "addresses": [{"type": "InternalIP", "address": Ctx::host_ip(index)}, {"type": "Hostname", "address": name}],
+            "addresses": [{"type": "InternalIP", "address": crate::addresses::node_ip(index).to_string()}, {"type": "Hostname", "address": name}],
             "capacity": resources,
             "allocatable": resources,
             "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
@@ -792,7 +788,7 @@ mod tests {
         p.status.as_mut().unwrap().conditions.as_mut().unwrap().push(condition);
     }
 
-    const NODE: NodeSlot<'static> = NodeSlot { host_ip: "10.0.0.10", fresh_pod_ip: "10.64.0.2" };
+    const NODE: NodeSlot<'static> = NodeSlot { host_ip: "127.1.0.10", fresh_pod_ip: "127.128.0.2" };
 
     #[test]
     fn ready_follows_containers_and_readiness_gates() {
@@ -836,7 +832,7 @@ mod tests {
         assert_eq!(s.restart_count, 1);
         assert_ne!(s.image_id, first.image_id);
         assert_ne!(s.container_id, first.container_id);
-        assert_eq!(p.status.as_ref().unwrap().pod_ip.as_deref(), Some("10.64.0.2"));
+        assert_eq!(p.status.as_ref().unwrap().pod_ip.as_deref(), Some("127.128.0.2"));
     }
 
     fn resources(cpu: &str, memory: &str) -> ResourceRequirements {

@@ -1,13 +1,14 @@
-//! The control plane itself: garbage collection (from the real controller-manager) and the
-//! operator binary connecting to it.
+//! The control plane itself: garbage collection (from the real controller-manager), the operator
+//! binary connecting to it, and an address plan that keeps every connection on this machine.
 
 use std::io::{BufRead as _, BufReader};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use e2e::testenv::{self, TestNamespace, wait_deleted, watch_until};
-use k8s_openapi::api::core::v1::{ConfigMap, Pod};
-use kube::api::{DeleteParams, PostParams};
+use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Service};
+use kube::api::{DeleteParams, LogParams, PostParams};
 use kube::{Api, ResourceExt as _};
 use serde_json::json;
 
@@ -88,4 +89,87 @@ async fn operator_binary_connects_and_stops_on_sigterm() {
         std::thread::sleep(Duration::from_millis(50));
     };
     assert!(status.success(), "clean exit on SIGTERM: {status:?}");
+}
+
+fn loopback(ip: Option<&str>) -> bool {
+    ip.and_then(|ip| ip.parse::<std::net::IpAddr>().ok()).is_some_and(|ip| ip.is_loopback())
+}
+
+/// Every address the local control plane hands out is on loopback, and the apiserver's own
+/// connections to Services, nodes and pods end on this machine or fail before a dial: a webhook
+/// whose Service has no endpoints fails in the apiserver, the pod proxy refuses a loopback pod,
+/// `kubectl logs` dials a loopback node. (`make test`'s network guard counts any packet that
+/// leaves anyway.)
+#[tokio::test]
+async fn every_address_the_control_plane_hands_out_stays_on_this_machine() {
+    let ns = TestNamespace::create("addr").await.unwrap();
+    let client = ns.client.clone();
+    let kubernetes = Api::<Service>::namespaced(client.clone(), "default").get("kubernetes").await.unwrap();
+    assert_eq!(kubernetes.spec.unwrap().cluster_ip.as_deref(), Some(e2e::addresses::KUBERNETES_SERVICE_IP));
+    let services: Api<Service> = ns.api();
+    let svc: Service = serde_json::from_value(json!({"metadata": {"name": "no-endpoints"}, "spec": {"ports": [{"port": 443}]}})).unwrap();
+    let svc = services.create(&PostParams::default(), &svc).await.unwrap();
+    assert!(loopback(svc.spec.as_ref().unwrap().cluster_ip.as_deref()), "ClusterIP {:?}", svc.spec.unwrap().cluster_ip);
+    for node in Api::<Node>::all(client.clone()).list(&Default::default()).await.unwrap() {
+        let addresses = node.status.and_then(|s| s.addresses).unwrap_or_default();
+        let internal: Vec<_> = addresses.iter().filter(|a| a.type_ == "InternalIP").collect();
+        assert!(
+            !internal.is_empty() && internal.iter().all(|a| loopback(Some(&a.address))),
+            "node {}: {internal:?}",
+            node.metadata.name.unwrap()
+        );
+    }
+
+    let pods: Api<Pod> = ns.api();
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "p", "labels": {"guarded-by": ns.name}},
+        "spec": {"containers": [{"name": "app", "image": "nginx:1.27"}], "terminationGracePeriodSeconds": 1},
+    }))
+    .unwrap();
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+    let running =
+        watch_until(&pods, "p", Duration::from_secs(60), |p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+            .await
+            .unwrap();
+    let status = running.status.unwrap();
+    assert!(
+        loopback(status.pod_ip.as_deref()) && loopback(status.host_ip.as_deref()),
+        "pod {:?} on host {:?}",
+        status.pod_ip,
+        status.host_ip
+    );
+
+    let proxied =
+        client.request_text(http::Request::get(format!("/api/v1/namespaces/{}/pods/p/proxy/", ns.name)).body(vec![]).unwrap()).await;
+    assert!(proxied.as_ref().is_err_and(|e| e.to_string().contains("address not allowed")), "pod proxy: {proxied:?}");
+    let logs = pods.logs("p", &LogParams::default()).await;
+    assert!(logs.is_err(), "a simulated node served logs: {logs:?}");
+
+    // A webhook for this test's pods only, backed by the Service without endpoints.
+    let hooks: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+    let hook: ValidatingWebhookConfiguration = serde_json::from_value(json!({
+        "metadata": {"name": ns.name},
+        "webhooks": [{"name": "guard.e2e.cloneset-operator.dev", "admissionReviewVersions": ["v1"], "sideEffects": "None",
+                      "failurePolicy": "Fail", "timeoutSeconds": 5,
+                      "clientConfig": {"service": {"name": "no-endpoints", "namespace": ns.name, "port": 443}},
+                      "objectSelector": {"matchLabels": {"guarded-by": ns.name}},
+                      "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}]}],
+    }))
+    .unwrap();
+    hooks.create(&PostParams::default(), &hook).await.unwrap();
+    // Until the apiserver has seen the webhook, pods are admitted: create them until one is not.
+    let mut probe = pod;
+    probe.metadata.name = None;
+    probe.metadata.generate_name = Some("q-".into());
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let refused = loop {
+        match pods.create(&PostParams::default(), &probe).await {
+            Err(e) => break Some(e.to_string()),
+            Ok(_) if std::time::Instant::now() < deadline => tokio::time::sleep(Duration::from_millis(200)).await,
+            Ok(_) => break None,
+        }
+    };
+    hooks.delete(&ns.name, &DeleteParams::default()).await.unwrap();
+    let refused = refused.expect("the webhook was never called");
+    assert!(refused.contains(r#"no endpoints available for service "no-endpoints""#), "{refused}");
 }

@@ -272,9 +272,12 @@ async fn migrate_hands_a_kruise_helm_install_over_without_restarting_a_pod() {
     .unwrap();
     Api::<Lease>::namespaced(client.clone(), "kruise-system").create(&PostParams::default(), &lease).await.unwrap();
 
-    // The dead webhook blocks pods everywhere: the state this test must end.
+    // The dead webhook blocks pods everywhere: the state this test must end. The apiserver finds
+    // the webhook's Service without endpoints and fails there, with no connection attempted
+    // (the local control plane routes webhooks to endpoints, never to a ClusterIP).
     let blocked = create_pod(&client, "elsewhere", "before").await.expect_err("Kruise's dead pod webhook blocks pod creation");
     assert!(blocked.contains("mpod.kb.io"), "{blocked}");
+    assert!(blocked.contains(r#"no endpoints available for service "kruise-webhook-service""#), "{blocked}");
 
     let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
     let revs: Api<ControllerRevision> = Api::namespaced(client.clone(), NS);

@@ -26,6 +26,9 @@ enum Cmd {
         #[arg(long)]
         test_profile: bool,
     },
+    /// Build (once) the pinned Kubernetes and install etcd when missing, without starting
+    /// anything: after it, `up` needs no network.
+    Prepare,
     /// Stop every process this directory's `up` started; logs are kept.
     Down,
     /// Exit 0 and print the kubeconfig path when the cluster is running.
@@ -53,6 +56,10 @@ async fn main() -> anyhow::Result<()> {
                 );
             }
             println!("export KUBECONFIG={}", state.kubeconfig.display());
+        }
+        Cmd::Prepare => {
+            let bins = cluster::prepare(&UpOptions::new(&dir).k8s_version)?;
+            eprintln!("local-cluster: Kubernetes in {}, etcd at {}", bins.kubernetes.display(), bins.etcd.display());
         }
         Cmd::Down => {
             if cluster::down(&dir)? {
