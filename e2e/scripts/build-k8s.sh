@@ -1,19 +1,21 @@
 #!/usr/bin/env bash
-# Builds kube-apiserver, kube-controller-manager and kube-scheduler of one pinned Kubernetes release
-# from the Go module proxy, once, into a cache outside the repository keyed by version.
+# Builds kube-apiserver, kube-controller-manager, kube-scheduler, and for real nodes kubelet and
+# kube-proxy, of one pinned Kubernetes release from the Go module proxy, once, into a cache outside
+# the repository keyed by version. A binary already in the cache is not built again.
 #
 # k8s.io/kubernetes cannot be `go install`ed: its go.mod replaces every staging module with a local
 # path. We write a small wrapper module that requires it and points each staging module at its
 # published v0.x release instead.
 #
-# Usage: build-k8s.sh            (prints the directory holding the three binaries)
+# Usage: build-k8s.sh [BINARY...]   (default: all five; prints the directory holding them)
 # Env:   K8S_VERSION (default below), CLONESET_CACHE_DIR (default ~/.cache/cloneset-operator)
 set -euo pipefail
 
 K8S_VERSION="${K8S_VERSION:-v1.36.3}"
 CACHE_ROOT="${CLONESET_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/cloneset-operator}"
 OUT="$CACHE_ROOT/kubernetes/$K8S_VERSION"
-BINARIES=(kube-apiserver kube-controller-manager kube-scheduler)
+BINARIES=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy)
+[ $# -gt 0 ] && BINARIES=("$@")
 
 have_all() { for b in "${BINARIES[@]}"; do [ -x "$OUT/bin/$b" ] || return 1; done; }
 if have_all; then
@@ -62,6 +64,8 @@ import (
 	_ "k8s.io/kubernetes/cmd/kube-apiserver"
 	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
 	_ "k8s.io/kubernetes/cmd/kube-scheduler"
+	_ "k8s.io/kubernetes/cmd/kubelet"
+	_ "k8s.io/kubernetes/cmd/kube-proxy"
 )
 GO
 # Minimal version selection keeps the release's own pinned dependency versions (its require list).
@@ -72,6 +76,7 @@ fi
 pkg=k8s.io/component-base/version
 ldflags="-s -w -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$(echo "$K8S_VERSION" | cut -d. -f2) -X $pkg.gitTreeState=clean"
 for b in "${BINARIES[@]}"; do
+  [ -x "$OUT/bin/$b" ] && continue
   t0=$(date +%s)
   if ! go build -trimpath -tags tools -ldflags "$ldflags" -o "$OUT/bin/$b.tmp" "k8s.io/kubernetes/cmd/$b" >"$OUT/build-$b.log" 2>&1; then
     echo "build-k8s: building $b failed; see $OUT/build-$b.log:" >&2

@@ -7,7 +7,7 @@
 
 use std::fs;
 use std::io::Write as _;
-use std::net::TcpListener;
+use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -15,7 +15,10 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, bail};
 use serde::{Deserialize, Serialize};
 
-use crate::addresses;
+use crate::addresses::{self, Plan};
+use crate::host::which;
+use crate::nodes::network;
+use crate::nodes::real::{self, RealNode, RealNodes};
 
 /// The Kubernetes release the control plane is built from.
 pub const DEFAULT_K8S_VERSION: &str = "v1.36.3";
@@ -30,6 +33,8 @@ pub struct UpOptions {
     pub sim_kubelet_args: Vec<String>,
     /// Extra arguments for kube-scheduler (e.g. its client's `--kube-api-qps`).
     pub scheduler_args: Vec<String>,
+    /// Real nodes (kubelet, containerd, runc) to start beside the simulated ones; needs root.
+    pub real_nodes: usize,
 }
 
 impl UpOptions {
@@ -39,6 +44,7 @@ impl UpOptions {
             k8s_version: std::env::var("K8S_VERSION").unwrap_or_else(|_| DEFAULT_K8S_VERSION.to_string()),
             sim_kubelet_args: Vec::new(),
             scheduler_args: Vec::new(),
+            real_nodes: 0,
         }
     }
 }
@@ -64,6 +70,30 @@ pub struct ClusterState {
     pub apiserver_port: u16,
     pub etcd_data_dir: PathBuf,
     pub processes: Vec<ProcessRecord>,
+    /// The real nodes, their network and registry, when `up` started any.
+    #[serde(default)]
+    pub real: Option<RealNodes>,
+}
+
+impl ClusterState {
+    pub fn real_node_count(&self) -> usize {
+        self.real.as_ref().map_or(0, |r| r.nodes.len())
+    }
+
+    /// The state directory (where the kubeconfig is).
+    pub fn dir(&self) -> &Path {
+        self.kubeconfig.parent().unwrap_or(Path::new("."))
+    }
+
+    /// Where `up` keeps the test images it built and pushed to the registry.
+    pub fn images_dir(&self) -> PathBuf {
+        self.dir().join("images")
+    }
+
+    /// The address plan the control plane runs with.
+    pub fn plan(&self) -> Plan {
+        self.real.as_ref().map_or(Plan::Loopback, |r| Plan::Bridged(r.network))
+    }
 }
 
 /// Timings of one `up`, for the numbers the README and notes report.
@@ -126,7 +156,10 @@ pub async fn up(opts: &UpOptions) -> anyhow::Result<(ClusterState, UpReport)> {
     let _lock = FileLock::acquire(&layout.lock_file())?;
 
     if let Some(state) = read_state(&layout.root)? {
-        if all_alive(&state) && wait_ready(&state.kubeconfig, Duration::from_secs(20)).await.is_ok() {
+        if state.real_node_count() == opts.real_nodes
+            && all_alive(&state)
+            && wait_ready(&state.kubeconfig, Duration::from_secs(20)).await.is_ok()
+        {
             return Ok((state, UpReport { reused_running_cluster: true, ..Default::default() }));
         }
         eprintln!("local-cluster: a previous cluster in {} is not healthy; restarting it", layout.root.display());
@@ -134,13 +167,33 @@ pub async fn up(opts: &UpOptions) -> anyhow::Result<(ClusterState, UpReport)> {
     }
 
     let t_build = Instant::now();
-    let Binaries { kubernetes: bin_dir, etcd } = prepare(&opts.k8s_version)?;
+    let Binaries { kubernetes: bin_dir, etcd } = prepare(&opts.k8s_version, opts.real_nodes > 0)?;
     let sim_kubelet = sibling_binary("sim-kubelet")?;
     let build = t_build.elapsed();
 
     let t_start = Instant::now();
     fs::create_dir_all(layout.logs())?;
-    let pki = Pki::ensure(&layout.pki())?;
+    let bridged = if opts.real_nodes > 0 {
+        network::check_privileges()?;
+        let _host = host_lock()?;
+        Some(network::create(opts.real_nodes)?)
+    } else {
+        None
+    };
+    // Until the state records the bridge (and `down` can remove it), a failure removes it here.
+    let mut unrecorded = UnrecordedNetwork(bridged);
+    let plan = bridged.map_or(Plan::Loopback, Plan::Bridged);
+    let real = match bridged {
+        Some(network) => Some(RealNodes {
+            network,
+            registry: SocketAddr::from(([127, 0, 0, 1], free_port()?)),
+            nodes: (0..opts.real_nodes)
+                .map(|i| Ok(RealNode::new(&layout.root, network, i, free_port()?)))
+                .collect::<anyhow::Result<_>>()?,
+        }),
+        None => None,
+    };
+    let pki = Pki::ensure(&layout.pki(), plan)?;
     let previous_port = previous_apiserver_port(&layout);
     let apiserver_port = previous_port.filter(|p| port_is_free(*p)).map_or_else(free_port, Ok)?;
     let etcd_client_port = free_port()?;
@@ -155,8 +208,15 @@ pub async fn up(opts: &UpOptions) -> anyhow::Result<(ClusterState, UpReport)> {
     }
 
     let kubeconfig = layout.kubeconfig();
-    let mut state =
-        ClusterState { kubeconfig: kubeconfig.clone(), apiserver_port, etcd_data_dir: etcd_data_dir.clone(), processes: Vec::new() };
+    let mut state = ClusterState {
+        kubeconfig: kubeconfig.clone(),
+        apiserver_port,
+        etcd_data_dir: etcd_data_dir.clone(),
+        processes: Vec::new(),
+        real: real.clone(),
+    };
+    write_state(&layout, &state)?;
+    unrecorded.0 = None;
     // Record each PID as soon as it exists, so a failure half-way still lets `down` clean up.
     let mut start = |name: &str, exe: &Path, args: Vec<String>| -> anyhow::Result<()> {
         let rec = spawn_detached(name, exe, &args, &layout.logs())?;
@@ -189,9 +249,12 @@ pub async fn up(opts: &UpOptions) -> anyhow::Result<(ClusterState, UpReport)> {
         vec![
             format!("--etcd-servers={etcd_url}"),
             "--bind-address=127.0.0.1".into(),
-            "--advertise-address=127.0.0.1".into(),
+            format!("--advertise-address={}", plan.advertise_address()),
             format!("--secure-port={apiserver_port}"),
-            "--endpoint-reconciler-type=none".into(),
+            // The `kubernetes` Service's endpoint: with real nodes the apiserver's address on the
+            // bridge (relayed to 127.0.0.1), which pods reach through kube-proxy. Without them
+            // there is no address an endpoint may hold (loopback is refused).
+            format!("--endpoint-reconciler-type={}", if bridged.is_some() { "lease" } else { "none" }),
             format!("--cert-dir={}", pki.dir.display()),
             format!("--tls-cert-file={}", p("apiserver.crt")),
             format!("--tls-private-key-file={}", p("apiserver.key")),
@@ -199,13 +262,15 @@ pub async fn up(opts: &UpOptions) -> anyhow::Result<(ClusterState, UpReport)> {
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
             format!("--service-account-key-file={}", p("sa.pub")),
             format!("--service-account-signing-key-file={}", p("sa.key")),
-            format!("--service-cluster-ip-range={}", addresses::SERVICE_CIDR),
+            format!("--service-cluster-ip-range={}", plan.service_cidr()),
             // Webhooks and APIServices backed by a Service are called at its endpoints, never its
             // ClusterIP: one without endpoints fails here, before any connection is attempted.
             "--enable-aggregator-routing=true".into(),
             // `kubectl logs/exec/port-forward` dial a node's InternalIP (loopback), never resolve
             // its Hostname through DNS.
             "--kubelet-preferred-address-types=InternalIP".into(),
+            format!("--kubelet-client-certificate={}", p("apiserver-kubelet-client.crt")),
+            format!("--kubelet-client-key={}", p("apiserver-kubelet-client.key")),
             "--authorization-mode=Node,RBAC".into(),
             "--allow-privileged=true".into(),
             "--profiling=false".into(),
@@ -224,8 +289,8 @@ pub async fn up(opts: &UpOptions) -> anyhow::Result<(ClusterState, UpReport)> {
             "--use-service-account-credentials=true".into(),
             format!("--service-account-private-key-file={}", p("sa.key")),
             format!("--root-ca-file={}", p("ca.crt")),
-            format!("--cluster-cidr={}", addresses::CLUSTER_CIDR),
-            format!("--service-cluster-ip-range={}", addresses::SERVICE_CIDR),
+            format!("--cluster-cidr={}", bridged.map_or(addresses::CLUSTER_CIDR.into(), |b| b.pod_subnet())),
+            format!("--service-cluster-ip-range={}", plan.service_cidr()),
             "--v=1".into(),
         ],
     )?;
@@ -240,24 +305,149 @@ pub async fn up(opts: &UpOptions) -> anyhow::Result<(ClusterState, UpReport)> {
     let mut sim_args = vec![format!("--kubeconfig={}", kubeconfig.display())];
     sim_args.extend(opts.sim_kubelet_args.iter().cloned());
     start("sim-kubelet", &sim_kubelet, sim_args)?;
+    if let Some(real) = &real {
+        let real_bins = RealBinaries { kubernetes: bin_dir.clone(), forwarder: sibling_binary("local-cluster")? };
+        start_real_nodes(real, &real_bins, &pki, &layout, apiserver_port, &mut start)
+            .await
+            .with_context(|| format!("starting real nodes; component logs are in {}", layout.logs().display()))?;
+    }
 
-    wait_nodes_and_service_accounts(&kubeconfig, Duration::from_secs(90))
+    wait_nodes_and_service_accounts(&kubeconfig, opts.real_nodes, Duration::from_secs(90))
         .await
         .with_context(|| format!("the cluster did not settle; component logs are in {}", layout.logs().display()))?;
     Ok((state, UpReport { reused_running_cluster: false, build, start: t_start.elapsed() }))
 }
 
+/// A real nodes' network not yet in the cluster's state: removed on drop unless recorded.
+struct UnrecordedNetwork(Option<addresses::Bridged>);
+
+impl Drop for UnrecordedNetwork {
+    fn drop(&mut self) {
+        if let Some(b) = self.0.take() {
+            network::remove(b);
+        }
+    }
+}
+
 /// Where the control plane's binaries are.
 pub struct Binaries {
-    /// The directory holding kube-apiserver, kube-controller-manager and kube-scheduler.
+    /// The directory holding kube-apiserver, kube-controller-manager and kube-scheduler (and,
+    /// for real nodes, kubelet and kube-proxy).
     pub kubernetes: PathBuf,
     pub etcd: PathBuf,
 }
 
-/// Builds (once) the pinned Kubernetes and installs etcd when it is missing: everything `up`
-/// needs from the network, so it can run later with the network closed.
-pub fn prepare(k8s_version: &str) -> anyhow::Result<Binaries> {
-    Ok(Binaries { kubernetes: build_kubernetes(k8s_version)?, etcd: find_or_install_etcd()? })
+/// What real nodes need from Debian: (command or path, package).
+const REAL_NODE_PACKAGES: &[(&str, &str)] = &[
+    ("containerd", "containerd"),
+    ("runc", "runc"),
+    ("/usr/lib/cni/bridge", "containernetworking-plugins"),
+    ("/bin/busybox", "busybox-static"),
+    ("docker-registry", "docker-registry"),
+    ("skopeo", "skopeo"),
+    ("iptables", "iptables"),
+    ("gcc", "gcc"),
+];
+
+/// Builds (once) the pinned Kubernetes and installs etcd when it is missing, and for real nodes
+/// kubelet, kube-proxy and their Debian packages: everything `up` needs from the network, so it
+/// can run later with the network closed.
+pub fn prepare(k8s_version: &str, real_nodes: bool) -> anyhow::Result<Binaries> {
+    let mut binaries = vec!["kube-apiserver", "kube-controller-manager", "kube-scheduler"];
+    if real_nodes {
+        network::check_privileges()?;
+        crate::host::ensure_debian_packages(REAL_NODE_PACKAGES, "real nodes")?;
+        binaries.extend(["kubelet", "kube-proxy"]);
+    }
+    Ok(Binaries { kubernetes: build_kubernetes(k8s_version, &binaries)?, etcd: find_or_install_etcd()? })
+}
+
+/// The binaries real nodes run besides the system's containerd.
+struct RealBinaries {
+    kubernetes: PathBuf,
+    /// `local-cluster`, whose `forward` relays the apiserver to the bridge.
+    forwarder: PathBuf,
+}
+
+/// Starts the real nodes' parts after the control plane is ready: the apiserver's relay on the
+/// bridge, the registry with the test images, per node containerd and the kubelet, then the
+/// host's kube-proxy.
+async fn start_real_nodes(
+    real: &RealNodes,
+    bins: &RealBinaries,
+    pki: &Pki,
+    layout: &Layout,
+    apiserver_port: u16,
+    start: &mut impl FnMut(&str, &Path, Vec<String>) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    let b = real.network;
+    start(
+        "apiserver-forwarder",
+        &bins.forwarder,
+        vec!["forward".into(), format!("--listen={}:{apiserver_port}", b.bridge_ip()), format!("--to=127.0.0.1:{apiserver_port}")],
+    )?;
+
+    let registry_dir = layout.root.join("registry");
+    fs::create_dir_all(&registry_dir)?;
+    let registry_config = registry_dir.join("config.yml");
+    fs::write(&registry_config, crate::registry::config(&registry_dir.join("data"), real.registry.port()))?;
+    let docker_registry = which("docker-registry").context("docker-registry is not installed")?;
+    start("registry", &docker_registry, vec!["serve".into(), registry_config.display().to_string()])?;
+    wait_tcp(real.registry.port(), Duration::from_secs(30)).await.context("the registry did not start listening")?;
+    crate::image::publish_test_images(&layout.root.join("images"), real.registry)?;
+
+    let server = format!("https://127.0.0.1:{apiserver_port}");
+    let containerd = which("containerd").context("containerd is not installed")?;
+    for node in &real.nodes {
+        let client = format!("node-{}", node.name);
+        pki.certificate(&client, &format!("/O=system:nodes/CN=system:node:{}", node.name), Pki::CLIENT)?;
+        let serving = format!("kubelet-{}", node.name);
+        pki.certificate(&serving, &format!("/CN={}", node.name), &Pki::serving(&[format!("IP:{}", b.node_ip(node.index))]))?;
+        let containerd_config = real::write_node_files(node, b, real.registry)?;
+        start(&format!("containerd-{}", node.name), &containerd, vec![format!("--config={}", containerd_config.display())])?;
+        wait_for_path(&node.containerd_socket(), Duration::from_secs(30)).await?;
+        let kubeconfig = node.dir.join("kubeconfig");
+        write_kubeconfig(&kubeconfig, &server, pki, &client)?;
+        let config = node.dir.join("kubelet.yaml");
+        let files = real::KubeletPki {
+            ca: pki.dir.join("ca.crt"),
+            serving_cert: pki.dir.join(format!("{serving}.crt")),
+            serving_key: pki.dir.join(format!("{serving}.key")),
+        };
+        fs::write(&config, real::kubelet_config(node, b, &files))?;
+        start(&format!("kubelet-{}", node.name), &bins.kubernetes.join("kubelet"), real::kubelet_args(node, b, &config, &kubeconfig))?;
+    }
+
+    let kubeconfig = layout.component_kubeconfig("kube-proxy");
+    write_kubeconfig(&kubeconfig, &server, pki, "kube-proxy")?;
+    let config = layout.root.join("kube-proxy.yaml");
+    fs::write(&config, real::kube_proxy_config(b, &real.nodes[0].name, &kubeconfig, free_port()?))?;
+    start("kube-proxy", &bins.kubernetes.join("kube-proxy"), vec![format!("--config={}", config.display()), "--v=1".into()])?;
+    // Pods reach the apiserver through the `kubernetes` Service only once kube-proxy has its rules.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !real::kube_proxy_synced(b) {
+        if Instant::now() > deadline {
+            bail!("kube-proxy did not program the kubernetes Service within 60 s (see kube-proxy.log)");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    Ok(())
+}
+
+async fn wait_for_path(path: &Path, timeout: Duration) -> anyhow::Result<()> {
+    let deadline = Instant::now() + timeout;
+    while !path.exists() {
+        if Instant::now() > deadline {
+            bail!("{} did not appear within {timeout:?}", path.display());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Ok(())
+}
+
+/// A lock for the whole host: claiming a real-node slot (its bridge) is one step per host.
+pub fn host_lock() -> anyhow::Result<FileLock> {
+    FileLock::acquire(Path::new("/run/cloneset-operator.lock"))
 }
 
 /// Stops every process recorded in `dir` and removes etcd's data. Logs are kept.
@@ -305,6 +495,16 @@ pub fn start_component(dir: &Path, name: &str) -> anyhow::Result<()> {
 
 fn stop_recorded(layout: &Layout) -> anyhow::Result<bool> {
     let Some(state) = read_state(&layout.root)? else { return Ok(false) };
+    if let Some(real) = &state.real {
+        // The nodes first: kubelets and kube-proxy, then every container through containerd (so
+        // nothing restarts them), then containerd, then what they left on the host.
+        let named = |f: &dyn Fn(&str) -> bool| state.processes.iter().filter(|p| f(&p.name)).collect::<Vec<_>>();
+        named(&|n| n == "kube-proxy" || n.starts_with("kubelet-")).into_iter().for_each(stop_process);
+        real.nodes.iter().for_each(real::remove_containers);
+        named(&|n| n.starts_with("containerd-")).into_iter().for_each(stop_process);
+        let kube_proxy = state.processes.iter().find(|p| p.name == "kube-proxy").map(|p| p.exe.clone());
+        real::teardown(real, kube_proxy.as_deref());
+    }
     // Reverse start order: clients first, etcd last.
     for rec in state.processes.iter().rev() {
         stop_process(rec);
@@ -342,19 +542,20 @@ fn etcd_data_dir(root: &Path) -> PathBuf {
 // Binaries
 
 /// Runs the build script, which builds (once) or reuses the cached Kubernetes binaries.
-fn build_kubernetes(version: &str) -> anyhow::Result<PathBuf> {
+fn build_kubernetes(version: &str, binaries: &[&str]) -> anyhow::Result<PathBuf> {
     let script = e2e_crate_dir().join("scripts/build-k8s.sh");
     let out = Command::new("bash")
         .arg(&script)
+        .args(binaries)
         .env("K8S_VERSION", version)
         .stderr(Stdio::inherit())
         .output()
         .with_context(|| format!("running {}", script.display()))?;
     if !out.status.success() {
-        bail!("could not build Kubernetes {version} (kube-apiserver, kube-controller-manager, kube-scheduler); see the messages above");
+        bail!("could not build Kubernetes {version} ({}); see the messages above", binaries.join(", "));
     }
     let dir = PathBuf::from(String::from_utf8(out.stdout)?.trim());
-    for b in ["kube-apiserver", "kube-controller-manager", "kube-scheduler"] {
+    for b in binaries {
         if !dir.join(b).is_file() {
             bail!("the Kubernetes build reported success but {} is missing", dir.join(b).display());
         }
@@ -367,35 +568,8 @@ fn find_or_install_etcd() -> anyhow::Result<PathBuf> {
     if let Ok(p) = std::env::var("ETCD_BIN") {
         return Ok(PathBuf::from(p));
     }
-    if let Some(p) = which("etcd") {
-        return Ok(p);
-    }
-    eprintln!("local-cluster: etcd is missing; installing Debian's etcd-server");
-    let is_root = unsafe { libc::geteuid() } == 0;
-    let sudo: &[&str] = if is_root { &[] } else { &["sudo", "-n"] };
-    let run = |args: &[&str]| -> bool {
-        let mut all: Vec<&str> = sudo.to_vec();
-        all.extend_from_slice(args);
-        Command::new(all[0])
-            .args(&all[1..])
-            .env("DEBIAN_FRONTEND", "noninteractive")
-            .stdout(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
-    };
-    if run(&["apt-get", "update", "-qq"])
-        && run(&["apt-get", "install", "-y", "-qq", "etcd-server"])
-        && let Some(p) = which("etcd")
-    {
-        return Ok(p);
-    }
-    bail!(
-        "etcd is not installed and could not be installed: run `apt-get install etcd-server` as root, or set ETCD_BIN to an etcd 3.4+ binary"
-    )
-}
-
-fn which(name: &str) -> Option<PathBuf> {
-    std::env::var_os("PATH")?.to_str()?.split(':').map(|d| Path::new(d).join(name)).find(|p| p.is_file())
+    crate::host::ensure_debian_packages(&[("etcd", "etcd-server")], "the local control plane (or set ETCD_BIN to an etcd 3.4+ binary)")?;
+    which("etcd").context("etcd is not on the PATH")
 }
 
 /// A binary built by this workspace, next to the running executable (or one level up, for test
@@ -484,7 +658,7 @@ fn reap(pid: i32) {
 }
 
 /// An exclusive `flock` on a file, so concurrent `up`/`down` calls on one directory serialise.
-struct FileLock(fs::File);
+pub struct FileLock(fs::File);
 
 impl FileLock {
     fn acquire(path: &Path) -> anyhow::Result<Self> {
@@ -560,22 +734,28 @@ fn http_get(path: &str) -> http::Request<Vec<u8>> {
     http::Request::get(path).body(Vec::new()).expect("static request")
 }
 
-/// Waits for at least one Ready node and for the `default` ServiceAccount (the controller-manager
-/// creates it; pods cannot be created in a namespace before it exists).
-async fn wait_nodes_and_service_accounts(kubeconfig: &Path, timeout: Duration) -> anyhow::Result<()> {
+/// Waits for a Ready simulated node, `real_nodes` Ready real nodes, and the `default`
+/// ServiceAccount (the controller-manager creates it; pods cannot be created in a namespace
+/// before it exists).
+async fn wait_nodes_and_service_accounts(kubeconfig: &Path, real_nodes: usize, timeout: Duration) -> anyhow::Result<()> {
     use k8s_openapi::api::core::v1::{Node, ServiceAccount};
     let client = client_for(kubeconfig).await?;
     let nodes: kube::Api<Node> = kube::Api::all(client.clone());
     let sas: kube::Api<ServiceAccount> = kube::Api::namespaced(client, "default");
     let deadline = Instant::now() + timeout;
     loop {
-        let ready = nodes.list(&Default::default()).await.map(|l| l.items.iter().filter(|n| crate::node_is_ready(n)).count()).unwrap_or(0);
+        let listed = nodes.list(&Default::default()).await.map(|l| l.items).unwrap_or_default();
+        let is_real = |n: &Node| n.metadata.labels.as_ref().is_some_and(|l| l.contains_key(real::LABEL));
+        let ready = |real: bool| listed.iter().filter(|n| is_real(n) == real && crate::node_is_ready(n)).count();
+        let (sim, real) = (ready(false), ready(true));
         let sa = sas.get_opt("default").await.ok().flatten().is_some();
-        if ready > 0 && sa {
+        if sim > 0 && real == real_nodes && sa {
             return Ok(());
         }
         if Instant::now() > deadline {
-            bail!("after {timeout:?}: {ready} Ready nodes, default ServiceAccount present: {sa}");
+            bail!(
+                "after {timeout:?}: {sim} Ready simulated nodes, {real} of {real_nodes} real nodes Ready, default ServiceAccount present: {sa}"
+            );
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
@@ -589,48 +769,65 @@ struct Pki {
 }
 
 impl Pki {
-    /// Creates the CA, serving and client certificates once; later calls reuse them, so a
-    /// printed kubeconfig stays valid across restarts.
-    fn ensure(dir: &Path) -> anyhow::Result<Self> {
+    /// Creates the CA, the service-account key and the control plane's certificates once; later
+    /// calls reuse them, so a printed kubeconfig stays valid across restarts. Only the apiserver's
+    /// serving certificate changes, when the address plan does.
+    fn ensure(dir: &Path, plan: Plan) -> anyhow::Result<Self> {
         fs::create_dir_all(dir)?;
         let pki = Self { dir: dir.to_path_buf() };
-        let serving = format!(
-            "subjectAltName=IP:127.0.0.1,DNS:localhost,IP:{},DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc\nextendedKeyUsage=serverAuth\n",
-            addresses::KUBERNETES_SERVICE_IP
-        );
-        if dir.join("complete").exists() {
-            // A state directory from before the address plan changed: only the serving
-            // certificate names the `kubernetes` Service's ClusterIP.
-            if fs::read_to_string(dir.join("apiserver.ext")).ok().as_deref() != Some(serving.as_str()) {
-                pki.sign("apiserver", "/CN=kube-apiserver", &serving)?;
-            }
-            return Ok(pki);
+        if !dir.join("complete").exists() {
+            which("openssl").context("openssl is needed to create the local cluster's certificates")?;
+            pki.openssl(&["genrsa", "-out", "ca.key", "2048"])?;
+            pki.openssl(&[
+                "req",
+                "-x509",
+                "-new",
+                "-nodes",
+                "-key",
+                "ca.key",
+                "-subj",
+                "/CN=cloneset-operator-local-ca",
+                "-days",
+                "3650",
+                "-out",
+                "ca.crt",
+            ])?;
+            pki.openssl(&["genrsa", "-out", "sa.key", "2048"])?;
+            pki.openssl(&["rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub"])?;
+            fs::write(dir.join("complete"), b"")?;
         }
-        which("openssl").context("openssl is needed to create the local cluster's certificates")?;
-        pki.openssl(&["genrsa", "-out", "ca.key", "2048"])?;
-        pki.openssl(&[
-            "req",
-            "-x509",
-            "-new",
-            "-nodes",
-            "-key",
-            "ca.key",
-            "-subj",
-            "/CN=cloneset-operator-local-ca",
-            "-days",
-            "3650",
-            "-out",
-            "ca.crt",
-        ])?;
-        pki.sign("apiserver", "/CN=kube-apiserver", &serving)?;
-        let client = "extendedKeyUsage=clientAuth\n";
-        pki.sign("admin", "/O=system:masters/CN=cloneset-admin", client)?;
-        pki.sign("controller-manager", "/CN=system:kube-controller-manager", client)?;
-        pki.sign("scheduler", "/CN=system:kube-scheduler", client)?;
-        pki.openssl(&["genrsa", "-out", "sa.key", "2048"])?;
-        pki.openssl(&["rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub"])?;
-        fs::write(dir.join("complete"), b"")?;
+        let mut serving = vec!["IP:127.0.0.1".to_string(), "DNS:localhost".into(), format!("IP:{}", plan.kubernetes_service_ip())];
+        if let Plan::Bridged(b) = plan {
+            serving.push(format!("IP:{}", b.bridge_ip()));
+        }
+        serving.extend(["DNS:kubernetes", "DNS:kubernetes.default", "DNS:kubernetes.default.svc"].map(String::from));
+        pki.certificate("apiserver", "/CN=kube-apiserver", &Pki::serving(&serving))?;
+        for (name, subject) in [
+            ("admin", "/O=system:masters/CN=cloneset-admin"),
+            ("controller-manager", "/CN=system:kube-controller-manager"),
+            ("scheduler", "/CN=system:kube-scheduler"),
+            // The apiserver's identity towards real kubelets (logs, exec, port-forward).
+            ("apiserver-kubelet-client", "/O=system:masters/CN=kube-apiserver-kubelet-client"),
+            ("kube-proxy", "/CN=system:kube-proxy"),
+        ] {
+            pki.certificate(name, subject, Pki::CLIENT)?;
+        }
         Ok(pki)
+    }
+
+    const CLIENT: &str = "extendedKeyUsage=clientAuth\n";
+
+    fn serving(alt_names: &[String]) -> String {
+        format!("subjectAltName={}\nextendedKeyUsage=serverAuth\n", alt_names.join(","))
+    }
+
+    /// Signs `name.crt` unless it exists with exactly these extensions.
+    fn certificate(&self, name: &str, subject: &str, extensions: &str) -> anyhow::Result<()> {
+        let current = fs::read_to_string(self.dir.join(format!("{name}.ext"))).ok();
+        if current.as_deref() == Some(extensions) && self.dir.join(format!("{name}.crt")).is_file() {
+            return Ok(());
+        }
+        self.sign(name, subject, extensions)
     }
 
     fn sign(&self, name: &str, subject: &str, extensions: &str) -> anyhow::Result<()> {

@@ -1,11 +1,14 @@
-//! End-to-end support for cloneset-operator: a real local control plane ([`cluster`]), a
-//! simulated kubelet ([`simkubelet`]), and helpers for tests against them ([`testenv`]).
+//! End-to-end support for cloneset-operator: a real local control plane ([`cluster`]), its nodes
+//! ([`nodes`]: simulated and real, side by side), and helpers for tests against them ([`testenv`]).
 
 pub mod addresses;
 pub mod bench;
 pub mod chaos;
 pub mod cluster;
-pub mod simkubelet;
+pub mod host;
+pub mod image;
+pub mod nodes;
+pub mod registry;
 pub mod testenv;
 pub mod workload;
 

@@ -59,6 +59,13 @@ pub async fn kubeconfig() -> anyhow::Result<PathBuf> {
         .cloned()
 }
 
+/// The test cluster's recorded state (`state.json` beside its kubeconfig).
+pub async fn cluster_state() -> anyhow::Result<cluster::ClusterState> {
+    let kubeconfig = kubeconfig().await?;
+    let dir = kubeconfig.parent().context("the kubeconfig has no directory")?;
+    cluster::read_state(dir)?.with_context(|| format!("no cluster state in {}", dir.display()))
+}
+
 /// A client for the test cluster (one per test: a client belongs to its test's runtime).
 pub async fn client() -> anyhow::Result<Client> {
     cluster::client_for(&kubeconfig().await?).await

@@ -2,6 +2,7 @@
 
 use std::path::PathBuf;
 
+use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use e2e::cluster::{self, UpOptions};
 
@@ -25,10 +26,47 @@ enum Cmd {
         /// Use the simulated-kubelet settings the e2e tests are written against.
         #[arg(long)]
         test_profile: bool,
+        /// Real nodes (kubelet, containerd, runc; needs root) to start beside the simulated ones.
+        #[arg(long, default_value_t = 0)]
+        real_nodes: usize,
     },
     /// Build (once) the pinned Kubernetes and install etcd when missing, without starting
     /// anything: after it, `up` needs no network.
-    Prepare,
+    Prepare {
+        /// Also what real nodes need (kubelet, kube-proxy, Debian's containerd and friends).
+        #[arg(long, default_value_t = 0)]
+        real_nodes: usize,
+    },
+    /// Build the operator's OCI image archive from a static binary (reproducibly).
+    Image {
+        #[arg(long)]
+        binary: PathBuf,
+        /// Full reference, e.g. docker.io/library/cloneset-operator:0.1.0.
+        #[arg(long)]
+        reference: String,
+        #[arg(long)]
+        out: PathBuf,
+    },
+    /// Copy an image archive's image into this control plane's registry as `reference`.
+    Push {
+        #[arg(long)]
+        archive: PathBuf,
+        #[arg(long)]
+        reference: String,
+    },
+    /// Relay TCP connections from one address to another (how pods reach the apiserver).
+    Forward {
+        #[arg(long)]
+        listen: std::net::SocketAddr,
+        #[arg(long)]
+        to: std::net::SocketAddr,
+    },
+    /// Print what is on the host that a run could leave behind (JSON); with `--compare FILE`,
+    /// list what is there now and was not in FILE, and exit 1 if anything is.
+    HostSnapshot {
+        #[arg(long)]
+        compare: Option<PathBuf>,
+    },
     /// Stop every process this directory's `up` started; logs are kept.
     Down,
     /// Exit 0 and print the kubeconfig path when the cluster is running.
@@ -41,9 +79,10 @@ async fn main() -> anyhow::Result<()> {
     std::fs::create_dir_all(&args.dir)?;
     let dir = args.dir.canonicalize()?;
     match args.command {
-        Cmd::Up { sim_args, test_profile } => {
+        Cmd::Up { sim_args, test_profile, real_nodes } => {
             let mut opts = if test_profile { e2e::testenv::test_up_options(&dir) } else { UpOptions::new(&dir) };
             opts.sim_kubelet_args.extend(sim_args);
+            opts.real_nodes = real_nodes;
             let (state, report) = cluster::up(&opts).await?;
             if report.reused_running_cluster {
                 eprintln!("local-cluster: reusing the running control plane in {}", dir.display());
@@ -57,8 +96,38 @@ async fn main() -> anyhow::Result<()> {
             }
             println!("export KUBECONFIG={}", state.kubeconfig.display());
         }
-        Cmd::Prepare => {
-            let bins = cluster::prepare(&UpOptions::new(&dir).k8s_version)?;
+        Cmd::Image { binary, reference, out } => {
+            let bytes = std::fs::read(&binary).with_context(|| format!("reading {}", binary.display()))?;
+            e2e::image::check_static(&bytes).with_context(|| format!("{} cannot run in an image without libc", binary.display()))?;
+            let image = e2e::image::build(&e2e::image::operator_image(&reference, bytes));
+            let digest = e2e::image::write_archive(&out, &image)?;
+            eprintln!("local-cluster: {reference} written to {} (manifest {digest})", out.display());
+            eprintln!("  skopeo copy oci-archive:{}:{} docker://<registry>/cloneset-operator:{}", out.display(), image.tag(), image.tag());
+        }
+        Cmd::Push { archive, reference } => {
+            let state = cluster::read_state(&dir)?.context("no control plane runs here: start it first")?;
+            let real = state.real.context("this control plane has no registry: it runs without real nodes (--real-nodes 0)")?;
+            let digest = e2e::registry::push(&archive, real.registry, &reference)?;
+            eprintln!("local-cluster: {reference} is in the local registry ({digest})");
+        }
+        Cmd::Forward { listen, to } => e2e::nodes::network::forward(listen, to).await?,
+        Cmd::HostSnapshot { compare } => {
+            let now = e2e::host::Snapshot::take();
+            let Some(before) = compare else {
+                println!("{}", serde_json::to_string(&now)?);
+                return Ok(());
+            };
+            let before: e2e::host::Snapshot = serde_json::from_slice(&std::fs::read(&before)?)?;
+            let left = before.leftovers(&now);
+            if !left.is_empty() {
+                eprintln!("local-cluster: left on the host since the snapshot:");
+                left.iter().for_each(|l| eprintln!("  {l}"));
+                std::process::exit(1);
+            }
+            eprintln!("local-cluster: nothing left on the host since the snapshot");
+        }
+        Cmd::Prepare { real_nodes } => {
+            let bins = cluster::prepare(&UpOptions::new(&dir).k8s_version, real_nodes > 0)?;
             eprintln!("local-cluster: Kubernetes in {}, etcd at {}", bins.kubernetes.display(), bins.etcd.display());
         }
         Cmd::Down => {

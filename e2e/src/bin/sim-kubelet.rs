@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use clap::Parser;
-use e2e::simkubelet::{self, SimConfig, parse_duration};
+use e2e::nodes::simulated::{self, SimConfig, parse_duration};
 
 #[derive(Parser, Debug)]
 #[command(about = "Simulated kubelet: registers nodes and drives the status of their pods")]
@@ -55,10 +55,10 @@ async fn main() -> anyhow::Result<()> {
         restart_delay: a.restart_delay,
         max_grace_period: a.max_grace_period,
         unpullable_marker: a.unpullable_marker,
-        same_digest: simkubelet::parse_same_digest(&a.same_digest).map_err(anyhow::Error::msg)?,
+        same_digest: simulated::parse_same_digest(&a.same_digest).map_err(anyhow::Error::msg)?,
         pods_per_node: a.pods_per_node,
         workers: a.workers,
     };
     tracing::info!(?cfg, "simulated kubelet starting");
-    simkubelet::run(client, cfg).await
+    simulated::run(client, cfg).await
 }
