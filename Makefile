@@ -3,12 +3,24 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
 CARGO        ?= cargo
-TARGET_DIR   := target/debug
+# Every binary is linked statically (glibc's crt-static), for the host's own target triple: the
+# operator's image needs a static binary, and one build serves `make run`, the tests and the
+# image. (With the triple named, build scripts and proc-macros stay dynamic, as they must.)
+HOST_TRIPLE  := $(shell rustc -vV 2>/dev/null | sed -n 's/^host: //p')
+export CARGO_BUILD_TARGET := $(HOST_TRIPLE)
+export CARGO_TARGET_$(shell echo '$(HOST_TRIPLE)' | tr 'a-z-' 'A-Z_')_RUSTFLAGS := -C target-feature=+crt-static
+TARGET_DIR   := target/$(HOST_TRIPLE)/debug
 OPERATOR     := $(TARGET_DIR)/cloneset-operator
 LOCAL_CLUSTER:= $(TARGET_DIR)/local-cluster
 # `make run` and `make cluster-up` share this control plane; `make test` uses its own.
 CLUSTER_DIR  ?= target/local-cluster
 TEST_CLUSTER_DIR ?= target/test-cluster
+# Real nodes (kubelet, containerd, runc) beside the simulated ones: one when run as root (they
+# need it), none otherwise. REAL_NODES=0 turns them off.
+REAL_NODES   ?= $(if $(filter 0,$(shell id -u)),1,0)
+VERSION      := $(shell sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}$$/\1/p' charts/cloneset-operator/Chart.yaml)
+IMAGE        := docker.io/library/cloneset-operator:$(VERSION)
+IMAGE_ARCHIVE:= target/image/cloneset-operator-$(VERSION).oci.tar
 
 .PHONY: help
 help: ## List the targets
@@ -26,7 +38,7 @@ CLUSTER ?=
 run: build ## Run the operator on the local control plane (started if needed); CLUSTER=current or CLUSTER=<context> to use another cluster
 	@set -e; \
 	if [ -z "$(CLUSTER)" ]; then \
-	  eval "$$($(LOCAL_CLUSTER) --dir $(CLUSTER_DIR) up)"; \
+	  eval "$$($(LOCAL_CLUSTER) --dir $(CLUSTER_DIR) up --real-nodes $(REAL_NODES))"; \
 	  echo "make run: on the local control plane in $(CLUSTER_DIR); point kubectl at it with:"; \
 	  echo "    export KUBECONFIG=$$KUBECONFIG"; \
 	else \
@@ -47,9 +59,9 @@ test: net-guard-clear build ## Unit tests, then e2e tests against a local contro
 	$(CARGO) test --workspace --exclude e2e
 	$(CARGO) test -p e2e --lib --bins
 	@bash e2e/scripts/build-helm.sh >/dev/null
-	@$(LOCAL_CLUSTER) prepare
+	@$(LOCAL_CLUSTER) prepare --real-nodes $(REAL_NODES)
 	$(CARGO) test -p e2e --test '*' --no-run
-	@CARGO=$(CARGO) bash e2e/scripts/e2e-stage.sh $(LOCAL_CLUSTER) $(TEST_CLUSTER_DIR)
+	@CARGO=$(CARGO) REAL_NODES=$(REAL_NODES) bash e2e/scripts/e2e-stage.sh $(LOCAL_CLUSTER) $(TEST_CLUSTER_DIR)
 
 .PHONY: net-guard-clear
 net-guard-clear: ## Remove a network guard left installed by an interrupted `make test`
@@ -58,7 +70,7 @@ net-guard-clear: ## Remove a network guard left installed by an interrupted `mak
 .PHONY: bench
 bench: toolchain ## Benchmarks at scale on a local control plane of its own (target/bench-cluster); table + target/bench/results.json
 	$(CARGO) build --release --workspace --bins
-	@start=$$(date +%s); ./target/release/bench; rc=$$?; echo "make bench: took $$(( $$(date +%s) - start ))s"; exit $$rc
+	@start=$$(date +%s); ./target/$(HOST_TRIPLE)/release/bench; rc=$$?; echo "make bench: took $$(( $$(date +%s) - start ))s"; exit $$rc
 
 .PHONY: crds
 crds: ## Regenerate the CRD and admission policy YAML (crds/ and the chart's copy) from src/api
@@ -86,9 +98,29 @@ lint: toolchain helm-lint ## rustfmt check, clippy with warnings as errors, helm
 fmt: ## Format the code
 	$(CARGO) fmt --all
 
+.PHONY: image
+image: toolchain ## Build the operator's OCI image (static release binary, non-root, no shell) as $(IMAGE_ARCHIVE)
+	$(CARGO) build --release --locked -p cloneset-operator --bin cloneset-operator
+	$(CARGO) build -p e2e --bin local-cluster
+	@$(LOCAL_CLUSTER) image --binary target/$(HOST_TRIPLE)/release/cloneset-operator --reference $(IMAGE) --out $(IMAGE_ARCHIVE)
+
+.PHONY: deploy
+# The README's install, on the local control plane: the image goes to its registry (which
+# containerd serves as docker.io), the chart is installed with the image's tag and placed on the
+# real nodes (tainted, so that only pods meant for them run there).
+deploy: image cluster-up ## Build the image, push it to the local registry and helm install the chart on the local control plane
+	@[ "$(REAL_NODES)" -gt 0 ] || { echo "make deploy: the operator's pods need a real node (REAL_NODES=1, as root)"; exit 1; }
+	@$(LOCAL_CLUSTER) --dir $(CLUSTER_DIR) push --archive $(IMAGE_ARCHIVE) --reference $(IMAGE)
+	@h=$$(bash e2e/scripts/build-helm.sh) && kc=$$($(LOCAL_CLUSTER) --dir $(CLUSTER_DIR) status) && \
+	$$h upgrade --install cloneset-operator charts/cloneset-operator --kubeconfig $$kc --wait --timeout 3m \
+	  --set manager.image.tag=$(VERSION) \
+	  --set-json 'manager.nodeSelector={"cloneset-operator.dev/real-node":"true"}' \
+	  --set-json 'manager.tolerations=[{"key":"cloneset-operator.dev/real-node","operator":"Exists","effect":"NoSchedule"}]' && \
+	echo "make deploy: the operator runs in namespace cloneset-system; export KUBECONFIG=$$kc"
+
 .PHONY: cluster-up
-cluster-up: build ## Start the local control plane (idempotent); prints `export KUBECONFIG=...` last
-	@$(LOCAL_CLUSTER) --dir $(CLUSTER_DIR) up
+cluster-up: build ## Start the local control plane with REAL_NODES real nodes (idempotent); prints `export KUBECONFIG=...` last
+	@$(LOCAL_CLUSTER) --dir $(CLUSTER_DIR) up --real-nodes $(REAL_NODES)
 
 .PHONY: cluster-down
 cluster-down: ## Stop the local control plane (logs are kept)

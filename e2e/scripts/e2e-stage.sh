@@ -1,22 +1,25 @@
 #!/usr/bin/env bash
 # The e2e stage of `make test`: the network guard installed, a local control plane of the stage's
-# own, every e2e test against it, the control plane stopped, then the guard's count checked and
-# the guard removed, whatever the outcome. Everything the stage runs must be built beforehand:
-# while the guard is on, nothing can be downloaded.
+# own (with REAL_NODES real nodes), every e2e test against it, the control plane stopped and the
+# host checked for anything it left, then the guard's count checked and the guard removed,
+# whatever the outcome. Everything the stage runs must be built beforehand: while the guard is
+# on, nothing can be downloaded.
 #
-# Usage: e2e-stage.sh LOCAL_CLUSTER_BINARY CLUSTER_DIR      (env CARGO, default cargo)
+# Usage: e2e-stage.sh LOCAL_CLUSTER_BINARY CLUSTER_DIR      (env CARGO, default cargo; REAL_NODES, default 0)
 set -uo pipefail
 
 local_cluster=$1
 cluster_dir=$2
 cargo=${CARGO:-cargo}
+real_nodes=${REAL_NODES:-0}
 guard=(bash "$(dirname "$0")/net-guard.sh")
 start=$(date +%s)
 
 test_args=()
 guarded=0
 if "${guard[@]}" available; then
-  "${guard[@]}" install || exit 1
+  # Real nodes' pods live on the run's own bridges (csobr0, csobr1, ...).
+  "${guard[@]}" install --allow-interface 'csobr+' || exit 1
   guarded=1
   trap '"${guard[@]}" remove' EXIT
   trap 'exit 130' INT TERM HUP
@@ -32,7 +35,9 @@ own test is reported as ignored.
 EOF
 fi
 
-kc=$("$local_cluster" --dir "$cluster_dir" up --test-profile | sed -n 's/^export KUBECONFIG=//p')
+before=$(mktemp)
+"$local_cluster" host-snapshot >"$before"
+kc=$("$local_cluster" --dir "$cluster_dir" up --test-profile --real-nodes "$real_nodes" | sed -n 's/^export KUBECONFIG=//p')
 if [ -z "$kc" ]; then
   echo "make test: the local control plane did not start; logs in $cluster_dir/logs" >&2
   "$local_cluster" --dir "$cluster_dir" down
@@ -43,6 +48,12 @@ rc=0
 CLONESET_E2E_KUBECONFIG=$kc "$cargo" test -p e2e --test '*' --no-fail-fast -- ${test_args[@]+"${test_args[@]}"} || rc=$?
 "$local_cluster" --dir "$cluster_dir" down
 if [ $rc -ne 0 ]; then echo "make test: e2e failed; component logs kept in $cluster_dir/logs" >&2; fi
+# Whatever the tests and the control plane started, mounted or added to the network is gone.
+if ! "$local_cluster" host-snapshot --compare "$before"; then
+  echo "make test: the e2e stage left the above on this machine" >&2
+  rc=1
+fi
+rm -f "$before"
 
 if [ $guarded = 1 ] && ! "${guard[@]}" report; then
   echo "make test: packets tried to leave this machine during the e2e stage (destinations above)" >&2
