@@ -36,7 +36,7 @@ fn slow(name: &str, replicas: i32, image: &str, extra_spec: Value) -> CloneSet {
 
 /// `manifest` with pods that take `delay` to start.
 fn starting_in(delay: &str, name: &str, replicas: i32, image: &str, extra_spec: Value) -> CloneSet {
-    let mut spec = json!({"template": {"metadata": {"annotations": {(e2e::simkubelet::ANNOTATION_STARTUP_DELAY): delay}}}});
+    let mut spec = json!({"template": {"metadata": {"annotations": {(e2e::nodes::simulated::ANNOTATION_STARTUP_DELAY): delay}}}});
     json_patch::merge(&mut spec, &extra_spec);
     manifest(name, replicas, image, spec)
 }

@@ -964,3 +964,215 @@ fn the_grafana_dashboard_is_a_configmap_for_the_sidecar_when_enabled() {
             .unwrap();
     assert_eq!(rendered, serde_json::from_str::<Value>(&file).unwrap(), "the chart ships the dashboard file unchanged");
 }
+
+/// The image of this build's operator binary (static, as `make` builds it; debug information
+/// stripped, as it does not run), copied into the test cluster's registry as
+/// `docker.io/library/cloneset-operator:<tag>`; returns the registry's digest.
+fn push_operator_image(real: &e2e::nodes::real::RealNodes, tag: &str) -> String {
+    let binary = e2e::cluster::sibling_binary("cloneset-operator").unwrap();
+    let work = repo_root().join("target/e2e-images");
+    std::fs::create_dir_all(&work).unwrap();
+    let stripped = work.join(format!("cloneset-operator-{tag}"));
+    let copied = Command::new("objcopy").args(["--strip-debug"]).arg(&binary).arg(&stripped).status().is_ok_and(|s| s.success());
+    let bytes = std::fs::read(if copied { &stripped } else { &binary }).unwrap();
+    e2e::image::check_static(&bytes)
+        .unwrap_or_else(|e| panic!("{}: {e:#}; build with `make` (it links statically) before running this test", binary.display()));
+    let reference = format!("docker.io/library/cloneset-operator:{tag}");
+    let archive = work.join(format!("cloneset-operator-{tag}.oci.tar"));
+    e2e::image::write_archive(&archive, &e2e::image::build(&e2e::image::operator_image(&reference, bytes))).unwrap();
+    let _ = std::fs::remove_file(&stripped);
+    e2e::registry::push(&archive, real.registry, &reference).unwrap()
+}
+
+fn ready(p: &Pod) -> bool {
+    p.status.as_ref().and_then(|s| s.conditions.as_ref()).is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// The user's path on a real node: `helm install` of the chart with the operator's own image
+/// (built here, pulled from the local registry) runs two manager pods for real; one leads;
+/// `/metrics` answers through the chart's Service and `/readyz` on each pod; deleting the
+/// leader's pod hands over to another manager, which reconciles; `helm upgrade` to another tag
+/// rolls the manager without restarting a CloneSet pod; `helm uninstall` leaves the CloneSet
+/// and its pods running.
+#[tokio::test]
+async fn the_chart_runs_the_operators_own_image_on_a_real_node() {
+    let _one_at_a_time = CLUSTER.lock().await;
+    let state = testenv::cluster_state().await.unwrap();
+    let real = state.real.clone().unwrap_or_else(|| {
+        panic!("the test cluster has no real node: `make test` starts one when it runs as root; as another user this test cannot run")
+    });
+    let client = testenv::client().await.unwrap();
+    let id = unique();
+    let (release, ns) = (format!("cso-real-{id}"), format!("e2e-helm-real-{id}"));
+    let fullname = format!("{release}-cloneset-operator");
+    let (tag, next_tag) = (format!("e2e-{id}"), format!("e2e-{id}-next"));
+    let digest = push_operator_image(&real, &tag);
+    push_operator_image(&real, &next_tag);
+    let had_policy = adopt_policy(&client, &release, "default").await;
+
+    let real_node = &real.nodes[0].name;
+    let sets = [
+        format!("installation.namespace={ns}"),
+        format!("manager.image.tag={tag}"),
+        "manager.image.pullPolicy=Always".into(),
+        "manager.log.level=debug".into(),
+    ];
+    let placement = [
+        format!("manager.nodeSelector={{\"{}\":\"true\"}}", e2e::nodes::real::LABEL),
+        format!("manager.tolerations=[{{\"key\":\"{}\",\"operator\":\"Exists\",\"effect\":\"NoSchedule\"}}]", e2e::nodes::real::TAINT),
+    ];
+    let mut args: Vec<&str> = Vec::new();
+    for s in &sets {
+        args.extend(["--set", s]);
+    }
+    for s in &placement {
+        args.extend(["--set-json", s]);
+    }
+    args.extend(["--wait", "--timeout", "3m"]);
+    let (mut rel, _) = Release::install(&release, "default", &args).await;
+
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let managers = || async {
+        let list = pods.list(&ListParams::default().labels(&format!("app.kubernetes.io/instance={release}"))).await.unwrap();
+        list.items.into_iter().filter(|p| p.metadata.deletion_timestamp.is_none()).collect::<Vec<_>>()
+    };
+    let first = managers().await;
+    assert_eq!(first.len(), 2);
+    for p in &first {
+        assert_eq!(p.spec.as_ref().unwrap().node_name.as_ref(), Some(real_node), "{} runs on the real node", p.name_any());
+        assert!(ready(p), "{} is Ready: its /readyz answered the kubelet's probe", p.name_any());
+        let status = &p.status.as_ref().unwrap().container_statuses.as_ref().unwrap()[0];
+        assert_eq!(status.image_id, format!("docker.io/library/cloneset-operator@{digest}"), "the image from the local registry");
+        assert!(status.container_id.as_deref().is_some_and(|c| c.starts_with("containerd://")));
+    }
+
+    // One leads: the Lease names a manager pod.
+    let leases: Api<Lease> = Api::namespaced(client.clone(), &ns);
+    let holder = || async {
+        let lease = leases.get_opt(cloneset_operator::leader::LEASE_NAME).await.ok().flatten();
+        lease.and_then(|l| l.spec).and_then(|s| s.holder_identity).unwrap_or_default()
+    };
+    // The identity is `<pod name>_<random>`.
+    let leading = |among: Vec<Pod>| async move {
+        let h = holder().await;
+        among.into_iter().find(|p| h.starts_with(&format!("{}_", p.name_any())))
+    };
+    wait_until(T, "a manager pod to lead", || async { Ok(leading(first.clone()).await.is_some()) }).await.unwrap();
+    let leader = leading(first.clone()).await.unwrap();
+    let standby = first.iter().find(|p| p.name_any() != leader.name_any()).unwrap().clone();
+
+    // /metrics through the Service (kube-proxy takes the ClusterIP to a pod); /readyz on each pod.
+    let svc = Api::<Service>::namespaced(client.clone(), &ns).get(&format!("{fullname}-metrics")).await.unwrap();
+    let cluster_ip = svc.spec.unwrap().cluster_ip.unwrap();
+    // kube-proxy programs the Service once its EndpointSlice lists the ready pods: a moment after.
+    let through_service = format!("{cluster_ip}:8080").parse().unwrap();
+    wait_until(Duration::from_secs(30), "/metrics through the Service", || async {
+        Ok(testenv::http_get(through_service, "/metrics")
+            .await
+            .is_ok_and(|(code, body)| code == 200 && body.contains("kruise_manager_is_leader")))
+    })
+    .await
+    .unwrap();
+    for p in &first {
+        let ip = p.status.as_ref().unwrap().pod_ip.clone().unwrap();
+        assert_eq!(testenv::http_get(format!("{ip}:8000").parse().unwrap(), "/readyz").await.unwrap().0, 200, "{}", p.name_any());
+    }
+
+    // A CloneSet the in-cluster operator manages (its pods on the simulated nodes).
+    let work = TestNamespace::create("helm-real-work").await.unwrap();
+    let clonesets: Api<CloneSet> = work.api();
+    let work_pods: Api<Pod> = work.api();
+    let cs: CloneSet = serde_json::from_value(json!({
+        "apiVersion": "apps.kruise.io/v1alpha1", "kind": "CloneSet", "metadata": {"name": "work"},
+        "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "work"}},
+                 "template": {"metadata": {"labels": {"app": "work"}},
+                              "spec": {"terminationGracePeriodSeconds": 1, "containers": [{"name": "main", "image": "nginx:1.27"}]}}},
+    }))
+    .unwrap();
+    clonesets.create(&PostParams::default(), &cs).await.unwrap();
+    let ready_replicas = |n: i32| {
+        move |c: &CloneSet| {
+            c.status.as_ref().is_some_and(|s| s.observed_generation == c.metadata.generation.unwrap_or(0) && s.ready_replicas == n)
+        }
+    };
+    watch_until(&clonesets, "work", T, ready_replicas(3)).await.unwrap();
+
+    // `kubectl delete pod` of the leader: it releases the Lease on its way out, and another manager
+    // takes it within a few retry periods (2 s): the standby, or the Deployment's replacement pod
+    // if that polls first (client-go's election lets any candidate take a released Lease).
+    let deleted_at = std::time::Instant::now();
+    pods.delete(&leader.name_any(), &Default::default()).await.unwrap();
+    let handed_over = wait_until(T, "another manager to lead", || async {
+        Ok(leading(managers().await).await.is_some_and(|p| p.name_any() != leader.name_any()))
+    })
+    .await;
+    if let Err(e) = handed_over {
+        let logs = pods.logs(&standby.name_any(), &Default::default()).await.unwrap_or_else(|e| e.to_string());
+        let tail: Vec<&str> = logs.lines().rev().take(30).collect();
+        panic!(
+            "{e:#}; the Lease names {:?}; the standby's log ends:\n{}",
+            holder().await,
+            tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+        );
+    }
+    let took = deleted_at.elapsed();
+    println!("handover: {:?} led {took:?} after its predecessor's pod was deleted", holder().await);
+    assert!(took < Duration::from_secs(15), "the Lease was not released on shutdown: taken over only after {took:?}");
+    clonesets.patch("work", &PatchParams::default(), &Patch::Merge(json!({"spec": {"replicas": 5}}))).await.unwrap();
+    watch_until(&clonesets, "work", T, ready_replicas(5)).await.unwrap();
+    let identities = || async {
+        let list = work_pods.list(&ListParams::default()).await.unwrap().items;
+        list.iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .map(|p| (p.name_any(), p.metadata.uid.clone(), p.status.as_ref().and_then(|s| s.start_time.clone())))
+            .collect::<BTreeSet<_>>()
+    };
+    let before_upgrade = identities().await;
+    assert_eq!(before_upgrade.len(), 5);
+
+    // `helm upgrade` to another tag rolls the manager; no CloneSet pod is touched.
+    let kc = rel.kubeconfig.display().to_string();
+    let next = format!("manager.image.tag={next_tag}");
+    let chart = chart_dir();
+    helm_ok(&[
+        "upgrade",
+        &release,
+        chart.to_str().unwrap(),
+        "--namespace",
+        "default",
+        "--kubeconfig",
+        &kc,
+        "--reuse-values",
+        "--set",
+        &next,
+        "--wait",
+        "--timeout",
+        "3m",
+    ]);
+    let rolled = managers().await;
+    assert_eq!(rolled.len(), 2);
+    for p in &rolled {
+        assert!(
+            p.spec.as_ref().unwrap().containers[0].image.as_deref().is_some_and(|i| i.ends_with(&next_tag)),
+            "{} runs the new tag",
+            p.name_any()
+        );
+        assert!(!first.iter().any(|f| f.metadata.uid == p.metadata.uid), "{} is a new manager pod", p.name_any());
+    }
+    wait_until(T, "a new manager pod to lead", || async { Ok(leading(rolled.clone()).await.is_some()) }).await.unwrap();
+    clonesets.patch("work", &PatchParams::default(), &Patch::Merge(json!({"spec": {"replicas": 4}}))).await.unwrap();
+    watch_until(&clonesets, "work", T, ready_replicas(4)).await.unwrap();
+    let after_upgrade = identities().await;
+    assert!(
+        after_upgrade.is_subset(&before_upgrade),
+        "a CloneSet pod was replaced or restarted by the upgrade: {after_upgrade:?} vs {before_upgrade:?}"
+    );
+
+    // `helm uninstall` leaves the CloneSet and its pods.
+    rel.uninstall().await;
+    assert!(clonesets.get_opt("work").await.unwrap().is_some(), "the CloneSet stays");
+    assert_eq!(identities().await, after_upgrade, "its pods stay");
+    if had_policy {
+        restore_policy(&client).await;
+    }
+}

@@ -70,12 +70,22 @@ fn snmp(ns: &str, file: &'static str, table: &'static str, field: &'static str) 
 struct Namespaces {
     inside: String,
     outside: String,
+    /// Whether `ip netns` had to make /run/netns a mount point (then drop unmounts it again).
+    made_run_netns_mount: bool,
+}
+
+fn run_netns_is_a_mount() -> bool {
+    std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default().lines().any(|l| l.split(' ').nth(4) == Some("/run/netns"))
 }
 
 impl Namespaces {
     fn create() -> Self {
         let id = std::process::id();
-        let ns = Self { inside: format!("cso-guard-in-{id}"), outside: format!("cso-guard-out-{id}") };
+        let ns = Self {
+            inside: format!("cso-guard-in-{id}"),
+            outside: format!("cso-guard-out-{id}"),
+            made_run_netns_mount: !run_netns_is_a_mount(),
+        };
         let (veth_in, veth_out) = (format!("cgi{id}"), format!("cgo{id}"));
         ok(&["ip", "netns", "add", &ns.inside]);
         ok(&["ip", "netns", "add", &ns.outside]);
@@ -98,6 +108,10 @@ impl Drop for Namespaces {
         // Deleting a namespace deletes its end of the veth pair, and with it the other end.
         for ns in [&self.inside, &self.outside] {
             let _ = run(&["ip", "netns", "del", ns]);
+        }
+        let others_left = std::fs::read_dir("/run/netns").map(|mut d| d.next().is_some()).unwrap_or(false);
+        if self.made_run_netns_mount && !others_left {
+            let _ = run(&["umount", "/run/netns"]);
         }
     }
 }

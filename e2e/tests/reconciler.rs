@@ -632,7 +632,7 @@ async fn scale_strategy_max_unavailable_limits_each_scale_up() {
     let e = env("scalelimit").await;
     let mut cs = manifest("web", 0, "nginx:1.27", json!({"scaleStrategy": {"maxUnavailable": 1}}));
     let annotations = cs.spec.template.metadata.as_mut().unwrap().annotations.get_or_insert_with(Default::default);
-    annotations.insert(e2e::simkubelet::ANNOTATION_STARTUP_DELAY.into(), "1s".into());
+    annotations.insert(e2e::nodes::simulated::ANNOTATION_STARTUP_DELAY.into(), "1s".into());
     e.create(&cs).await;
     e.wait_status("web", "0 replicas", |cs| settled(cs, 0)).await;
     let (extremes, watch) = monitor(e.pods.clone(), "app=web".into());

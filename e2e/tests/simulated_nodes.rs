@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use e2e::simkubelet::{ANNOTATION_NEVER_READY, ANNOTATION_STARTUP_DELAY, NODE_LABEL};
+use e2e::nodes::simulated::{ANNOTATION_NEVER_READY, ANNOTATION_STARTUP_DELAY, NODE_LABEL};
 use e2e::testenv::{self, TEST_MAX_GRACE_PERIOD, TEST_RESTART_DELAY, TestNamespace, wait_deleted, wait_until, watch_until};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ContainerStatus, Node, Pod};

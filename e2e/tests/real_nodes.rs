@@ -1,0 +1,189 @@
+//! CloneSets on a real node: real containers (containerd and runc) on a kubelet of the pinned
+//! Kubernetes, their images pulled from the local registry. `make test` starts the test cluster
+//! with one real node when it runs as root; these tests fail, naming what is missing, when the
+//! cluster has none. The real node is tainted: the pods here tolerate and select it.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use e2e::nodes::real::{LABEL, TAINT};
+use e2e::workload::{Env, condition, env, manifest, rolled_out};
+use futures::TryStreamExt as _;
+use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
+use kube::runtime::watcher::{self, Event};
+use kube::{Api, ResourceExt as _};
+use serde_json::{Value, json};
+
+/// The template fields that put a CloneSet's pods on the real node.
+fn on_the_real_node(mut spec: Value) -> Value {
+    let placement = json!({"template": {"spec": {
+        "nodeSelector": {LABEL: "true"},
+        "tolerations": [{"key": TAINT, "operator": "Exists", "effect": "NoSchedule"}],
+    }}});
+    json_patch::merge(&mut spec, &placement);
+    spec
+}
+
+/// Container `main` serving `image` on port 80, ready once it answers. (A merge patch replaces
+/// the whole container list, so an image change repeats the rest.)
+fn served(image: &str) -> Value {
+    json!({"template": {"spec": {"containers": [{"name": "main", "image": image, "imagePullPolicy": "Always",
+        "readinessProbe": {"httpGet": {"path": "/", "port": 80}, "periodSeconds": 1}}]}}})
+}
+
+/// The cluster's real nodes and the registry digests of the images it serves; a clear failure
+/// when it has none.
+async fn real_cluster() -> (e2e::nodes::real::RealNodes, BTreeMap<String, String>) {
+    let state = e2e::testenv::cluster_state().await.unwrap();
+    let real = state.real.clone().unwrap_or_else(|| {
+        panic!(
+            "the test cluster has no real node: `make test` starts one when it runs as root (a bridge, iptables, containerd, \
+             runc and the kubelet need it); as another user these tests cannot run"
+        )
+    });
+    (real, e2e::image::published_digests(&state.images_dir()).unwrap())
+}
+
+/// The imageID a kubelet reports for an image pulled by tag: the repository at the digest the
+/// registry served.
+fn image_id(digests: &BTreeMap<String, String>, reference: &str) -> String {
+    let repository = reference.rsplit_once(':').map_or(reference, |(r, _)| r);
+    format!("{repository}@{}", digests[reference])
+}
+
+fn main_status(p: &Pod) -> ContainerStatus {
+    let statuses = p.status.as_ref().and_then(|s| s.container_statuses.clone()).unwrap_or_default();
+    statuses.into_iter().find(|c| c.name == "main").unwrap_or_else(|| panic!("{}: no status for container main", p.name_any()))
+}
+
+fn pod_ip(p: &Pod) -> String {
+    p.status.as_ref().and_then(|s| s.pod_ip.clone()).unwrap_or_default()
+}
+
+/// One observation of a pod from a watch: its Ready and InPlaceUpdateReady conditions and the
+/// container that runs.
+#[derive(Clone, Debug, PartialEq)]
+struct Seen {
+    ready: Option<String>,
+    in_place_ready: Option<String>,
+    container_id: Option<String>,
+}
+
+/// Everything a watch saw of each pod (by name), in order.
+type Histories = Arc<Mutex<BTreeMap<String, Vec<Seen>>>>;
+
+fn record_pods(pods: Api<Pod>, selector: &str) -> (Histories, tokio::task::JoinHandle<()>) {
+    let seen = Arc::new(Mutex::new(BTreeMap::<String, Vec<Seen>>::new()));
+    let out = seen.clone();
+    let selector = selector.to_string();
+    let handle = tokio::spawn(async move {
+        let stream = watcher::watcher(pods, watcher::Config::default().labels(&selector));
+        futures::pin_mut!(stream);
+        while let Ok(Some(ev)) = stream.try_next().await {
+            let (Event::Apply(p) | Event::InitApply(p)) = ev else { continue };
+            let container_id = p
+                .status
+                .as_ref()
+                .and_then(|s| s.container_statuses.as_ref())
+                .and_then(|cs| cs.iter().find(|c| c.name == "main"))
+                .and_then(|c| c.container_id.clone());
+            let now = Seen { ready: condition(&p, "Ready"), in_place_ready: condition(&p, "InPlaceUpdateReady"), container_id };
+            let mut all = out.lock().unwrap();
+            let history = all.entry(p.name_any()).or_default();
+            if history.last() != Some(&now) {
+                history.push(now);
+            }
+        }
+    });
+    (seen, handle)
+}
+
+/// What the real container serves (the stand-in images answer with their own name).
+async fn http_get(ip: &str) -> String {
+    let addr: std::net::SocketAddr = format!("{ip}:80").parse().unwrap();
+    e2e::testenv::http_get(addr, "/").await.map(|(_, body)| body).unwrap_or_else(|e| format!("<{e}>"))
+}
+
+#[tokio::test]
+async fn an_in_place_image_update_restarts_the_real_container_after_the_pod_turns_unready() {
+    let (_real, digests) = real_cluster().await;
+    let e: Env = env("real-inplace").await;
+    let mut spec = on_the_real_node(json!({"updateStrategy": {"type": "InPlaceIfPossible"}}));
+    json_patch::merge(&mut spec, &served("nginx:1.27"));
+    e.create(&manifest("web", 2, "nginx:1.27", spec)).await;
+    e.wait_status("web", "2 real pods ready", |cs| rolled_out(cs, 2)).await;
+
+    let before: BTreeMap<String, Pod> = e.active_pods("web").await.into_iter().map(|p| (p.name_any(), p)).collect();
+    for p in before.values() {
+        assert_eq!(
+            main_status(p).image_id,
+            image_id(&digests, "docker.io/library/nginx:1.27"),
+            "{}: imageID from the registry",
+            p.name_any()
+        );
+        assert_eq!(http_get(&pod_ip(p)).await.trim(), "nginx 1.27", "{} serves from a real container", p.name_any());
+    }
+    let (seen, watch) = record_pods(e.pods.clone(), "app=web");
+    e.patch("web", served("nginx:1.28")).await;
+    e.wait_status("web", "updated in place", |cs| rolled_out(cs, 2)).await;
+    watch.abort();
+
+    let after = e.active_pods("web").await;
+    assert_eq!(after.len(), 2);
+    let seen = seen.lock().unwrap().clone();
+    for p in &after {
+        let name = p.name_any();
+        let old = before.get(&name).unwrap_or_else(|| panic!("{name} is a new pod: not updated in place"));
+        assert_eq!(p.metadata.uid, old.metadata.uid, "{name}: same pod");
+        assert_eq!(pod_ip(p), pod_ip(old), "{name}: same IP");
+        let (was, is) = (main_status(old), main_status(p));
+        assert_ne!(is.container_id, was.container_id, "{name}: a new container");
+        assert_eq!(is.restart_count, was.restart_count + 1, "{name}: restarted once");
+        assert_eq!(is.image_id, image_id(&digests, "docker.io/library/nginx:1.28"), "{name}: imageID is the new digest from the registry");
+        assert_eq!(http_get(&pod_ip(p)).await.trim(), "nginx 1.28", "{name} serves the new image");
+        // From the watch: the pod was unready, with its readiness gate False, while the old
+        // container still ran, and only then did a new container appear.
+        let history = &seen[&name];
+        let first_new = history.iter().position(|s| s.container_id != was.container_id).expect("the new container was seen");
+        assert!(
+            history[..first_new].iter().any(|s| s.ready.as_deref() == Some("False") && s.in_place_ready.as_deref() == Some("False")),
+            "{name}: not seen unready (InPlaceUpdateReady False) before its container was replaced: {history:#?}"
+        );
+        assert_eq!(history.last().map(|s| (s.ready.as_deref(), s.in_place_ready.as_deref())), Some((Some("True"), Some("True"))));
+    }
+}
+
+/// A pod on the real node reaches the apiserver through the `kubernetes` Service (in-cluster
+/// configuration) and nothing beyond the run's bridge: it has no default route, so a connection
+/// to an outside address fails inside the pod, before any packet. Its log comes back through
+/// the apiserver from the real kubelet (`kubectl logs`).
+#[tokio::test]
+async fn a_real_pod_reaches_the_apiserver_through_its_service_and_has_no_route_out() {
+    let (real, _) = real_cluster().await;
+    let ns = e2e::testenv::TestNamespace::create("real-net").await.unwrap();
+    let pods: Api<Pod> = ns.api();
+    // 198.51.100.1 is a documentation address (RFC 5737): nothing would answer it anyway.
+    let script = "ip route; \
+        nc -w 3 $KUBERNETES_SERVICE_HOST $KUBERNETES_SERVICE_PORT </dev/null && echo apiserver: connected; \
+        nc -w 3 198.51.100.1 80 </dev/null 2>&1 | sed 's/^/outside: /'; echo done; sleep 3600";
+    let mut spec = on_the_real_node(json!({}))["template"]["spec"].clone();
+    let containers = json!({"terminationGracePeriodSeconds": 1, "containers": [{"name": "main", "image": "nginx:1.27", "command": ["/bin/sh", "-c", script]}]});
+    json_patch::merge(&mut spec, &containers);
+    let pod: Pod = serde_json::from_value(json!({"metadata": {"name": "probe"}, "spec": spec})).unwrap();
+    pods.create(&Default::default(), &pod).await.unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let log = loop {
+        let log = pods.logs("probe", &Default::default()).await.unwrap_or_default();
+        if log.contains("done") {
+            break log;
+        }
+        assert!(std::time::Instant::now() < deadline, "the probe did not finish within 60 s: {log}");
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    };
+    let b = real.network;
+    assert!(log.contains("apiserver: connected"), "{log}");
+    assert!(log.contains("outside: nc: can't connect to remote host (198.51.100.1): Network is unreachable"), "{log}");
+    let routes: Vec<&str> = log.lines().take_while(|l| l.contains(" dev ")).collect();
+    assert!(!routes.iter().any(|r| r.starts_with("default")), "a default route out of the pod: {routes:?}");
+    assert!(routes.iter().any(|r| r.starts_with(&format!("{} via {}", b.service_cidr(), b.bridge_ip()))), "{routes:?}");
+}
