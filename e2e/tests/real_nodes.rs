@@ -7,7 +7,8 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use e2e::nodes::real::{LABEL, TAINT};
-use e2e::workload::{Env, condition, env, manifest, rolled_out};
+use e2e::testenv::watch_until;
+use e2e::workload::{Env, T, condition, env, manifest, rolled_out};
 use futures::TryStreamExt as _;
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
 use kube::runtime::watcher::{self, Event};
@@ -186,4 +187,165 @@ async fn a_real_pod_reaches_the_apiserver_through_its_service_and_has_no_route_o
     let routes: Vec<&str> = log.lines().take_while(|l| l.contains(" dev ")).collect();
     assert!(!routes.iter().any(|r| r.starts_with("default")), "a default route out of the pod: {routes:?}");
     assert!(routes.iter().any(|r| r.starts_with(&format!("{} via {}", b.service_cidr(), b.bridge_ip()))), "{routes:?}");
+}
+
+/// What a watcher can tell about a pod, normalised so that a simulated and a real node can be
+/// compared: phase, the conditions a CloneSet reads, and container `main`'s state.
+#[derive(Clone, Debug, PartialEq)]
+struct Shape {
+    phase: String,
+    conditions: Vec<String>,
+    state: String,
+    last_state: String,
+    ready: bool,
+    started: Option<bool>,
+    restarts: i32,
+    /// Which container runs: the first one seen (0) or a later one (1, 2, ...).
+    container: usize,
+    image: String,
+}
+
+fn shape(p: &Pod, containers: &mut Vec<String>) -> Shape {
+    let status = p.status.clone().unwrap_or_default();
+    let mut conditions: Vec<String> = status
+        .conditions
+        .iter()
+        .flatten()
+        .filter(|c| {
+            ["Ready", "ContainersReady", "InPlaceUpdateReady", "PodReadyToStartContainers", "Initialized", "PodScheduled"]
+                .contains(&c.type_.as_str())
+        })
+        .map(|c| format!("{}={}", c.type_, c.status))
+        .collect();
+    conditions.sort();
+    let c = status.container_statuses.iter().flatten().find(|c| c.name == "main").cloned().unwrap_or_default();
+    let kind = |s: Option<&k8s_openapi::api::core::v1::ContainerState>| match s {
+        Some(s) if s.running.is_some() => "running".to_string(),
+        Some(s) if s.waiting.is_some() => format!("waiting:{}", s.waiting.as_ref().unwrap().reason.clone().unwrap_or_default()),
+        Some(s) if s.terminated.is_some() => {
+            let t = s.terminated.as_ref().unwrap();
+            format!("terminated:{}:{}", t.reason.clone().unwrap_or_default(), t.exit_code)
+        }
+        _ => "none".to_string(),
+    };
+    let id = c.container_id.clone().unwrap_or_default();
+    let container = match containers.iter().position(|x| *x == id) {
+        Some(i) => i,
+        None if id.is_empty() => usize::MAX,
+        None => {
+            containers.push(id);
+            containers.len() - 1
+        }
+    };
+    Shape {
+        phase: status.phase.unwrap_or_default(),
+        conditions,
+        state: kind(c.state.as_ref()),
+        last_state: kind(c.last_state.as_ref()),
+        ready: c.ready,
+        started: c.started,
+        restarts: c.restart_count,
+        container,
+        image: c.image.rsplit(':').next().unwrap_or_default().to_string(),
+    }
+}
+
+/// Runs one in-place image update of a single pod and returns the shapes a watch saw, from the
+/// settled pod before the update to the settled pod after it (consecutive repeats dropped), and
+/// the field names of the final status of container `main`.
+async fn in_place_update_as_seen(e: &Env, on_real_node: bool) -> (Vec<Shape>, Vec<String>) {
+    let mut spec = json!({"updateStrategy": {"type": "InPlaceIfPossible"}});
+    if on_real_node {
+        spec = on_the_real_node(spec);
+    }
+    e.create(&manifest("cmp", 1, "nginx:1.27", spec)).await;
+    e.wait_status("cmp", "settled", |cs| rolled_out(cs, 1)).await;
+    let name = e.active_pods("cmp").await.remove(0).name_any();
+    let (pods, recorder) = e2e::testenv::record(&e.pods, &name, Pod::clone).await.unwrap();
+    e.patch("cmp", json!({"template": {"spec": {"containers": [{"name": "main", "image": "nginx:1.28"}]}}})).await;
+    e.wait_status("cmp", "updated in place", |cs| rolled_out(cs, 1)).await;
+    // The kubelet's last status write may land after the CloneSet's: wait for the pod to settle.
+    watch_until(&e.pods, &name, T, |p| {
+        condition(p, "Ready").as_deref() == Some("True") && main_status(p).image.ends_with("1.28") && main_status(p).ready
+    })
+    .await
+    .unwrap();
+    recorder.abort();
+    let pods = pods.lock().unwrap().clone();
+    let mut containers = Vec::new();
+    let mut shapes: Vec<Shape> = Vec::new();
+    for p in &pods {
+        let s = shape(p, &mut containers);
+        if shapes.last() != Some(&s) {
+            shapes.push(s);
+        }
+    }
+    let last = serde_json::to_value(main_status(pods.last().unwrap())).unwrap();
+    let fields = last.as_object().unwrap().keys().cloned().collect();
+    (shapes, fields)
+}
+
+/// Drops what only a race inside the real kubelet produces: after the operator writes Ready=False
+/// (with InPlaceUpdateReady=False), the kubelet's status manager may write back the Ready=True it
+/// computed earlier before it recomputes Ready=False; seen as one shape with Ready=True between
+/// two that are otherwise equal. (Seen once in four runs; the simulated kubelet recomputes on
+/// every change and never shows it; see the README.)
+fn without_stale_ready(shapes: Vec<Shape>) -> Vec<Shape> {
+    let mut out: Vec<Shape> = Vec::new();
+    for (i, s) in shapes.iter().enumerate() {
+        let stale = i > 0 && i + 1 < shapes.len() && shapes[i - 1] == shapes[i + 1] && {
+            let mut back = s.clone();
+            back.conditions = shapes[i - 1].conditions.clone();
+            back == shapes[i - 1] && s.conditions.contains(&"Ready=True".to_string())
+        };
+        if !stale && out.last() != Some(s) {
+            out.push(s.clone());
+        }
+    }
+    out
+}
+
+/// The simulated kubelet checked against the real one: the same in-place update, once on a
+/// simulated node and once on the real node, seen by a watch the same way: the same sequence of
+/// pod conditions and container states, and the same fields in the container's status.
+#[tokio::test]
+async fn the_simulated_kubelet_shows_an_in_place_update_as_the_real_one_does() {
+    let _ = real_cluster().await;
+    let (sim, real) = tokio::join!(
+        async {
+            let e = env("cmp-sim").await;
+            in_place_update_as_seen(&e, false).await
+        },
+        async {
+            let e = env("cmp-real").await;
+            in_place_update_as_seen(&e, true).await
+        }
+    );
+    let (sim, real) = ((without_stale_ready(sim.0), sim.1), (without_stale_ready(real.0), real.1));
+    let show = |shapes: &[Shape]| shapes.iter().map(|s| format!("  {s:?}")).collect::<Vec<_>>().join("\n");
+    assert_eq!(sim.0, real.0, "the watch saw different sequences:\nsimulated:\n{}\nreal:\n{}", show(&sim.0), show(&real.0));
+    assert_eq!(sim.1, real.1, "container status fields differ");
+}
+
+#[test]
+fn a_stale_ready_between_two_equal_shapes_is_dropped_and_nothing_else() {
+    let base = Shape {
+        phase: "Running".into(),
+        conditions: vec!["InPlaceUpdateReady=False".into(), "Ready=False".into()],
+        state: "running".into(),
+        last_state: "none".into(),
+        ready: true,
+        started: Some(true),
+        restarts: 0,
+        container: 0,
+        image: "1.27".into(),
+    };
+    let flipped = Shape { conditions: vec!["InPlaceUpdateReady=False".into(), "Ready=True".into()], ..base.clone() };
+    let restarted = Shape { container: 1, restarts: 1, ..base.clone() };
+    assert_eq!(
+        without_stale_ready(vec![base.clone(), flipped.clone(), base.clone(), restarted.clone()]),
+        [base.clone(), restarted.clone()]
+    );
+    // A Ready=True that is not followed by the same shape again is real, and kept.
+    assert_eq!(without_stale_ready(vec![base.clone(), flipped.clone(), restarted.clone()]).len(), 3);
 }

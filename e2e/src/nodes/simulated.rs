@@ -16,8 +16,8 @@ use std::time::Duration;
 use futures::StreamExt as _;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{
-    ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting, ContainerStatus, Node, Pod, PodCondition,
-    PodIP, PodStatus, ResourceRequirements,
+    Container, ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting, ContainerStatus, Node, Pod,
+    PodCondition, PodIP, PodStatus, ResourceRequirements, VolumeMountStatus,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, Time};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
@@ -175,6 +175,7 @@ pub fn desired_status(pod: &Pod, cfg: &SimConfig, node: &NodeSlot<'_>, pending: 
                 recheck_at(duration_between(now, until));
             }
         }
+        status.volume_mounts = volume_mount_statuses(c);
         statuses.push(status);
     }
     let init_statuses: Vec<ContainerStatus> = spec
@@ -323,6 +324,27 @@ fn resize_restarts(c: &k8s_openapi::api::core::v1::Container, from: &ResourceReq
         .iter()
         .flatten()
         .any(|p| p.restart_policy == "RestartContainer" && value(from, &p.resource_name) != value(to, &p.resource_name))
+}
+
+/// The kubelet reports a container's volume mounts in its status (RecursiveReadOnlyMounts, on by
+/// default since 1.33): name, path, `readOnly` when set, and for a read-only mount whether it is
+/// recursively read-only; containerd 1.6 cannot make it so, hence `Disabled`.
+fn volume_mount_statuses(c: &Container) -> Option<Vec<VolumeMountStatus>> {
+    let mounts = c.volume_mounts.as_ref().filter(|m| !m.is_empty())?;
+    Some(
+        mounts
+            .iter()
+            .map(|m| {
+                let read_only = m.read_only == Some(true);
+                VolumeMountStatus {
+                    name: m.name.clone(),
+                    mount_path: m.mount_path.clone(),
+                    read_only: read_only.then_some(true),
+                    recursive_read_only: read_only.then(|| "Disabled".into()),
+                }
+            })
+            .collect(),
+    )
 }
 
 fn waiting(name: &str, image: &str, restart_count: i32, reason: &str, message: &str) -> ContainerStatus {
@@ -789,6 +811,27 @@ mod tests {
     }
 
     const NODE: NodeSlot<'static> = NodeSlot { host_ip: "127.1.0.10", fresh_pod_ip: "127.128.0.2" };
+
+    /// Found by comparing with a real kubelet (e2e/tests/real_nodes.rs): it lists the volume
+    /// mounts in each container's status.
+    #[test]
+    fn container_statuses_list_the_volume_mounts_as_the_kubelet_does() {
+        let mut p = base_pod();
+        p.spec.as_mut().unwrap().containers[0].volume_mounts = serde_json::from_value(json!([
+            {"name": "kube-api-access-x", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount", "readOnly": true},
+            {"name": "data", "mountPath": "/data"},
+        ]))
+        .unwrap();
+        let plan = desired_status(&p, &SimConfig::default(), &NODE, &mut PendingRestarts::new(), Timestamp::now());
+        let status = serde_json::to_value(&plan.status.unwrap().container_statuses.unwrap()[0]).unwrap();
+        assert_eq!(
+            status["volumeMounts"],
+            json!([
+                {"name": "kube-api-access-x", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount", "readOnly": true, "recursiveReadOnly": "Disabled"},
+                {"name": "data", "mountPath": "/data"},
+            ])
+        );
+    }
 
     #[test]
     fn ready_follows_containers_and_readiness_gates() {
