@@ -349,3 +349,95 @@ fn a_stale_ready_between_two_equal_shapes_is_dropped_and_nothing_else() {
     // A Ready=True that is not followed by the same shape again is real, and kept.
     assert_eq!(without_stale_ready(vec![base.clone(), flipped.clone(), restarted.clone()]).len(), 3);
 }
+
+/// With a grace period, the real container keeps running (and serving) through the grace
+/// period after the pod turned unready, and is replaced only after it.
+#[tokio::test]
+async fn a_grace_period_keeps_the_real_container_running_until_it_ends() {
+    let _ = real_cluster().await;
+    let e = env("real-grace").await;
+    let mut spec =
+        on_the_real_node(json!({"updateStrategy": {"type": "InPlaceIfPossible", "inPlaceUpdateStrategy": {"gracePeriodSeconds": 3}}}));
+    json_patch::merge(&mut spec, &served("nginx:1.27"));
+    e.create(&manifest("web", 1, "nginx:1.27", spec)).await;
+    e.wait_status("web", "ready", |cs| rolled_out(cs, 1)).await;
+    let pod = e.active_pods("web").await.remove(0);
+    let (name, ip, first) = (pod.name_any(), pod_ip(&pod), main_status(&pod).container_id);
+    e.patch("web", served("nginx:1.28")).await;
+    let unready = watch_until(&e.pods, &name, T, |p| condition(p, "InPlaceUpdateReady").as_deref() == Some("False")).await.unwrap();
+    let unready_at = std::time::Instant::now();
+    assert_eq!(main_status(&unready).container_id, first);
+    // Half-way through the grace period the old container still runs and serves.
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    assert_eq!(http_get(&ip).await.trim(), "nginx 1.27", "the old container serves during the grace period");
+    let replaced = watch_until(&e.pods, &name, T, |p| main_status(p).container_id != first).await.unwrap();
+    let waited = unready_at.elapsed();
+    assert!(waited >= std::time::Duration::from_millis(2500), "replaced {waited:?} after turning unready, grace 3 s");
+    assert_eq!(main_status(&replaced).restart_count, 1);
+    e.wait_status("web", "rolled out", |cs| rolled_out(cs, 1)).await;
+    assert_eq!(http_get(&ip).await.trim(), "nginx 1.28");
+}
+
+/// A recreate update replaces the real pods: new names and containers, the old ones stopped
+/// (their containers exit on SIGTERM within the grace period).
+#[tokio::test]
+async fn a_recreate_update_replaces_the_real_pods() {
+    let _ = real_cluster().await;
+    let e = env("real-recreate").await;
+    let mut spec = on_the_real_node(json!({"updateStrategy": {"type": "ReCreate"}}));
+    json_patch::merge(&mut spec, &served("nginx:1.27"));
+    e.create(&manifest("web", 2, "nginx:1.27", spec)).await;
+    e.wait_status("web", "ready", |cs| rolled_out(cs, 2)).await;
+    let before: BTreeMap<String, String> = e.active_pods("web").await.iter().map(|p| (p.name_any(), pod_ip(p))).collect();
+    e.patch("web", served("nginx:1.28")).await;
+    e.wait_status("web", "recreated", |cs| rolled_out(cs, 2)).await;
+    let after = e.active_pods("web").await;
+    assert_eq!(after.len(), 2);
+    for p in &after {
+        assert!(!before.contains_key(&p.name_any()), "{} was not recreated", p.name_any());
+        assert_eq!(main_status(p).restart_count, 0);
+        assert_eq!(http_get(&pod_ip(p)).await.trim(), "nginx 1.28");
+    }
+    for name in before.keys() {
+        e2e::testenv::wait_deleted(&e.pods, name, T).await.unwrap();
+    }
+}
+
+/// A rollout to an image whose containers never become ready (they exit) stops at
+/// maxUnavailable: the watch never sees more pods unready than that, the CloneSet reports no
+/// progress past it, and the exiting containers are restarted by the kubelet, not recreated by
+/// the operator.
+#[tokio::test]
+async fn a_failing_new_version_keeps_the_rollout_within_max_unavailable() {
+    let _ = real_cluster().await;
+    let e = env("real-unavailable").await;
+    let mut spec =
+        on_the_real_node(json!({"updateStrategy": {"type": "ReCreate", "maxUnavailable": 1, "maxSurge": 0}, "minReadySeconds": 0}));
+    json_patch::merge(&mut spec, &served("nginx:1.27"));
+    e.create(&manifest("web", 3, "nginx:1.27", spec)).await;
+    e.wait_status("web", "ready", |cs| rolled_out(cs, 3)).await;
+    let (extremes, monitor) = e2e::workload::monitor(e.pods.clone(), "app=web".into());
+    e.patch("web", served("cloneset-e2e-exits:1")).await;
+    // The new pod's container exits, again and again: the rollout cannot go on.
+    let deadline = std::time::Instant::now() + T;
+    let crashing = loop {
+        let pods = e.active_pods("web").await;
+        if let Some(p) = pods.iter().find(|p| main_status(p).image.contains("cloneset-e2e-exits") && main_status(p).restart_count >= 2) {
+            break p.clone();
+        }
+        assert!(std::time::Instant::now() < deadline, "no new pod restarted twice within {T:?}: {pods:#?}");
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    };
+    let cs = e.clonesets.get("web").await.unwrap();
+    let s = cs.status.clone().unwrap();
+    assert_eq!((s.replicas, s.ready_replicas, s.updated_replicas, s.updated_ready_replicas), (3, 2, 1, 0), "{s:?}");
+    let pods = e.active_pods("web").await;
+    assert_eq!(pods.len(), 3);
+    assert!(pods.iter().any(|p| p.metadata.uid == crashing.metadata.uid), "the crashing pod was not recreated");
+    let last = main_status(&crashing).last_state.and_then(|l| l.terminated).expect("the exit is in lastState");
+    assert_eq!((last.exit_code, last.reason.as_deref()), (1, Some("Error")));
+    monitor.abort();
+    let seen = extremes.lock().unwrap();
+    assert!(seen.max_unready <= 1, "more than maxUnavailable unready at once: {seen:?}");
+    assert!(seen.max_active <= 3, "maxSurge 0 exceeded: {seen:?}");
+}
