@@ -32,17 +32,35 @@ fn served(image: &str) -> Value {
         "readinessProbe": {"httpGet": {"path": "/", "port": 80}, "periodSeconds": 1}}]}}})
 }
 
-/// The cluster's real nodes and the registry digests of the images it serves; a clear failure
-/// when it has none.
-async fn real_cluster() -> (e2e::nodes::real::RealNodes, BTreeMap<String, String>) {
+/// Tests share the real node; one that stops its kubelet has it to itself.
+static REAL_NODE: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
+
+/// The cluster's real nodes and the registry digests of the images it serves, for one test.
+struct RealCluster {
+    real: e2e::nodes::real::RealNodes,
+    digests: BTreeMap<String, String>,
+    dir: std::path::PathBuf,
+    _shared: Option<tokio::sync::RwLockReadGuard<'static, ()>>,
+}
+
+/// The test cluster's real node, shared with the other tests; a clear failure when it has none.
+async fn real_cluster() -> RealCluster {
+    let shared = REAL_NODE.read().await;
     let state = e2e::testenv::cluster_state().await.unwrap();
-    let real = state.real.clone().unwrap_or_else(|| {
-        panic!(
-            "the test cluster has no real node: `make test` starts one when it runs as root (a bridge, iptables, containerd, \
-             runc and the kubelet need it); as another user these tests cannot run"
-        )
-    });
-    (real, e2e::image::published_digests(&state.images_dir()).unwrap())
+    RealCluster { _shared: Some(shared), ..RealCluster::without_lock(state) }
+}
+
+impl RealCluster {
+    fn without_lock(state: e2e::cluster::ClusterState) -> Self {
+        let real = state.real.clone().unwrap_or_else(|| {
+            panic!(
+                "the test cluster has no real node: `make test` starts one when it runs as root (a bridge, iptables, containerd, \
+                 runc and the kubelet need it); as another user these tests cannot run"
+            )
+        });
+        let digests = e2e::image::published_digests(&state.images_dir()).unwrap();
+        Self { real, digests, dir: state.dir().to_path_buf(), _shared: None }
+    }
 }
 
 /// The imageID a kubelet reports for an image pulled by tag: the repository at the digest the
@@ -107,7 +125,8 @@ async fn http_get(ip: &str) -> String {
 
 #[tokio::test]
 async fn an_in_place_image_update_restarts_the_real_container_after_the_pod_turns_unready() {
-    let (_real, digests) = real_cluster().await;
+    let cluster = real_cluster().await;
+    let digests = &cluster.digests;
     let e: Env = env("real-inplace").await;
     let mut spec = on_the_real_node(json!({"updateStrategy": {"type": "InPlaceIfPossible"}}));
     json_patch::merge(&mut spec, &served("nginx:1.27"));
@@ -118,7 +137,7 @@ async fn an_in_place_image_update_restarts_the_real_container_after_the_pod_turn
     for p in before.values() {
         assert_eq!(
             main_status(p).image_id,
-            image_id(&digests, "docker.io/library/nginx:1.27"),
+            image_id(digests, "docker.io/library/nginx:1.27"),
             "{}: imageID from the registry",
             p.name_any()
         );
@@ -140,7 +159,7 @@ async fn an_in_place_image_update_restarts_the_real_container_after_the_pod_turn
         let (was, is) = (main_status(old), main_status(p));
         assert_ne!(is.container_id, was.container_id, "{name}: a new container");
         assert_eq!(is.restart_count, was.restart_count + 1, "{name}: restarted once");
-        assert_eq!(is.image_id, image_id(&digests, "docker.io/library/nginx:1.28"), "{name}: imageID is the new digest from the registry");
+        assert_eq!(is.image_id, image_id(digests, "docker.io/library/nginx:1.28"), "{name}: imageID is the new digest from the registry");
         assert_eq!(http_get(&pod_ip(p)).await.trim(), "nginx 1.28", "{name} serves the new image");
         // From the watch: the pod was unready, with its readiness gate False, while the old
         // container still ran, and only then did a new container appear.
@@ -160,7 +179,8 @@ async fn an_in_place_image_update_restarts_the_real_container_after_the_pod_turn
 /// the apiserver from the real kubelet (`kubectl logs`).
 #[tokio::test]
 async fn a_real_pod_reaches_the_apiserver_through_its_service_and_has_no_route_out() {
-    let (real, _) = real_cluster().await;
+    let cluster = real_cluster().await;
+    let real = &cluster.real;
     let ns = e2e::testenv::TestNamespace::create("real-net").await.unwrap();
     let pods: Api<Pod> = ns.api();
     // 198.51.100.1 is a documentation address (RFC 5737): nothing would answer it anyway.
@@ -310,7 +330,7 @@ fn without_stale_ready(shapes: Vec<Shape>) -> Vec<Shape> {
 /// pod conditions and container states, and the same fields in the container's status.
 #[tokio::test]
 async fn the_simulated_kubelet_shows_an_in_place_update_as_the_real_one_does() {
-    let _ = real_cluster().await;
+    let _cluster = real_cluster().await;
     let (sim, real) = tokio::join!(
         async {
             let e = env("cmp-sim").await;
@@ -354,7 +374,7 @@ fn a_stale_ready_between_two_equal_shapes_is_dropped_and_nothing_else() {
 /// period after the pod turned unready, and is replaced only after it.
 #[tokio::test]
 async fn a_grace_period_keeps_the_real_container_running_until_it_ends() {
-    let _ = real_cluster().await;
+    let _cluster = real_cluster().await;
     let e = env("real-grace").await;
     let mut spec =
         on_the_real_node(json!({"updateStrategy": {"type": "InPlaceIfPossible", "inPlaceUpdateStrategy": {"gracePeriodSeconds": 3}}}));
@@ -382,7 +402,7 @@ async fn a_grace_period_keeps_the_real_container_running_until_it_ends() {
 /// (their containers exit on SIGTERM within the grace period).
 #[tokio::test]
 async fn a_recreate_update_replaces_the_real_pods() {
-    let _ = real_cluster().await;
+    let _cluster = real_cluster().await;
     let e = env("real-recreate").await;
     let mut spec = on_the_real_node(json!({"updateStrategy": {"type": "ReCreate"}}));
     json_patch::merge(&mut spec, &served("nginx:1.27"));
@@ -409,7 +429,7 @@ async fn a_recreate_update_replaces_the_real_pods() {
 /// the operator.
 #[tokio::test]
 async fn a_failing_new_version_keeps_the_rollout_within_max_unavailable() {
-    let _ = real_cluster().await;
+    let _cluster = real_cluster().await;
     let e = env("real-unavailable").await;
     let mut spec =
         on_the_real_node(json!({"updateStrategy": {"type": "ReCreate", "maxUnavailable": 1, "maxSurge": 0}, "minReadySeconds": 0}));
@@ -440,4 +460,37 @@ async fn a_failing_new_version_keeps_the_rollout_within_max_unavailable() {
     let seen = extremes.lock().unwrap();
     assert!(seen.max_unready <= 1, "more than maxUnavailable unready at once: {seen:?}");
     assert!(seen.max_active <= 3, "maxSurge 0 exceeded: {seen:?}");
+}
+
+/// The kubelet restarted (stopped, then started again with its command line): no pod is
+/// recreated and no container restarted; the CloneSet stays rolled out, its pods come back
+/// Ready, and the operator writes nothing to them in between.
+#[tokio::test]
+async fn a_kubelet_restart_recreates_no_pod_and_restarts_no_container() {
+    let _alone = REAL_NODE.write().await;
+    let state = e2e::testenv::cluster_state().await.unwrap();
+    let cluster = RealCluster::without_lock(state);
+    let kubelet = format!("kubelet-{}", cluster.real.nodes[0].name);
+    let e = env("real-kubelet-restart").await;
+    let mut spec = on_the_real_node(json!({}));
+    json_patch::merge(&mut spec, &served("nginx:1.27"));
+    e.create(&manifest("web", 2, "nginx:1.27", spec)).await;
+    e.wait_status("web", "ready", |cs| rolled_out(cs, 2)).await;
+    let identity = |pods: &[Pod]| -> BTreeMap<String, (Option<String>, Option<String>, i32)> {
+        pods.iter().map(|p| (p.name_any(), (p.metadata.uid.clone(), main_status(p).container_id, main_status(p).restart_count))).collect()
+    };
+    let before = identity(&e.active_pods("web").await);
+
+    e2e::cluster::stop_component(&cluster.dir, &kubelet).unwrap();
+    // While it is down the containers keep running: the pods still serve.
+    for p in e.active_pods("web").await {
+        assert_eq!(http_get(&pod_ip(&p)).await.trim(), "nginx 1.27", "{} serves while the kubelet is down", p.name_any());
+    }
+    e2e::cluster::start_component(&cluster.dir, &kubelet).unwrap();
+    let node = &cluster.real.nodes[0].name;
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(e.ns.client.clone());
+    watch_until(&nodes, node, T, e2e::node_is_ready).await.unwrap();
+    // The restarted kubelet re-probes: wait until both pods are Ready again.
+    e.wait_status("web", "ready again", |cs| rolled_out(cs, 2)).await;
+    assert_eq!(identity(&e.active_pods("web").await), before, "a pod was recreated or a container restarted");
 }
