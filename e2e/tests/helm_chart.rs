@@ -991,9 +991,9 @@ fn ready(p: &Pod) -> bool {
 /// The user's path on a real node: `helm install` of the chart with the operator's own image
 /// (built here, pulled from the local registry) runs two manager pods for real; one leads;
 /// `/metrics` answers through the chart's Service and `/readyz` on each pod; deleting the
-/// leader's pod hands over to another manager, which reconciles; `helm upgrade` to another tag
-/// rolls the manager without restarting a CloneSet pod; `helm uninstall` leaves the CloneSet
-/// and its pods running.
+/// leader's pod mid-rollout hands over to another manager and the rollout finishes within
+/// maxUnavailable; `helm upgrade` to another tag rolls the manager without restarting a
+/// CloneSet pod; `helm uninstall` leaves the CloneSet and its pods running.
 #[tokio::test]
 async fn the_chart_runs_the_operators_own_image_on_a_real_node() {
     let _one_at_a_time = CLUSTER.lock().await;
@@ -1084,7 +1084,8 @@ async fn the_chart_runs_the_operators_own_image_on_a_real_node() {
     let work_pods: Api<Pod> = work.api();
     let cs: CloneSet = serde_json::from_value(json!({
         "apiVersion": "apps.kruise.io/v1alpha1", "kind": "CloneSet", "metadata": {"name": "work"},
-        "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "work"}},
+        "spec": {"replicas": 5, "selector": {"matchLabels": {"app": "work"}},
+                 "updateStrategy": {"type": "InPlaceIfPossible", "maxUnavailable": 1},
                  "template": {"metadata": {"labels": {"app": "work"}},
                               "spec": {"terminationGracePeriodSeconds": 1, "containers": [{"name": "main", "image": "nginx:1.27"}]}}},
     }))
@@ -1095,11 +1096,16 @@ async fn the_chart_runs_the_operators_own_image_on_a_real_node() {
             c.status.as_ref().is_some_and(|s| s.observed_generation == c.metadata.generation.unwrap_or(0) && s.ready_replicas == n)
         }
     };
-    watch_until(&clonesets, "work", T, ready_replicas(3)).await.unwrap();
+    watch_until(&clonesets, "work", T, ready_replicas(5)).await.unwrap();
 
-    // `kubectl delete pod` of the leader: it releases the Lease on its way out, and another manager
-    // takes it within a few retry periods (2 s): the standby, or the Deployment's replacement pod
-    // if that polls first (client-go's election lets any candidate take a released Lease).
+    // A rollout starts, and mid-way `kubectl delete pod` of the leader: it releases the Lease on
+    // its way out, and another manager takes it within a few retry periods (2 s): the standby, or
+    // the Deployment's replacement pod if that polls first (client-go's election lets any
+    // candidate take a released Lease). The rollout finishes within its budget.
+    let (extremes, monitor) = e2e::workload::monitor(work_pods.clone(), "app=work".into());
+    let new_image = json!({"spec": {"template": {"spec": {"containers": [{"name": "main", "image": "nginx:1.28"}]}}}});
+    clonesets.patch("work", &PatchParams::default(), &Patch::Merge(new_image)).await.unwrap();
+    watch_until(&clonesets, "work", T, |c| c.status.as_ref().is_some_and(|s| s.updated_replicas >= 1)).await.unwrap();
     let deleted_at = std::time::Instant::now();
     pods.delete(&leader.name_any(), &Default::default()).await.unwrap();
     let handed_over = wait_until(T, "another manager to lead", || async {
@@ -1118,8 +1124,15 @@ async fn the_chart_runs_the_operators_own_image_on_a_real_node() {
     let took = deleted_at.elapsed();
     println!("handover: {:?} led {took:?} after its predecessor's pod was deleted", holder().await);
     assert!(took < Duration::from_secs(15), "the Lease was not released on shutdown: taken over only after {took:?}");
-    clonesets.patch("work", &PatchParams::default(), &Patch::Merge(json!({"spec": {"replicas": 5}}))).await.unwrap();
-    watch_until(&clonesets, "work", T, ready_replicas(5)).await.unwrap();
+    watch_until(&clonesets, "work", T, |c| {
+        let s = c.status.clone().unwrap_or_default();
+        s.observed_generation == c.metadata.generation.unwrap_or(0) && s.updated_replicas == 5 && s.updated_ready_replicas == 5
+    })
+    .await
+    .unwrap();
+    monitor.abort();
+    let seen = extremes.lock().unwrap().max_unready;
+    assert!(seen <= 1, "the rollout exceeded maxUnavailable 1 across the handover: {seen} unready at once");
     let identities = || async {
         let list = work_pods.list(&ListParams::default()).await.unwrap().items;
         list.iter()
