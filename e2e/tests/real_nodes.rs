@@ -494,3 +494,68 @@ async fn a_kubelet_restart_recreates_no_pod_and_restarts_no_container() {
     e.wait_status("web", "ready again", |cs| rolled_out(cs, 2)).await;
     assert_eq!(identity(&e.active_pods("web").await), before, "a pod was recreated or a container restarted");
 }
+
+/// InPlaceWorkloadVerticalScaling on the real node: a cpu request change is applied to the
+/// running container through pods/resize (no restart, same container), and the kubelet reports
+/// the new request.
+#[tokio::test]
+async fn the_vertical_scaling_gate_resizes_the_real_container() {
+    let _cluster = real_cluster().await;
+    let e = e2e::workload::env_with("real-resize", &["--feature-gates=InPlaceWorkloadVerticalScaling=true"]).await;
+    let sized = |cpu: &str| {
+        json!({"template": {"spec": {"containers": [{"name": "main", "image": "nginx:1.27",
+            "resources": {"requests": {"cpu": cpu, "memory": "64Mi"}, "limits": {"memory": "64Mi"}}}]}}})
+    };
+    let mut spec = on_the_real_node(json!({"updateStrategy": {"type": "InPlaceIfPossible"}}));
+    json_patch::merge(&mut spec, &sized("100m"));
+    e.create(&manifest("web", 1, "nginx:1.27", spec)).await;
+    e.wait_status("web", "ready", |cs| rolled_out(cs, 1)).await;
+    let before = e.active_pods("web").await.remove(0);
+    e.patch("web", sized("200m")).await;
+    let reported_cpu = |p: &Pod| main_status(p).resources.and_then(|r| r.requests).and_then(|r| r.get("cpu").map(|q| q.0.clone()));
+    let resized = watch_until(&e.pods, &before.name_any(), T, |p| reported_cpu(p).as_deref() == Some("200m")).await;
+    let resized = resized.unwrap_or_else(|err| {
+        panic!("{err:#}: the real kubelet did not report the resize (containerd 1.6 on cgroup v1)\n{}", e.operator.log_tail(30))
+    });
+    assert_eq!(resized.metadata.uid, before.metadata.uid, "resized, not recreated");
+    assert_eq!(main_status(&resized).container_id, main_status(&before).container_id, "the same container");
+    assert_eq!(main_status(&resized).restart_count, 0);
+    e.wait_status("web", "rolled out", |cs| rolled_out(cs, 1)).await;
+}
+
+/// Scale-down with a preDelete hook on the real node: the chosen pod waits in PreparingDelete
+/// with its container still running, and goes (its container stopped) once the hook is released.
+#[tokio::test]
+async fn a_pre_delete_hook_holds_a_real_pod_until_released() {
+    let _cluster = real_cluster().await;
+    let e = env("real-predelete").await;
+    let mut spec = on_the_real_node(json!({"lifecycle": {"preDelete": {"labelsHandler": {"example.io/hold": "true"}}}}));
+    json_patch::merge(&mut spec, &served("nginx:1.27"));
+    let mut cs = manifest("web", 2, "nginx:1.27", spec);
+    cs.spec.template.metadata.as_mut().unwrap().labels.as_mut().unwrap().insert("example.io/hold".into(), "true".into());
+    e.create(&cs).await;
+    e.wait_status("web", "ready", |cs| rolled_out(cs, 2)).await;
+    e.patch("web", json!({"replicas": 1})).await;
+    let state = cloneset_operator::api::keys::LIFECYCLE_STATE;
+    let deadline = std::time::Instant::now() + T;
+    let held = loop {
+        let pods = e.active_pods("web").await;
+        if let Some(p) = pods.iter().find(|p| p.labels().get(state).map(String::as_str) == Some("PreparingDelete")) {
+            break p.clone();
+        }
+        assert!(std::time::Instant::now() < deadline, "no pod in PreparingDelete within {T:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    };
+    assert_eq!(http_get(&pod_ip(&held)).await.trim(), "nginx 1.27", "the held pod's container still serves");
+    e.pods
+        .patch(
+            &held.name_any(),
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"metadata": {"labels": {"example.io/hold": null}}})),
+        )
+        .await
+        .unwrap();
+    e2e::testenv::wait_deleted(&e.pods, &held.name_any(), T).await.unwrap();
+    assert!(http_get(&pod_ip(&held)).await.starts_with('<'), "the container stopped with its pod");
+    e.wait_status("web", "one left", |cs| rolled_out(cs, 1)).await;
+}
