@@ -385,14 +385,21 @@ async fn a_grace_period_keeps_the_real_container_running_until_it_ends() {
     let (name, ip, first) = (pod.name_any(), pod_ip(&pod), main_status(&pod).container_id);
     e.patch("web", served("nginx:1.28")).await;
     let unready = watch_until(&e.pods, &name, T, |p| condition(p, "InPlaceUpdateReady").as_deref() == Some("False")).await.unwrap();
-    let unready_at = std::time::Instant::now();
     assert_eq!(main_status(&unready).container_id, first);
-    // Half-way through the grace period the old container still runs and serves.
-    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
-    assert_eq!(http_get(&ip).await.trim(), "nginx 1.27", "the old container serves during the grace period");
+    assert_eq!(http_get(&ip).await.trim(), "nginx 1.27", "the old container serves once the pod is unready");
     let replaced = watch_until(&e.pods, &name, T, |p| main_status(p).container_id != first).await.unwrap();
-    let waited = unready_at.elapsed();
-    assert!(waited >= std::time::Duration::from_millis(2500), "replaced {waited:?} after turning unready, grace 3 s");
+    // From the apiserver's and the kubelet's own time stamps (whole seconds, hence 1 s of slack):
+    // the old container stopped no sooner than the grace period after the pod turned unready.
+    let conditions = unready.status.as_ref().and_then(|s| s.conditions.clone()).unwrap_or_default();
+    let gate = conditions.iter().find(|c| c.type_ == "InPlaceUpdateReady");
+    let unready_since = gate.and_then(|c| c.last_transition_time.clone()).unwrap().0;
+    let stopped =
+        main_status(&replaced).last_state.and_then(|l| l.terminated).and_then(|t| t.finished_at).expect("the old container's end").0;
+    let lived = stopped.duration_since(unready_since);
+    assert!(
+        lived >= k8s_openapi::jiff::SignedDuration::from_secs(2),
+        "the old container stopped {lived:?} after the pod turned unready; grace 3 s"
+    );
     assert_eq!(main_status(&replaced).restart_count, 1);
     e.wait_status("web", "rolled out", |cs| rolled_out(cs, 1)).await;
     assert_eq!(http_get(&ip).await.trim(), "nginx 1.28");
