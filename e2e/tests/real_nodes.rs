@@ -566,3 +566,82 @@ async fn a_pre_delete_hook_holds_a_real_pod_until_released() {
     assert!(http_get(&pod_ip(&held)).await.starts_with('<'), "the container stopped with its pod");
     e.wait_status("web", "one left", |cs| rolled_out(cs, 1)).await;
 }
+
+/// The real node's kubelet stopped: the node goes NotReady (the controller-manager's 50 s grace),
+/// its pods are evicted (they tolerate `unreachable` for 1 s), and the CloneSet replaces them on
+/// the other node allowed to it, a simulated one; never more than replicas + maxSurge active.
+/// When the kubelet comes back it stops the evicted pods' containers and they go.
+#[tokio::test]
+async fn a_stopped_kubelet_gets_its_pods_replaced_on_another_node() {
+    let _alone = REAL_NODE.write().await;
+    let cluster = RealCluster::without_lock(e2e::testenv::cluster_state().await.unwrap());
+    let real_node = cluster.real.nodes[0].name.clone();
+    let kubelet = format!("kubelet-{real_node}");
+    let e = env("real-kubelet-down").await;
+    // The pods may run on the real node or on sim-node-0, and prefer the real one; their own
+    // (loose) spread constraint keeps the scheduler's default spreading from splitting them.
+    let placement = json!({"template": {"spec": {
+        "affinity": {"nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": [
+                {"key": "kubernetes.io/hostname", "operator": "In", "values": [real_node, "sim-node-0"]}]}]},
+            "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 100, "preference": {"matchExpressions": [
+                {"key": LABEL, "operator": "In", "values": ["true"]}]}}]}},
+        "topologySpreadConstraints": [{"maxSkew": 10, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "ScheduleAnyway",
+                                       "labelSelector": {"matchLabels": {"app": "web"}}}],
+        "tolerations": [
+            {"key": TAINT, "operator": "Exists", "effect": "NoSchedule"},
+            {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 1},
+            {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 1}],
+    }}});
+    e.create(&manifest("web", 2, "nginx:1.27", placement)).await;
+    e.wait_status("web", "ready", |cs| rolled_out(cs, 2)).await;
+    let pods = e.active_pods("web").await;
+    let on_real: Vec<String> =
+        pods.iter().filter(|p| p.spec.as_ref().unwrap().node_name.as_ref() == Some(&real_node)).map(|p| p.name_any()).collect();
+    assert!(
+        !on_real.is_empty(),
+        "no pod landed on the real node: {:?}",
+        pods.iter().map(|p| &p.spec.as_ref().unwrap().node_name).collect::<Vec<_>>()
+    );
+    let (extremes, monitor) = e2e::workload::monitor(e.pods.clone(), "app=web".into());
+
+    e2e::cluster::stop_component(&cluster.dir, &kubelet).unwrap();
+    let restart = scopeguard(|| {
+        let _ = e2e::cluster::start_component(&cluster.dir, &kubelet);
+    });
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(e.ns.client.clone());
+    watch_until(&nodes, &real_node, std::time::Duration::from_secs(120), |n| !e2e::node_is_ready(n)).await.unwrap();
+    // Evicted (deleted, but stuck terminating while the kubelet is away), then replaced.
+    for name in &on_real {
+        watch_until(&e.pods, name, T, |p| p.metadata.deletion_timestamp.is_some()).await.unwrap();
+    }
+    e.wait_status("web", "replaced", |cs| {
+        let s = cs.status.clone().unwrap_or_default();
+        s.ready_replicas == 2 && s.available_replicas == 2
+    })
+    .await;
+    for p in e.active_pods("web").await {
+        assert_eq!(p.spec.as_ref().unwrap().node_name.as_deref(), Some("sim-node-0"), "{} replaced onto the other node", p.name_any());
+    }
+    drop(restart);
+    watch_until(&nodes, &real_node, T, e2e::node_is_ready).await.unwrap();
+    for name in &on_real {
+        e2e::testenv::wait_deleted(&e.pods, name, T).await.unwrap();
+    }
+    monitor.abort();
+    let seen = extremes.lock().unwrap();
+    assert!(seen.max_active <= 2, "more than replicas active at once: {seen:?}");
+}
+
+/// Runs `f` when dropped: the kubelet comes back even if an assertion fails.
+fn scopeguard(f: impl FnOnce()) -> impl Drop {
+    struct Guard<F: FnOnce()>(Option<F>);
+    impl<F: FnOnce()> Drop for Guard<F> {
+        fn drop(&mut self) {
+            if let Some(f) = self.0.take() {
+                f();
+            }
+        }
+    }
+    Guard(Some(f))
+}
