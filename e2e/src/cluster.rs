@@ -357,6 +357,10 @@ pub fn prepare(k8s_version: &str, real_nodes: bool) -> anyhow::Result<Binaries> 
     if real_nodes {
         network::check_privileges()?;
         crate::host::ensure_debian_packages(REAL_NODE_PACKAGES, "real nodes")?;
+        // Debian's dynamic busybox also provides /bin/busybox; the test images need the static one.
+        if std::fs::read("/bin/busybox").map_or(true, |b| crate::image::check_static(&b).is_err()) {
+            crate::host::install_debian_packages(&["busybox-static"], "real nodes' test images (a static busybox)")?;
+        }
         binaries.extend(["kubelet", "kube-proxy"]);
     }
     Ok(Binaries { kubernetes: build_kubernetes(k8s_version, &binaries)?, etcd: find_or_install_etcd()? })

@@ -41,13 +41,22 @@ pub fn run_quietly(program: &str, args: &[&str]) -> bool {
     Command::new(program).args(args).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok_and(|s| s.success())
 }
 
-/// Makes sure each `(command, Debian package)` is installed, installing the missing packages
-/// with apt-get (as root, or through `sudo -n`). `why` names what needs them, for the error.
+/// Makes sure each `(command or absolute path, Debian package)` is installed, installing the
+/// missing packages. `why` names what needs them, for the messages.
 pub fn ensure_debian_packages(needed: &[(&str, &str)], why: &str) -> anyhow::Result<()> {
     let missing: Vec<&str> = needed.iter().filter(|(cmd, _)| which(cmd).is_none()).map(|(_, pkg)| *pkg).collect();
     if missing.is_empty() {
         return Ok(());
     }
+    install_debian_packages(&missing, why)?;
+    match needed.iter().find(|(cmd, _)| which(cmd).is_none()) {
+        Some((cmd, pkg)) => bail!("{why}: {cmd} is still missing after installing {pkg}"),
+        None => Ok(()),
+    }
+}
+
+/// Installs Debian packages with apt-get (as root, or through `sudo -n`).
+pub fn install_debian_packages(missing: &[&str], why: &str) -> anyhow::Result<()> {
     eprintln!("local-cluster: installing Debian's {} for {why}", missing.join(", "));
     let sudo: &[&str] = if is_root() { &[] } else { &["sudo", "-n"] };
     let apt = |args: &[&str]| -> bool {
@@ -62,8 +71,8 @@ pub fn ensure_debian_packages(needed: &[(&str, &str)], why: &str) -> anyhow::Res
             .is_ok_and(|s| s.success())
     };
     let mut install = vec!["apt-get", "install", "-y", "-qq", "--no-install-recommends"];
-    install.extend(&missing);
-    if apt(&["apt-get", "update", "-qq"]) && apt(&install) && needed.iter().all(|(cmd, _)| which(cmd).is_some()) {
+    install.extend(missing);
+    if apt(&["apt-get", "update", "-qq"]) && apt(&install) {
         return Ok(());
     }
     bail!("{why} needs {}: install them with `apt-get install {}` as root", missing.join(", "), missing.join(" "))
