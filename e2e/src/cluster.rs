@@ -266,7 +266,7 @@ pub async fn up(opts: &UpOptions) -> anyhow::Result<(ClusterState, UpReport)> {
             // Webhooks and APIServices backed by a Service are called at its endpoints, never its
             // ClusterIP: one without endpoints fails here, before any connection is attempted.
             "--enable-aggregator-routing=true".into(),
-            // `kubectl logs/exec/port-forward` dial a node's InternalIP (loopback), never resolve
+            // `kubectl logs/exec/port-forward` dial a node's InternalIP (loopback or the run's bridge), never resolve
             // its Hostname through DNS.
             "--kubelet-preferred-address-types=InternalIP".into(),
             format!("--kubelet-client-certificate={}", p("apiserver-kubelet-client.crt")),
