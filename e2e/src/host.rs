@@ -172,16 +172,7 @@ impl Snapshot {
             if which(save).is_none() {
                 continue;
             }
-            let mut table = String::new();
-            for line in run(save, &[]).unwrap_or_default().lines() {
-                if let Some(t) = line.strip_prefix('*') {
-                    table = t.to_string();
-                } else if let Some(chain) = line.strip_prefix(':') {
-                    iptables_chains.insert(format!("{family} {table} {}", chain.split(' ').next().unwrap_or_default()));
-                } else if line.starts_with("-A ") {
-                    iptables_chains.insert(format!("{family} {table} {line}"));
-                }
-            }
+            iptables_chains.extend(iptables_items(family, &run(save, &[]).unwrap_or_default()));
         }
         let cgroups = std::fs::read_dir("/sys/fs/cgroup")
             .into_iter()
@@ -216,9 +207,41 @@ impl Snapshot {
     }
 }
 
+/// The chains someone created and every rule, from `iptables-save` output. A table's built-in
+/// chains (those with a policy) are left out: the kernel makes them when a table is first used,
+/// so on a fresh machine they appear during a run that added nothing.
+fn iptables_items(family: &str, save: &str) -> BTreeSet<String> {
+    let mut items = BTreeSet::new();
+    let mut table = "";
+    for line in save.lines() {
+        if let Some(t) = line.strip_prefix('*') {
+            table = t;
+        } else if let Some(chain) = line.strip_prefix(':') {
+            let mut words = chain.split(' ');
+            let (name, policy) = (words.next().unwrap_or_default(), words.next().unwrap_or_default());
+            if policy == "-" {
+                items.insert(format!("{family} {table} {name}"));
+            }
+        } else if line.starts_with("-A ") {
+            items.insert(format!("{family} {table} {line}"));
+        }
+    }
+    items
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Found on a fresh machine: its first run made the mangle and nat tables exist, and their
+    /// empty built-in chains are nothing a run left behind; a chain or rule it added is.
+    #[test]
+    fn a_tables_built_in_chains_are_not_leftovers_but_added_chains_and_rules_are() {
+        let save = "*mangle\n:PREROUTING ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\nCOMMIT\n*filter\n:INPUT ACCEPT [1:2]\n\
+                    :KUBE-FIREWALL - [0:0]\n-A INPUT -j KUBE-FIREWALL\nCOMMIT\n";
+        let items: Vec<String> = iptables_items("ipv4", save).into_iter().collect();
+        assert_eq!(items, ["ipv4 filter -A INPUT -j KUBE-FIREWALL", "ipv4 filter KUBE-FIREWALL"]);
+    }
 
     #[test]
     fn mount_paths_are_unescaped() {
