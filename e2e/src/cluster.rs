@@ -303,6 +303,7 @@ pub async fn up(opts: &UpOptions) -> anyhow::Result<(ClusterState, UpReport)> {
     scheduler_args.extend(opts.scheduler_args.iter().cloned());
     start("kube-scheduler", &bin_dir.join("kube-scheduler"), scheduler_args)?;
     let mut sim_args = vec![format!("--kubeconfig={}", kubeconfig.display())];
+    sim_args.extend(crate::image::simulated_kubelet_args());
     sim_args.extend(opts.sim_kubelet_args.iter().cloned());
     start("sim-kubelet", &sim_kubelet, sim_args)?;
     if let Some(real) = &real {

@@ -6,8 +6,9 @@
 //!
 //! Two uses: the operator's image ([`operator_image`]: the static binary as non-root 65532, no
 //! shell), and the test images real nodes pull ([`test_images`]: stand-ins for `nginx:1.27`,
-//! `nginx:1.28` and `nginx:alpine`, an image that exits, one that starts slowly, and the pause
-//! image, from Debian's static busybox and a pause program of our own).
+//! `nginx:1.28`, `nginx:alpine` (also tagged `mainline-alpine`), Kubernetes' e2e-test-images
+//! nginx, redis and busybox, an image that exits, one that starts slowly, and the pause image,
+//! from Debian's static busybox and a pause program of our own).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -282,18 +283,18 @@ pub fn check_static(binary: &[u8]) -> anyhow::Result<()> {
 /// in it without glibc's NSS libraries, which an image this small does not have.)
 const APPLETS: &[&str] = &["sh", "sleep", "httpd", "cat", "echo", "nc", "ip", "true", "false", "kill", "ls", "ps", "env"];
 
-/// Serves a page on port 80 until SIGTERM (then exits 0, as nginx does), after an optional
+/// Serves a page on `PORT` (80) until SIGTERM (then exits 0, as nginx does), after an optional
 /// `START_DELAY` in seconds.
 const SERVE_SCRIPT: &str = r#"#!/bin/sh
-# A stand-in for nginx: serves /usr/share/nginx/html on port 80; exits 0 on SIGTERM.
+# A stand-in for nginx: serves /usr/share/nginx/html on $PORT (80); exits 0 on SIGTERM.
 trap 'kill $child 2>/dev/null; exit 0' TERM INT
 if [ "${START_DELAY:-0}" != 0 ]; then
   echo "starting in ${START_DELAY}s"
   sleep "$START_DELAY" & child=$!
   wait $child
 fi
-httpd -f -p 80 -h /usr/share/nginx/html & child=$!
-echo "serving on :80"
+httpd -f -p "${PORT:-80}" -h /usr/share/nginx/html & child=$!
+echo "serving on :${PORT:-80}"
 wait $child
 "#;
 
@@ -303,6 +304,17 @@ echo "exiting with status 1 in ${EXIT_AFTER:-1}s"
 sleep "${EXIT_AFTER:-1}"
 exit 1
 "#;
+
+/// How the simulated kubelet is told to run the test images as real nodes do: the images whose
+/// own process ends (`--exits IMAGE=AFTER:CODE`, matching their scripts) and the tags that share
+/// a digest (`--same-digest`).
+pub fn simulated_kubelet_args() -> Vec<String> {
+    vec![
+        "--exits=docker.io/library/cloneset-e2e-exits:1=1s:1".into(),
+        "--exits=registry.k8s.io/e2e-test-images/busybox:1.36.1-1=0s:0".into(),
+        "--same-digest=docker.io/library/nginx:mainline-alpine=docker.io/library/nginx:alpine".into(),
+    ]
+}
 
 /// Our own pause program: holds the pod sandbox's namespaces, reaps orphans, exits 0 on
 /// SIGINT or SIGTERM.
@@ -365,6 +377,20 @@ pub fn test_images(busybox: Vec<u8>, pause: Vec<u8>) -> Vec<ImageSpec> {
         script("docker.io/library/nginx:1.27", SERVE_SCRIPT, Some("nginx 1.27"), &[]),
         script("docker.io/library/nginx:1.28", SERVE_SCRIPT, Some("nginx 1.28"), &[]),
         script("docker.io/library/nginx:alpine", SERVE_SCRIPT, Some("nginx alpine"), &[]),
+        // Two tags of one image, as Docker Hub serves `alpine` and `mainline-alpine`: same digest.
+        script("docker.io/library/nginx:mainline-alpine", SERVE_SCRIPT, Some("nginx alpine"), &[]),
+        // The names Kubernetes' own e2e images go by (`test/utils/image`), which suites written
+        // for Kubernetes (Kruise's among them) pull.
+        script("registry.k8s.io/e2e-test-images/nginx:1.14-4", SERVE_SCRIPT, Some("nginx 1.14"), &[]),
+        script("registry.k8s.io/e2e-test-images/nginx:1.15-4", SERVE_SCRIPT, Some("nginx 1.15"), &[]),
+        script("registry.k8s.io/e2e-test-images/redis:5.0.5-3", SERVE_SCRIPT, Some("redis 5.0.5"), &["PORT=6379"]),
+        // Like the real busybox image: no entrypoint, `sh` as the command, which exits at once
+        // without a terminal.
+        ImageSpec {
+            reference: "registry.k8s.io/e2e-test-images/busybox:1.36.1-1".into(),
+            config: RunConfig { cmd: vec!["sh".into()], env: vec!["PATH=/bin".into()], ..Default::default() },
+            layers: vec![base.clone()],
+        },
         script("docker.io/library/cloneset-e2e-exits:1", EXIT_SCRIPT, None, &["EXIT_AFTER=1"]),
         script("docker.io/library/cloneset-e2e-slow-start:1", SERVE_SCRIPT, Some("slow start"), &["START_DELAY=5"]),
         ImageSpec {
@@ -504,8 +530,27 @@ mod tests {
         assert!(nginx.iter().all(|i| i.layers[0] == nginx[0].layers[0]), "one shared busybox layer");
         let pause = by_ref(crate::nodes::real::PAUSE_IMAGE);
         assert_eq!(json_of(&pause.config)["config"]["Entrypoint"], json!(["/pause"]));
+        assert_eq!(by_ref("docker.io/library/nginx:mainline-alpine").manifest_digest(), nginx[2].manifest_digest(), "two tags, one image");
+        let busybox = json_of(&by_ref("registry.k8s.io/e2e-test-images/busybox:1.36.1-1").config);
+        assert_eq!((&busybox["config"]["Cmd"], &busybox["config"]["Entrypoint"]), (&json!(["sh"]), &Value::Null));
         let exits = json_of(&by_ref("docker.io/library/cloneset-e2e-exits:1").config);
         assert!(exits["config"]["Env"].as_array().unwrap().contains(&json!("EXIT_AFTER=1")));
+    }
+
+    /// The simulated kubelet is told how the exiting test images end, and that matches their
+    /// scripts: the real node runs the scripts, the simulated one the flags.
+    #[test]
+    fn the_simulated_kubelet_knows_how_the_exiting_images_end() {
+        let flags: Vec<String> = simulated_kubelet_args().iter().filter_map(|a| a.strip_prefix("--exits=").map(String::from)).collect();
+        let exits = crate::nodes::simulated::parse_exits(&flags).unwrap();
+        let images: Vec<ImageSpec> = test_images(b"busybox".to_vec(), b"pause".to_vec());
+        let script = exits["docker.io/library/cloneset-e2e-exits:1"];
+        let spec = images.iter().find(|i| i.reference == "docker.io/library/cloneset-e2e-exits:1").unwrap();
+        assert!(spec.config.env.contains(&format!("EXIT_AFTER={}", script.after.as_secs())));
+        assert!(EXIT_SCRIPT.contains(&format!("exit {}", script.code)));
+        let busybox = exits["registry.k8s.io/e2e-test-images/busybox:1.36.1-1"];
+        assert_eq!((busybox.after, busybox.code), (std::time::Duration::ZERO, 0), "`sh` without a terminal ends at once, with 0");
+        assert!(exits.keys().all(|r| images.iter().any(|i| &i.reference == r)), "every exiting image is served");
     }
 
     #[test]

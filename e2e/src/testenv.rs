@@ -32,8 +32,6 @@ pub fn test_up_options(dir: impl Into<PathBuf>) -> UpOptions {
     opts.sim_kubelet_args = vec![
         format!("--restart-delay={}ms", TEST_RESTART_DELAY.as_millis()),
         format!("--max-grace-period={}ms", TEST_MAX_GRACE_PERIOD.as_millis()),
-        // Two tags of one digest, as Kruise's e2e spec "in-place update images with the same imageID" uses.
-        "--same-digest=docker.io/library/nginx:mainline-alpine=docker.io/library/nginx:alpine".into(),
     ];
     opts
 }

@@ -88,33 +88,23 @@ struct Seen {
     container_id: Option<String>,
 }
 
-/// Everything a watch saw of each pod (by name), in order.
-type Histories = Arc<Mutex<BTreeMap<String, Vec<Seen>>>>;
-
-fn record_pods(pods: Api<Pod>, selector: &str) -> (Histories, tokio::task::JoinHandle<()>) {
-    let seen = Arc::new(Mutex::new(BTreeMap::<String, Vec<Seen>>::new()));
-    let out = seen.clone();
-    let selector = selector.to_string();
-    let handle = tokio::spawn(async move {
-        let stream = watcher::watcher(pods, watcher::Config::default().labels(&selector));
-        futures::pin_mut!(stream);
-        while let Ok(Some(ev)) = stream.try_next().await {
-            let (Event::Apply(p) | Event::InitApply(p)) = ev else { continue };
-            let container_id = p
-                .status
-                .as_ref()
-                .and_then(|s| s.container_statuses.as_ref())
-                .and_then(|cs| cs.iter().find(|c| c.name == "main"))
-                .and_then(|c| c.container_id.clone());
-            let now = Seen { ready: condition(&p, "Ready"), in_place_ready: condition(&p, "InPlaceUpdateReady"), container_id };
-            let mut all = out.lock().unwrap();
-            let history = all.entry(p.name_any()).or_default();
-            if history.last() != Some(&now) {
-                history.push(now);
-            }
+/// What each pod (by name) looked like in `pods`, in order, repeats dropped.
+fn histories(pods: &[Pod]) -> BTreeMap<String, Vec<Seen>> {
+    let mut all = BTreeMap::<String, Vec<Seen>>::new();
+    for p in pods {
+        let container_id = p
+            .status
+            .as_ref()
+            .and_then(|s| s.container_statuses.as_ref())
+            .and_then(|cs| cs.iter().find(|c| c.name == "main"))
+            .and_then(|c| c.container_id.clone());
+        let now = Seen { ready: condition(p, "Ready"), in_place_ready: condition(p, "InPlaceUpdateReady"), container_id };
+        let history = all.entry(p.name_any()).or_default();
+        if history.last() != Some(&now) {
+            history.push(now);
         }
-    });
-    (seen, handle)
+    }
+    all
 }
 
 /// What the real container serves (the stand-in images answer with their own name).
@@ -143,14 +133,14 @@ async fn an_in_place_image_update_restarts_the_real_container_after_the_pod_turn
         );
         assert_eq!(http_get(&pod_ip(p)).await.trim(), "nginx 1.27", "{} serves from a real container", p.name_any());
     }
-    let (seen, watch) = record_pods(e.pods.clone(), "app=web");
+    let (seen, watch) = record_all(e.pods.clone(), "app=web").await;
     e.patch("web", served("nginx:1.28")).await;
     e.wait_status("web", "updated in place", |cs| rolled_out(cs, 2)).await;
     watch.abort();
 
     let after = e.active_pods("web").await;
     assert_eq!(after.len(), 2);
-    let seen = seen.lock().unwrap().clone();
+    let seen = histories(&seen.lock().unwrap());
     for p in &after {
         let name = p.name_any();
         let old = before.get(&name).unwrap_or_else(|| panic!("{name} is a new pod: not updated in place"));
@@ -292,17 +282,91 @@ async fn in_place_update_as_seen(e: &Env, on_real_node: bool) -> (Vec<Shape>, Ve
     .unwrap();
     recorder.abort();
     let pods = pods.lock().unwrap().clone();
+    let last = serde_json::to_value(main_status(pods.last().unwrap())).unwrap();
+    let fields = last.as_object().unwrap().keys().cloned().collect();
+    (shapes_of(&pods), fields)
+}
+
+/// The shapes of one pod's observations, consecutive repeats dropped.
+fn shapes_of(pods: &[Pod]) -> Vec<Shape> {
     let mut containers = Vec::new();
     let mut shapes: Vec<Shape> = Vec::new();
-    for p in &pods {
+    for p in pods {
         let s = shape(p, &mut containers);
         if shapes.last() != Some(&s) {
             shapes.push(s);
         }
     }
-    let last = serde_json::to_value(main_status(pods.last().unwrap())).unwrap();
-    let fields = last.as_object().unwrap().keys().cloned().collect();
-    (shapes, fields)
+    shapes
+}
+
+/// A container whose process exits 1 after a second, from the pod's creation until it has been
+/// started a third time, as a watch sees it: the shapes up to that start, and for each restart
+/// the time from the exit to the new container's start (the kubelet's crash-loop back-off).
+async fn crash_loop_as_seen(e: &Env, on_real_node: bool) -> (Vec<Shape>, Vec<std::time::Duration>) {
+    let spec = if on_real_node { on_the_real_node(json!({})) } else { json!({}) };
+    let (seen, recorder) = record_all(e.pods.clone(), "app=loop").await;
+    e.create(&manifest("loop", 1, "cloneset-e2e-exits:1", spec)).await;
+    let deadline = std::time::Instant::now() + T;
+    let third_start = |p: &Pod| {
+        let statuses = p.status.as_ref().and_then(|s| s.container_statuses.as_deref()).unwrap_or_default();
+        statuses.iter().any(|c| c.restart_count == 3)
+    };
+    while !seen.lock().unwrap().iter().any(third_start) {
+        assert!(std::time::Instant::now() < deadline, "no third restart within {T:?}: {:#?}", seen.lock().unwrap().last());
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    recorder.abort();
+    let mut pods = seen.lock().unwrap().clone();
+    pods.truncate(pods.iter().position(third_start).expect("seen") + 1);
+    // Ready only for moments at a time: the CloneSet counts it neither ready nor available.
+    e.wait_status("loop", "1 replica, not ready", |cs| {
+        cs.status.as_ref().is_some_and(|s| (s.replicas, s.ready_replicas, s.available_replicas, s.updated_replicas) == (1, 0, 0, 1))
+    })
+    .await;
+    let mut backoffs = Vec::new();
+    for p in pods.iter().filter(|p| p.status.as_ref().is_some_and(|s| s.container_statuses.is_some())) {
+        let c = main_status(p);
+        let (Some(last), Some(run)) = (c.last_state.and_then(|l| l.terminated), c.state.and_then(|s| s.running)) else { continue };
+        let (Some(exited), Some(started)) = (last.finished_at, run.started_at) else { continue };
+        let gap = std::time::Duration::try_from(started.0.duration_since(exited.0)).unwrap_or_default();
+        if backoffs.len() < c.restart_count as usize {
+            backoffs.push(gap);
+        }
+    }
+    // InPlaceUpdateReady is the operator's, not the kubelet's, and Ready waits for it (a readiness
+    // gate): whether it lands before or after the kubelet's first writes is a race, not a
+    // difference between the kubelets. ContainersReady is the kubelet's own readiness.
+    let kubelets: Vec<Pod> = pods
+        .into_iter()
+        .map(|mut p| {
+            let conditions = p.status.iter_mut().flat_map(|s| s.conditions.iter_mut());
+            conditions.for_each(|cs| cs.retain(|c| !["InPlaceUpdateReady", "Ready"].contains(&c.type_.as_str())));
+            p
+        })
+        .collect();
+    (shapes_of(&kubelets), backoffs)
+}
+
+/// Every version a watch saw of the pods `selector` selects; returns once the watch has listed.
+async fn record_all(pods: Api<Pod>, selector: &str) -> (Arc<Mutex<Vec<Pod>>>, tokio::task::JoinHandle<()>) {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let out = seen.clone();
+    let stream = watcher::watcher(pods, watcher::Config::default().labels(selector));
+    let (listed_tx, listed) = tokio::sync::oneshot::channel();
+    let handle = tokio::spawn(async move {
+        let mut listed_tx = Some(listed_tx);
+        futures::pin_mut!(stream);
+        while let Ok(Some(ev)) = stream.try_next().await {
+            match ev {
+                Event::Apply(p) | Event::InitApply(p) => out.lock().unwrap().push(p),
+                Event::InitDone => drop(listed_tx.take().map(|tx| tx.send(()))),
+                Event::Delete(_) | Event::Init => {}
+            }
+        }
+    });
+    listed.await.expect("the pod watch ended before it listed");
+    (seen, handle)
 }
 
 /// Drops what only a race inside the real kubelet produces: after the operator writes Ready=False
@@ -345,6 +409,37 @@ async fn the_simulated_kubelet_shows_an_in_place_update_as_the_real_one_does() {
     let show = |shapes: &[Shape]| shapes.iter().map(|s| format!("  {s:?}")).collect::<Vec<_>>().join("\n");
     assert_eq!(sim.0, real.0, "the watch saw different sequences:\nsimulated:\n{}\nreal:\n{}", show(&sim.0), show(&real.0));
     assert_eq!(sim.1, real.1, "container status fields differ");
+}
+
+/// The simulated kubelet checked against the real one on a container that keeps exiting, from
+/// the pod's creation: the same states in the same order (three steps to running; after each
+/// exit `terminated` until the restart, which a moment of `CrashLoopBackOff` precedes once a
+/// back-off applies), and the same time from an exit to the next start: the simulated kubelet
+/// takes the least the real one can (a second to notice, then the back-off); the real one may
+/// take up to half the back-off longer (its pod worker retries a backed-off pod every 10–15 s),
+/// and a second less (time stamps are whole seconds).
+#[tokio::test]
+async fn the_simulated_kubelet_runs_a_crash_loop_as_the_real_one_does() {
+    let _cluster = real_cluster().await;
+    let (sim, real) = tokio::join!(
+        async {
+            let e = env("loop-sim").await;
+            crash_loop_as_seen(&e, false).await
+        },
+        async {
+            let e = env("loop-real").await;
+            crash_loop_as_seen(&e, true).await
+        }
+    );
+    let show = |shapes: &[Shape]| shapes.iter().map(|s| format!("  {s:?}")).collect::<Vec<_>>().join("\n");
+    eprintln!("back-offs: simulated {:?}, real {:?}", sim.1, real.1);
+    assert_eq!(sim.0, real.0, "the watch saw different sequences:\nsimulated:\n{}\nreal:\n{}", show(&sim.0), show(&real.0));
+    assert_eq!(sim.1.len(), real.1.len(), "restarts: simulated {:?}, real {:?}", sim.1, real.1);
+    let second = std::time::Duration::from_secs(1);
+    for (s, r) in sim.1.iter().zip(&real.1) {
+        let back_off = s.saturating_sub(second);
+        assert!(*r + second >= *s && *r <= *s + back_off / 2 + second, "exit to restart: simulated {:?}, real {:?}", sim.1, real.1);
+    }
 }
 
 #[test]

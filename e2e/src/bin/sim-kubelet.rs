@@ -33,6 +33,10 @@ struct Args {
     /// of IMAGE reports OTHER's imageID.
     #[arg(long = "same-digest")]
     same_digest: Vec<String>,
+    /// An image whose own process ends, `IMAGE=AFTER:CODE` (repeatable): a container of it that
+    /// sets no `command` exits with CODE after AFTER and is restarted with the kubelet's back-off.
+    #[arg(long = "exits")]
+    exits: Vec<String>,
     /// Pod capacity of each node.
     #[arg(long, default_value_t = 2000)]
     pods_per_node: u32,
@@ -56,6 +60,7 @@ async fn main() -> anyhow::Result<()> {
         max_grace_period: a.max_grace_period,
         unpullable_marker: a.unpullable_marker,
         same_digest: simulated::parse_same_digest(&a.same_digest).map_err(anyhow::Error::msg)?,
+        exits: simulated::parse_exits(&a.exits).map_err(anyhow::Error::msg)?,
         pods_per_node: a.pods_per_node,
         workers: a.workers,
     };

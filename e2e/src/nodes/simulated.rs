@@ -5,9 +5,9 @@
 //! `Ready`, report no `imageID`, and do not react to an image change on a running pod. All three
 //! are central to in-place updates, so we keep this behaviour in plain, tested Rust.
 //!
-//! The status it writes is a pure function of the pod, the simulated runtime's memory of pending
-//! restarts, the config and `now` ([`desired_status`]); the controller loop around it only reads
-//! and patches.
+//! The status it writes is a pure function of the pod, the simulated runtime's memory (pending
+//! restarts, crash loops), the config and `now` ([`desired_status`]); the controller loop around
+//! it only reads and patches.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -50,6 +50,9 @@ pub struct SimConfig {
     /// Tags the simulated registry resolves to the digest of another tag (normalized reference →
     /// normalized reference), as two tags of one image can share a digest in a real registry.
     pub same_digest: BTreeMap<String, String>,
+    /// Images whose own process ends (normalized reference → how): a container of one that does
+    /// not set `command` exits, and the kubelet restarts it with its crash-loop back-off.
+    pub exits: BTreeMap<String, Exit>,
     pub pods_per_node: u32,
     pub workers: u16,
 }
@@ -63,6 +66,7 @@ impl Default for SimConfig {
             max_grace_period: Duration::from_secs(5),
             unpullable_marker: "unpullable".into(),
             same_digest: BTreeMap::new(),
+            exits: BTreeMap::new(),
             pods_per_node: 2000,
             workers: 16,
         }
@@ -72,9 +76,63 @@ impl Default for SimConfig {
 // ---------------------------------------------------------------------------------------------
 // Pure part: what the status should be.
 
-/// The simulated runtime's memory that is not in the pod object: when it first saw a container's
-/// spec image differ from the running one. Keyed by (pod UID, container name).
-pub type PendingRestarts = HashMap<(String, String), (String, Timestamp)>;
+/// How a container of an image that ends on its own ends: `after` its start, with `code`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Exit {
+    pub after: Duration,
+    pub code: i32,
+}
+
+/// The simulated runtime's memory that is not in the pod object, keyed by (pod UID, container
+/// name): when it first saw a container's spec image differ from the running one, and how many
+/// times the container has exited with its current image (the kubelet's back-off is kept per
+/// container spec, so a new image starts it over).
+#[derive(Debug, Default)]
+pub struct RuntimeMemory {
+    pub pending_restarts: HashMap<(String, String), (String, Timestamp)>,
+    pub crash_loops: HashMap<(String, String), CrashLoop>,
+}
+
+/// Exits of one container with one image; `last` is the container ID last counted, so an exit
+/// is counted once however often the pod is looked at.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CrashLoop {
+    pub image: String,
+    pub exits: u32,
+    pub last: String,
+}
+
+impl RuntimeMemory {
+    fn forget_pod(&mut self, uid: &str) {
+        self.pending_restarts.retain(|(u, _), _| u != uid);
+        self.crash_loops.retain(|(u, _), _| u != uid);
+    }
+
+    /// Counts the exit of `container_id` (once) and returns how many times this container has
+    /// exited with `image`.
+    fn count_exit(&mut self, key: &(String, String), image: &str, container_id: &str) -> u32 {
+        let fresh = || CrashLoop { image: image.into(), exits: 0, last: String::new() };
+        let entry = self.crash_loops.entry(key.clone()).or_insert_with(fresh);
+        if entry.image != image {
+            *entry = fresh();
+        }
+        if entry.last != container_id {
+            entry.exits += 1;
+            entry.last = container_id.into();
+        }
+        entry.exits
+    }
+}
+
+/// The kubelet's crash-loop back-off before the restart that follows a container's `exits`-th
+/// exit with one spec: none after the first, then 10 s doubling up to 5 minutes
+/// (`doBackOff` in `kuberuntime_manager.go`: the first exit only arms the back-off).
+pub fn crash_back_off(exits: u32) -> Duration {
+    match exits {
+        0 | 1 => Duration::ZERO,
+        n => Duration::from_secs(10u64.saturating_mul(1 << (n - 2).min(10))).min(Duration::from_secs(300)),
+    }
+}
 
 /// What [`desired_status`] decides.
 #[derive(Debug, PartialEq)]
@@ -93,7 +151,7 @@ pub struct NodeSlot<'a> {
 }
 
 /// Computes the status a kubelet would report for a running (not terminating) pod.
-pub fn desired_status(pod: &Pod, cfg: &SimConfig, node: &NodeSlot<'_>, pending: &mut PendingRestarts, now: Timestamp) -> StatusPlan {
+pub fn desired_status(pod: &Pod, cfg: &SimConfig, node: &NodeSlot<'_>, memory: &mut RuntimeMemory, now: Timestamp) -> StatusPlan {
     let uid = pod.metadata.uid.clone().unwrap_or_default();
     let spec = pod.spec.clone().unwrap_or_default();
     let current = pod.status.clone().unwrap_or_default();
@@ -103,8 +161,15 @@ pub fn desired_status(pod: &Pod, cfg: &SimConfig, node: &NodeSlot<'_>, pending: 
     let start_time = current.start_time.clone().unwrap_or(Time(now));
     let startup_delay = pod.annotations().get(ANNOTATION_STARTUP_DELAY).and_then(|s| parse_duration(s).ok()).unwrap_or(cfg.startup_delay);
     let started_at = start_time.0 + signed(startup_delay);
-    let sandbox_ready = now >= started_at;
-    if !sandbox_ready {
+    // As a kubelet reports a pod's start: first Pending with its sandbox not ready, then the
+    // sandbox ready with the containers still being created, then the containers running; each
+    // a status write of its own.
+    let first_look = current.start_time.is_none();
+    let sandbox_ready = !first_look && now >= started_at;
+    let creating = sandbox_ready && !condition_is_true(&current, "PodReadyToStartContainers");
+    if first_look || creating {
+        recheck_at(Duration::ZERO);
+    } else if !sandbox_ready {
         recheck_at(duration_between(now, started_at));
     }
     let never_ready = pod.annotations().get(ANNOTATION_NEVER_READY).is_some_and(|v| v == "true");
@@ -117,20 +182,47 @@ pub fn desired_status(pod: &Pod, cfg: &SimConfig, node: &NodeSlot<'_>, pending: 
         let old = old_statuses.get(c.name.as_str()).copied();
         let key = (uid.clone(), c.name.clone());
         let restart_count = old.map_or(0, |s| s.restart_count);
-        let status = if !sandbox_ready {
+        let status = if !sandbox_ready || creating {
             waiting(&c.name, &image, restart_count, "ContainerCreating", "")
         } else if image.contains(&cfg.unpullable_marker) {
-            pending.remove(&key);
+            memory.pending_restarts.remove(&key);
             waiting(&c.name, &image, restart_count, "ErrImagePull", &format!("failed to pull image \"{image}\": not found"))
+        } else if let Some(old) = old.filter(|s| has_exited(s)) {
+            // After an exit the kubelet shows the container terminated until it starts it again:
+            // a moment after the exit the first time, after the back-off from then on, at once for
+            // a new image (a new spec is not held by the old one's back-off).
+            let exits = memory.crash_loops.get(&key).filter(|l| l.image == image).map_or(0, |l| l.exits);
+            let back_off = crash_back_off(exits);
+            let due = if old.image == image { terminated_at(old).map_or(now, |t| t + signed(EXIT_NOTICED + back_off)) } else { now };
+            if now < due {
+                recheck_at(duration_between(now, due));
+                old.clone()
+            } else if back_off > Duration::ZERO && old.image == image {
+                // Seen for a moment before the restart, naming the back-off it waited out.
+                recheck_at(Duration::ZERO);
+                back_off_waiting(old, back_off, pod)
+            } else {
+                started_again(cfg, &uid, old, &image, !never_ready, now)
+            }
+        } else if let Some(old) = old.filter(|s| in_back_off(s)) {
+            started_again(cfg, &uid, old, &image, !never_ready, now)
         } else {
             match old.filter(|s| is_running(s)) {
                 Some(old) if old.image == image => {
-                    pending.remove(&key);
-                    ContainerStatus { ready: !never_ready, ..old.clone() }
+                    memory.pending_restarts.remove(&key);
+                    match cfg.exit_of(c, &image).zip(started_at_of(old)) {
+                        Some((exit, started)) if now >= started + signed(exit.after) => {
+                            memory.count_exit(&key, &image, old.container_id.as_deref().unwrap_or_default());
+                            recheck_at(EXIT_NOTICED);
+                            terminated(old, exit, started + signed(exit.after))
+                        }
+                        _ => ContainerStatus { ready: !never_ready, ..old.clone() },
+                    }
                 }
                 Some(old) => {
                     // The spec image changed under a running container: restart it in place
                     // after the configured delay, as a kubelet does once it has pulled the image.
+                    let pending = &mut memory.pending_restarts;
                     let noticed = match pending.get(&key) {
                         Some((target, at)) if *target == image => *at,
                         _ => {
@@ -162,6 +254,13 @@ pub fn desired_status(pod: &Pod, cfg: &SimConfig, node: &NodeSlot<'_>, pending: 
             }
             status.allocated_resources = wanted.requests.clone();
             status.resources = Some(wanted);
+        }
+        // A container whose process ends on its own: look again when it does.
+        if let Some((exit, started)) = cfg.exit_of(c, &image).zip(Some(&status).filter(|s| is_running(s)).and_then(started_at_of)) {
+            let ends = started + signed(exit.after);
+            if now < ends {
+                recheck_at(duration_between(now, ends));
+            }
         }
         // The kubelet runs a postStart hook before it counts the container started: a hook of
         // `sleep N` keeps the container unready for N seconds after each start.
@@ -301,8 +400,90 @@ fn post_start_sleep(c: &k8s_openapi::api::core::v1::Container) -> Option<Duratio
     }
 }
 
+fn condition_is_true(status: &PodStatus, type_: &str) -> bool {
+    status.conditions.iter().flatten().any(|c| c.type_ == type_ && c.status == "True")
+}
+
 fn is_running(s: &ContainerStatus) -> bool {
     s.state.as_ref().is_some_and(|st| st.running.is_some())
+}
+
+fn started_at_of(s: &ContainerStatus) -> Option<Timestamp> {
+    Some(s.state.as_ref()?.running.as_ref()?.started_at.as_ref()?.0)
+}
+
+/// How long after a container's exit the kubelet notices it (its PLEG relists every second) and,
+/// with no back-off, has started it again: about a second on the real node.
+const EXIT_NOTICED: Duration = Duration::from_secs(1);
+
+const CRASH_LOOP_BACK_OFF: &str = "CrashLoopBackOff";
+
+fn has_exited(s: &ContainerStatus) -> bool {
+    s.state.as_ref().is_some_and(|st| st.terminated.is_some())
+}
+
+/// A container the kubelet holds back after it exited (`CrashLoopBackOff`).
+fn in_back_off(s: &ContainerStatus) -> bool {
+    s.state.as_ref().and_then(|st| st.waiting.as_ref()).is_some_and(|w| w.reason.as_deref() == Some(CRASH_LOOP_BACK_OFF))
+}
+
+fn terminated_at(s: &ContainerStatus) -> Option<Timestamp> {
+    Some(s.state.as_ref()?.terminated.as_ref()?.finished_at.as_ref()?.0)
+}
+
+/// The running container `old` after its process ended at `ended` with `exit`, as the kubelet
+/// reports it: terminated, not ready, the previous exit still in `lastState`.
+fn terminated(old: &ContainerStatus, exit: Exit, ended: Timestamp) -> ContainerStatus {
+    ContainerStatus {
+        ready: false,
+        started: Some(false),
+        state: Some(ContainerState {
+            terminated: Some(ContainerStateTerminated {
+                exit_code: exit.code,
+                reason: Some(if exit.code == 0 { "Completed" } else { "Error" }.into()),
+                container_id: old.container_id.clone(),
+                started_at: started_at_of(old).map(Time),
+                finished_at: Some(Time(ended)),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..old.clone()
+    }
+}
+
+/// The exited container `old` as the kubelet shows it just before it starts it again after
+/// `back_off`: waiting in `CrashLoopBackOff`, the exit moved to `lastState`.
+fn back_off_waiting(old: &ContainerStatus, back_off: Duration, pod: &Pod) -> ContainerStatus {
+    let message = format!(
+        "back-off {} restarting failed container={} pod={}_{}({})",
+        go_duration(back_off),
+        old.name,
+        pod.name_any(),
+        pod.namespace().unwrap_or_default(),
+        pod.metadata.uid.as_deref().unwrap_or_default()
+    );
+    ContainerStatus {
+        state: Some(ContainerState {
+            waiting: Some(ContainerStateWaiting { reason: Some(CRASH_LOOP_BACK_OFF.into()), message: Some(message) }),
+            ..Default::default()
+        }),
+        last_state: old.state.clone(),
+        ..old.clone()
+    }
+}
+
+/// The exited (or backing-off) container `old` started again with `image`: restart count + 1,
+/// the exit in `lastState`.
+fn started_again(cfg: &SimConfig, uid: &str, old: &ContainerStatus, image: &str, ready: bool, now: Timestamp) -> ContainerStatus {
+    let exit = if has_exited(old) { old.state.clone() } else { old.last_state.clone() };
+    ContainerStatus { last_state: exit, ..running(cfg, uid, &old.name, image, old.restart_count + 1, ready, now) }
+}
+
+/// A duration as Go's `time.Duration.String` prints a whole number of seconds (`10s`, `5m0s`).
+fn go_duration(d: Duration) -> String {
+    let secs = d.as_secs();
+    if secs < 60 { format!("{secs}s") } else { format!("{}m{}s", secs / 60, secs % 60) }
 }
 
 /// The pod conditions a kubelet sets while a resize waits or is under way.
@@ -395,6 +576,15 @@ fn restarted(cfg: &SimConfig, uid: &str, old: &ContainerStatus, image: &str, rea
 
 /// A deterministic, digest-shaped image ID: equal images give equal IDs, different images differ.
 impl SimConfig {
+    /// How a container of `image` ends on its own: only when the image's own process runs (a
+    /// `command` replaces it).
+    pub fn exit_of(&self, c: &Container, image: &str) -> Option<Exit> {
+        if c.command.as_ref().is_some_and(|cmd| !cmd.is_empty()) {
+            return None;
+        }
+        self.exits.get(&normalize_image(image)).copied()
+    }
+
     /// The imageID a pulled `image` reports, through the registry's shared digests.
     pub fn image_id(&self, image: &str) -> String {
         match self.same_digest.get(&normalize_image(image)) {
@@ -411,6 +601,19 @@ pub fn parse_same_digest(pairs: &[String]) -> Result<BTreeMap<String, String>, S
         .map(|p| {
             let (a, b) = p.split_once('=').ok_or_else(|| format!("--same-digest {p:?}: expected IMAGE=IMAGE"))?;
             Ok((normalize_image(a), normalize_image(b)))
+        })
+        .collect()
+}
+
+/// Parses `--exits` values `IMAGE=AFTER:CODE` (e.g. `cloneset-e2e-exits:1=1s:1`).
+pub fn parse_exits(values: &[String]) -> Result<BTreeMap<String, Exit>, String> {
+    values
+        .iter()
+        .map(|v| {
+            let bad = || format!("--exits {v:?}: expected IMAGE=AFTER:CODE, e.g. busybox:1.36=0s:0");
+            let (image, how) = v.split_once('=').ok_or_else(bad)?;
+            let (after, code) = how.rsplit_once(':').ok_or_else(bad)?;
+            Ok((normalize_image(image), Exit { after: parse_duration(after)?, code: code.parse().map_err(|_| bad())? }))
         })
         .collect()
 }
@@ -497,7 +700,7 @@ struct Ctx {
     cfg: SimConfig,
     nodes: HashMap<String, usize>,
     next_ip: Mutex<HashMap<usize, u32>>,
-    pending: Mutex<PendingRestarts>,
+    memory: Mutex<RuntimeMemory>,
 }
 
 impl Ctx {
@@ -526,7 +729,7 @@ pub async fn run(client: Client, cfg: SimConfig) -> anyhow::Result<()> {
 
     let nodes = cfg.node_names.iter().enumerate().map(|(i, n)| (n.clone(), i)).collect();
     let ctx =
-        Arc::new(Ctx { client: client.clone(), cfg: cfg.clone(), nodes, next_ip: Mutex::new(HashMap::new()), pending: Default::default() });
+        Arc::new(Ctx { client: client.clone(), cfg: cfg.clone(), nodes, next_ip: Mutex::new(HashMap::new()), memory: Default::default() });
     let pods: Api<Pod> = Api::all(client);
     Controller::new(pods, watcher::Config::default().fields("spec.nodeName!="))
         .with_config(kube::runtime::controller::Config::default().concurrency(cfg.workers))
@@ -565,7 +768,7 @@ async fn reconcile_pod(pod: Arc<Pod>, ctx: Arc<Ctx>) -> Result<Action, SimError>
             Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
             Err(e) => return Err(e.into()),
         }
-        ctx.pending.lock().expect("pending lock").retain(|(uid, _), _| Some(uid) != pod.metadata.uid.as_ref());
+        ctx.memory.lock().expect("runtime memory lock").forget_pod(pod.metadata.uid.as_deref().unwrap_or_default());
         return Ok(Action::await_change());
     }
 
@@ -577,8 +780,8 @@ async fn reconcile_pod(pod: Arc<Pod>, ctx: Arc<Ctx>) -> Result<Action, SimError>
     let host_ip = crate::addresses::node_ip(node).to_string();
     let fresh_ip = if pod.status.as_ref().and_then(|s| s.pod_ip.as_ref()).is_some() { String::new() } else { ctx.allocate_pod_ip(node) };
     let plan = {
-        let mut pending = ctx.pending.lock().expect("pending lock");
-        desired_status(&pod, &ctx.cfg, &NodeSlot { host_ip: &host_ip, fresh_pod_ip: &fresh_ip }, &mut pending, now)
+        let mut memory = ctx.memory.lock().expect("runtime memory lock");
+        desired_status(&pod, &ctx.cfg, &NodeSlot { host_ip: &host_ip, fresh_pod_ip: &fresh_ip }, &mut memory, now)
     };
     if let Some(status) = plan.status {
         // Strategic merge: `conditions` merge by type, so conditions other controllers own (such
@@ -794,6 +997,15 @@ mod tests {
         }))
     }
 
+    /// The two status writes of a pod's start before its containers run.
+    fn start(p: &mut Pod, cfg: &SimConfig, memory: &mut RuntimeMemory, now: Timestamp) {
+        for _ in 0..2 {
+            let plan = desired_status(p, cfg, &NODE, memory, now);
+            assert_eq!(plan.recheck_after, Some(Duration::ZERO), "a start step is followed at once by the next");
+            apply(p, &plan);
+        }
+    }
+
     fn apply(p: &mut Pod, plan: &StatusPlan) {
         if let Some(s) = &plan.status {
             p.status = Some(s.clone());
@@ -822,7 +1034,7 @@ mod tests {
             {"name": "data", "mountPath": "/data"},
         ]))
         .unwrap();
-        let plan = desired_status(&p, &SimConfig::default(), &NODE, &mut PendingRestarts::new(), Timestamp::now());
+        let plan = desired_status(&p, &SimConfig::default(), &NODE, &mut RuntimeMemory::default(), Timestamp::now());
         let status = serde_json::to_value(&plan.status.unwrap().container_statuses.unwrap()[0]).unwrap();
         assert_eq!(
             status["volumeMounts"],
@@ -833,12 +1045,124 @@ mod tests {
         );
     }
 
+    fn main_status(p: &Pod) -> &ContainerStatus {
+        &p.status.as_ref().unwrap().container_statuses.as_ref().unwrap()[0]
+    }
+
+    fn state_of(s: &ContainerStatus) -> String {
+        let st = s.state.as_ref().unwrap();
+        match (&st.running, &st.waiting, &st.terminated) {
+            (Some(_), _, _) => "running".into(),
+            (_, Some(w), _) => format!("waiting:{}", w.reason.as_deref().unwrap_or_default()),
+            (_, _, Some(_)) => "terminated".into(),
+            _ => "none".into(),
+        }
+    }
+
+    /// Found by comparing with a real kubelet (e2e/tests/real_nodes.rs): a pod starts in three
+    /// status writes (sandbox not ready, sandbox ready with the containers being created, running).
+    #[test]
+    fn a_pod_starts_as_the_kubelet_reports_it_in_three_steps() {
+        let cfg = SimConfig::default();
+        let mut memory = RuntimeMemory::default();
+        let now = Timestamp::now();
+        let mut p = base_pod();
+        let mut seen = Vec::new();
+        for _ in 0..3 {
+            let plan = desired_status(&p, &cfg, &NODE, &mut memory, now);
+            apply(&mut p, &plan);
+            let status = p.status.as_ref().unwrap();
+            seen.push((status.phase.clone().unwrap(), cond(&p, "PodReadyToStartContainers").status.clone(), state_of(main_status(&p))));
+        }
+        let want = [
+            ("Pending", "False", "waiting:ContainerCreating"),
+            ("Pending", "True", "waiting:ContainerCreating"),
+            ("Running", "True", "running"),
+        ];
+        assert_eq!(seen, want.map(|(a, b, c)| (a.to_string(), b.to_string(), c.to_string())));
+        assert_eq!(desired_status(&p, &cfg, &NODE, &mut memory, now).status, None, "then stable");
+    }
+
+    /// Found by comparing with a real kubelet (e2e/tests/real_nodes.rs): a container whose process
+    /// exits shows `terminated` until the kubelet starts it again, a second after the first exit,
+    /// then after 10 s, 20 s, ... of back-off, each time shown `CrashLoopBackOff` for a moment
+    /// first; every exit is counted once, however often the pod is looked at.
+    #[test]
+    fn an_exiting_container_crash_loops_with_the_kubelets_back_off() {
+        let cfg = SimConfig { exits: parse_exits(&["nginx:1=1s:1".into()]).unwrap(), ..Default::default() };
+        let mut memory = RuntimeMemory::default();
+        let t0: Timestamp = "2026-01-01T00:00:00Z".parse().unwrap();
+        let at = |s: i64| t0 + SignedDuration::from_secs(s);
+        let mut p = base_pod();
+        let step = |p: &mut Pod, memory: &mut RuntimeMemory, now: Timestamp| {
+            let plan = desired_status(p, &cfg, &NODE, memory, now);
+            apply(p, &plan);
+            plan.recheck_after
+        };
+        let seen = |p: &Pod| (state_of(main_status(p)), main_status(p).restart_count);
+        let secs = |s: u64| Some(Duration::from_secs(s));
+        start(&mut p, &cfg, &mut memory, at(0));
+        assert_eq!(step(&mut p, &mut memory, at(0)), secs(1), "look again when it exits");
+        assert_eq!(seen(&p), ("running".into(), 0));
+        let first = main_status(&p).container_id.clone();
+
+        step(&mut p, &mut memory, at(1));
+        assert_eq!(seen(&p), ("terminated".into(), 0));
+        let exit = main_status(&p).state.as_ref().unwrap().terminated.clone().unwrap();
+        assert_eq!((exit.exit_code, exit.reason.as_deref(), &exit.container_id), (1, Some("Error"), &first));
+        assert_eq!((main_status(&p).ready, cond(&p, "Ready").status.as_str()), (false, "False"));
+        assert_eq!(step(&mut p, &mut memory, at(1)), secs(1), "the first restart comes as the exit is noticed");
+        step(&mut p, &mut memory, at(2));
+        assert_eq!(seen(&p), ("running".into(), 1));
+        assert_eq!(main_status(&p).last_state.as_ref().unwrap().terminated.as_ref(), Some(&exit));
+        assert_ne!(main_status(&p).container_id, first);
+
+        step(&mut p, &mut memory, at(3));
+        assert_eq!(seen(&p), ("terminated".into(), 1));
+        for _ in 0..3 {
+            assert_eq!(step(&mut p, &mut memory, at(5)), secs(9), "one exit, one back-off: 3 + 1 + 10 = 14");
+            assert_eq!(seen(&p), ("terminated".into(), 1));
+        }
+        assert_eq!(step(&mut p, &mut memory, at(14)), Some(Duration::ZERO));
+        assert_eq!(seen(&p), ("waiting:CrashLoopBackOff".into(), 1));
+        let message = main_status(&p).state.as_ref().unwrap().waiting.as_ref().unwrap().message.clone().unwrap();
+        assert_eq!(message, "back-off 10s restarting failed container=c pod=p_ns(u1)");
+        step(&mut p, &mut memory, at(14));
+        assert_eq!(seen(&p), ("running".into(), 2));
+        step(&mut p, &mut memory, at(15));
+        assert_eq!(step(&mut p, &mut memory, at(16)), secs(20), "the back-off doubles: 15 + 1 + 20 = 36");
+        assert_eq!(p.status.as_ref().unwrap().phase.as_deref(), Some("Running"));
+
+        // A new image is a new spec: it starts at once, and its back-off starts over.
+        p.spec.as_mut().unwrap().containers[0].image = Some("nginx:1.1".into());
+        step(&mut p, &mut memory, at(17));
+        assert_eq!((seen(&p), main_status(&p).image.as_str()), (("running".into(), 3), "nginx:1.1"));
+        assert_eq!(step(&mut p, &mut memory, at(30)), None, "nginx:1.1 does not exit");
+    }
+
+    #[test]
+    fn a_command_replaces_the_exiting_process() {
+        let cfg = SimConfig { exits: parse_exits(&["nginx:1=0s:0".into()]).unwrap(), ..Default::default() };
+        let mut p = base_pod();
+        p.spec.as_mut().unwrap().containers[0].command = Some(vec!["sleep".into(), "999".into()]);
+        let mut memory = RuntimeMemory::default();
+        let now = Timestamp::now();
+        start(&mut p, &cfg, &mut memory, now);
+        let plan = desired_status(&p, &cfg, &NODE, &mut memory, now);
+        apply(&mut p, &plan);
+        assert_eq!(desired_status(&p, &cfg, &NODE, &mut memory, now + SignedDuration::from_secs(60)).status, None);
+        assert_eq!(state_of(main_status(&p)), "running");
+        assert!(parse_exits(&["nginx:1=1s".into()]).is_err() && parse_exits(&["nginx:1=soon:1".into()]).is_err());
+        assert_eq!(crash_back_off(9), Duration::from_secs(300), "capped at five minutes");
+    }
+
     #[test]
     fn ready_follows_containers_and_readiness_gates() {
         let cfg = SimConfig::default();
-        let mut pending = PendingRestarts::new();
+        let mut pending = RuntimeMemory::default();
         let now = Timestamp::now();
         let mut p = base_pod();
+        start(&mut p, &cfg, &mut pending, now);
         let plan = desired_status(&p, &cfg, &NODE, &mut pending, now);
         apply(&mut p, &plan);
         assert_eq!(cond(&p, "ContainersReady").status, "True");
@@ -855,9 +1179,10 @@ mod tests {
     #[test]
     fn image_change_restarts_after_delay_keeping_ip() {
         let cfg = SimConfig { restart_delay: Duration::from_secs(1), ..Default::default() };
-        let mut pending = PendingRestarts::new();
+        let mut pending = RuntimeMemory::default();
         let t0 = Timestamp::now();
         let mut p = base_pod();
+        start(&mut p, &cfg, &mut pending, t0);
         let plan = desired_status(&p, &cfg, &NODE, &mut pending, t0);
         apply(&mut p, &plan);
         let first = p.status.as_ref().unwrap().container_statuses.as_ref().unwrap()[0].clone();
@@ -887,10 +1212,11 @@ mod tests {
     #[test]
     fn a_resize_is_applied_without_restarting_the_container() {
         let cfg = SimConfig::default();
-        let mut pending = PendingRestarts::new();
+        let mut pending = RuntimeMemory::default();
         let now = Timestamp::now();
         let mut p = base_pod();
         p.spec.as_mut().unwrap().containers[0].resources = Some(resources("100m", "64Mi"));
+        start(&mut p, &cfg, &mut pending, now);
         let plan = desired_status(&p, &cfg, &NODE, &mut pending, now);
         apply(&mut p, &plan);
         let first = p.status.as_ref().unwrap().container_statuses.as_ref().unwrap()[0].clone();
@@ -923,11 +1249,12 @@ mod tests {
     #[test]
     fn a_post_start_sleep_keeps_the_container_unready_that_long() {
         let cfg = SimConfig::default();
-        let mut pending = PendingRestarts::new();
+        let mut pending = RuntimeMemory::default();
         let t0 = Timestamp::now();
         let mut p = base_pod();
         p.spec.as_mut().unwrap().containers[0].lifecycle =
             serde_json::from_value(serde_json::json!({"postStart": {"exec": {"command": ["sleep", "10"]}}})).unwrap();
+        start(&mut p, &cfg, &mut pending, t0);
         let plan = desired_status(&p, &cfg, &NODE, &mut pending, t0);
         assert_eq!(plan.recheck_after, Some(Duration::from_secs(10)), "look again when the hook is done");
         apply(&mut p, &plan);
@@ -944,7 +1271,9 @@ mod tests {
         let cfg = SimConfig::default();
         let mut p = base_pod();
         p.spec.as_mut().unwrap().containers[0].image = Some("registry.local/unpullable:1".into());
-        let plan = desired_status(&p, &cfg, &NODE, &mut PendingRestarts::new(), Timestamp::now());
+        let (mut memory, now) = (RuntimeMemory::default(), Timestamp::now());
+        start(&mut p, &cfg, &mut memory, now);
+        let plan = desired_status(&p, &cfg, &NODE, &mut memory, now);
         apply(&mut p, &plan);
         let s = &p.status.as_ref().unwrap().container_statuses.as_ref().unwrap()[0];
         assert_eq!(s.state.as_ref().unwrap().waiting.as_ref().unwrap().reason.as_deref(), Some("ErrImagePull"));
