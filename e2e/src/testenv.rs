@@ -224,9 +224,26 @@ where
     T: Send + 'static,
     F: Fn(&K) -> T + Send + 'static,
 {
+    record_selected(api, watcher::Config::default().fields(&format!("metadata.name={name}")), view)
+        .await
+        .with_context(|| format!("listing {name}"))
+}
+
+/// [`record`] for every object the watch `config` selects (by label, say), interleaved in the
+/// order the watch delivers them.
+pub async fn record_selected<K, T, F>(
+    api: &Api<K>,
+    config: watcher::Config,
+    view: F,
+) -> anyhow::Result<(Arc<Mutex<Vec<T>>>, tokio::task::JoinHandle<()>)>
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + 'static,
+    T: Send + 'static,
+    F: Fn(&K) -> T + Send + 'static,
+{
     let seen = Arc::new(Mutex::new(Vec::new()));
     let out = seen.clone();
-    let stream = watcher::watcher(api.clone(), watcher::Config::default().fields(&format!("metadata.name={name}")));
+    let stream = watcher::watcher(api.clone(), config);
     let (listed_tx, listed) = tokio::sync::oneshot::channel();
     let task = tokio::spawn(async move {
         let mut listed_tx = Some(listed_tx);
@@ -239,7 +256,7 @@ where
             }
         }
     });
-    tokio::time::timeout(Duration::from_secs(30), listed).await.with_context(|| format!("listing {name}"))??;
+    tokio::time::timeout(Duration::from_secs(30), listed).await.context("the watch did not list within 30 s")??;
     Ok((seen, task))
 }
 
