@@ -1181,10 +1181,34 @@ async fn the_chart_runs_the_operators_own_image_on_a_real_node() {
         "a CloneSet pod was replaced or restarted by the upgrade: {after_upgrade:?} vs {before_upgrade:?}"
     );
 
+    // The leader's own pod evicted (the Eviction API, which its PodDisruptionBudget allows for one
+    // of two) mid-rollout: another manager leads and the rollout finishes, within maxUnavailable.
+    let evicted = leading(rolled.clone()).await.expect("a leader");
+    let (extremes, monitor) = e2e::workload::monitor(work_pods.clone(), "app=work".into());
+    let back = json!({"spec": {"template": {"spec": {"containers": [{"name": "main", "image": "nginx:1.27"}]}}}});
+    clonesets.patch("work", &PatchParams::default(), &Patch::Merge(back)).await.unwrap();
+    watch_until(&clonesets, "work", T, |c| c.status.as_ref().is_some_and(|s| s.updated_replicas >= 1)).await.unwrap();
+    pods.evict(&evicted.name_any(), &Default::default()).await.unwrap();
+    wait_until(T, "another manager to lead after the eviction", || async {
+        Ok(leading(managers().await).await.is_some_and(|p| p.name_any() != evicted.name_any()))
+    })
+    .await
+    .unwrap();
+    watch_until(&clonesets, "work", T, |c| {
+        let s = c.status.clone().unwrap_or_default();
+        s.observed_generation == c.metadata.generation.unwrap_or(0) && s.updated_replicas == 4 && s.updated_ready_replicas == 4
+    })
+    .await
+    .unwrap();
+    monitor.abort();
+    let seen = extremes.lock().unwrap().max_unready;
+    assert!(seen <= 1, "the rollout exceeded maxUnavailable 1 across the eviction: {seen} unready at once");
+    let before_uninstall = identities().await;
+
     // `helm uninstall` leaves the CloneSet and its pods.
     rel.uninstall().await;
     assert!(clonesets.get_opt("work").await.unwrap().is_some(), "the CloneSet stays");
-    assert_eq!(identities().await, after_upgrade, "its pods stay");
+    assert_eq!(identities().await, before_uninstall, "its pods stay");
     if had_policy {
         restore_policy(&client).await;
     }
