@@ -306,14 +306,24 @@ exit 1
 "#;
 
 /// How the simulated kubelet is told to run the test images as real nodes do: the images whose
-/// own process ends (`--exits IMAGE=AFTER:CODE`, matching their scripts) and the tags that share
-/// a digest (`--same-digest`).
+/// own process ends (`--exits IMAGE=AFTER:CODE`, matching their scripts), the tags that share
+/// a digest (`--same-digest`), and where and from when each serving image listens (`--serves`,
+/// read from the images' own configs: the exposed port, and `START_DELAY`).
 pub fn simulated_kubelet_args() -> Vec<String> {
-    vec![
+    let mut args: Vec<String> = vec![
         "--exits=docker.io/library/cloneset-e2e-exits:1=1s:1".into(),
         "--exits=registry.k8s.io/e2e-test-images/busybox:1.36.1-1=0s:0".into(),
         "--same-digest=docker.io/library/nginx:mainline-alpine=docker.io/library/nginx:alpine".into(),
-    ]
+    ];
+    for image in test_images(Vec::new(), Vec::new()) {
+        let ports: Vec<&str> = image.config.exposed_ports.iter().filter_map(|p| p.strip_suffix("/tcp")).collect();
+        if ports.is_empty() {
+            continue;
+        }
+        let after = image.config.env.iter().find_map(|e| e.strip_prefix("START_DELAY=")).map_or(String::new(), |d| format!("@{d}s"));
+        args.push(format!("--serves={}={}{after}", image.reference, ports.join(",")));
+    }
+    args
 }
 
 /// Our own pause program: holds the pod sandbox's namespaces, reaps orphans, exits 0 on
@@ -367,7 +377,11 @@ pub fn test_images(busybox: Vec<u8>, pause: Vec<u8>) -> Vec<ImageSpec> {
         config: RunConfig {
             entrypoint: vec!["/docker-entrypoint.sh".into()],
             env: std::iter::once("PATH=/bin").chain(env.iter().copied()).map(String::from).collect(),
-            exposed_ports: if page.is_some() { vec!["80/tcp".into()] } else { vec![] },
+            // SERVE_SCRIPT listens on $PORT (80 unless the image sets it).
+            exposed_ports: match page {
+                Some(_) => vec![format!("{}/tcp", env.iter().find_map(|e| e.strip_prefix("PORT=")).unwrap_or("80"))],
+                None => vec![],
+            },
             ..Default::default()
         },
         layers: vec![base.clone(), script_layer(script, page, mtime)],
@@ -535,6 +549,21 @@ mod tests {
         assert_eq!((&busybox["config"]["Cmd"], &busybox["config"]["Entrypoint"]), (&json!(["sh"]), &Value::Null));
         let exits = json_of(&by_ref("docker.io/library/cloneset-e2e-exits:1").config);
         assert!(exits["config"]["Env"].as_array().unwrap().contains(&json!("EXIT_AFTER=1")));
+    }
+
+    /// What the simulated kubelet is told each image serves is what the image does: its script
+    /// serves on `PORT` after `START_DELAY`, and the exiting images serve nothing.
+    #[test]
+    fn the_simulated_kubelet_knows_where_each_test_image_listens() {
+        let flags: Vec<String> = simulated_kubelet_args().iter().filter_map(|a| a.strip_prefix("--serves=").map(String::from)).collect();
+        let serves = crate::nodes::simulated::parse_serves(&flags).unwrap();
+        let of = |r: &str| serves.get(r).map(|s| (s.ports.clone(), s.after.as_secs()));
+        assert_eq!(of("docker.io/library/nginx:1.27"), Some((vec![80], 0)));
+        assert_eq!(of("registry.k8s.io/e2e-test-images/redis:5.0.5-3"), Some((vec![6379], 0)));
+        assert_eq!(of("docker.io/library/cloneset-e2e-slow-start:1"), Some((vec![80], 5)));
+        assert_eq!(of("docker.io/library/cloneset-e2e-exits:1"), None);
+        assert_eq!(of("registry.k8s.io/e2e-test-images/busybox:1.36.1-1"), None);
+        assert!(SERVE_SCRIPT.contains(r#"-p "${PORT:-80}""#) && SERVE_SCRIPT.contains(r#"sleep "$START_DELAY""#));
     }
 
     /// The simulated kubelet is told how the exiting test images end, and that matches their

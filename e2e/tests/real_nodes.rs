@@ -261,7 +261,7 @@ fn shape(p: &Pod, containers: &mut Vec<String>) -> Shape {
 /// Runs one in-place image update of a single pod and returns the shapes a watch saw, from the
 /// settled pod before the update to the settled pod after it (consecutive repeats dropped), and
 /// the field names of the final status of container `main`.
-async fn in_place_update_as_seen(e: &Env, on_real_node: bool) -> (Vec<Shape>, Vec<String>) {
+async fn in_place_update_as_seen(e: Env, on_real_node: bool) -> (Vec<Shape>, Vec<String>) {
     let mut spec = json!({"updateStrategy": {"type": "InPlaceIfPossible"}});
     if on_real_node {
         spec = on_the_real_node(spec);
@@ -285,6 +285,21 @@ async fn in_place_update_as_seen(e: &Env, on_real_node: bool) -> (Vec<Shape>, Ve
     (shapes_of(&pods), fields)
 }
 
+/// Runs `scenario` on a simulated node and on the real node at once, each in a namespace (and
+/// with an operator) of its own: (simulated, real).
+async fn on_both<R, Fut: Future<Output = R>>(prefix: &str, scenario: impl Fn(Env, bool) -> Fut) -> (R, R) {
+    let side = |on_real_node: bool| {
+        let scenario = &scenario;
+        async move { scenario(env(&format!("{prefix}-{}", if on_real_node { "real" } else { "sim" })).await, on_real_node).await }
+    };
+    tokio::join!(side(false), side(true))
+}
+
+fn assert_same_shapes(scenario: &str, sim: &[Shape], real: &[Shape]) {
+    let show = |shapes: &[Shape]| shapes.iter().map(|s| format!("  {s:?}")).collect::<Vec<_>>().join("\n");
+    assert_eq!(sim, real, "{scenario}: the watch saw different sequences:\nsimulated:\n{}\nreal:\n{}", show(sim), show(real));
+}
+
 /// The shapes of one pod's observations, consecutive repeats dropped.
 fn shapes_of(pods: &[Pod]) -> Vec<Shape> {
     let mut containers = Vec::new();
@@ -301,7 +316,7 @@ fn shapes_of(pods: &[Pod]) -> Vec<Shape> {
 /// A container whose process exits 1 after a second, from the pod's creation until it has been
 /// started a third time, as a watch sees it: the shapes up to that start, and for each restart
 /// the time from the exit to the new container's start (the kubelet's crash-loop back-off).
-async fn crash_loop_as_seen(e: &Env, on_real_node: bool) -> (Vec<Shape>, Vec<std::time::Duration>) {
+async fn crash_loop_as_seen(e: Env, on_real_node: bool) -> (Vec<Shape>, Vec<std::time::Duration>) {
     let spec = if on_real_node { on_the_real_node(json!({})) } else { json!({}) };
     let (seen, recorder) = e2e::testenv::record_selected(&e.pods, watcher::Config::default().labels("app=loop"), Pod::clone).await.unwrap();
     e.create(&manifest("loop", 1, "cloneset-e2e-exits:1", spec)).await;
@@ -332,18 +347,80 @@ async fn crash_loop_as_seen(e: &Env, on_real_node: bool) -> (Vec<Shape>, Vec<std
             backoffs.push(gap);
         }
     }
-    // InPlaceUpdateReady is the operator's, not the kubelet's, and Ready waits for it (a readiness
-    // gate): whether it lands before or after the kubelet's first writes is a race, not a
-    // difference between the kubelets. ContainersReady is the kubelet's own readiness.
-    let kubelets: Vec<Pod> = pods
-        .into_iter()
+    (shapes_of(&kubelets_own(pods)), backoffs)
+}
+
+/// The pods without InPlaceUpdateReady, which is the operator's, not the kubelet's, and Ready,
+/// which waits for it (a readiness gate): whether it lands before or after the kubelet's first
+/// writes is a race, not a difference between the kubelets. ContainersReady is the kubelet's own
+/// readiness.
+fn kubelets_own(pods: Vec<Pod>) -> Vec<Pod> {
+    pods.into_iter()
         .map(|mut p| {
             let conditions = p.status.iter_mut().flat_map(|s| s.conditions.iter_mut());
             conditions.for_each(|cs| cs.retain(|c| !["InPlaceUpdateReady", "Ready"].contains(&c.type_.as_str())));
             p
         })
-        .collect();
-    (shapes_of(&kubelets), backoffs)
+        .collect()
+}
+
+/// How long the probe comparison watches a container whose probe never passes.
+const NEVER_READY_WINDOW: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Two pods with a readiness probe (2 s initial delay, every second), from creation: `probe-ok`
+/// probes port 80, which its image serves, until it is ready; `probe-bad` probes 6379, which it
+/// does not, for [`NEVER_READY_WINDOW`] after its container started. Returns each one's shapes
+/// (the kubelet's own conditions) and the time from `probe-ok`'s start to its ContainersReady.
+async fn probes_as_seen(e: Env, on_real_node: bool) -> (Vec<Shape>, Vec<Shape>, std::time::Duration) {
+    let probing = |port: u16| {
+        let spec = json!({"template": {"spec": {"containers": [{"name": "main", "image": "nginx:1.27", "imagePullPolicy": "Always",
+            "readinessProbe": {"httpGet": {"path": "/", "port": port}, "initialDelaySeconds": 2, "periodSeconds": 1}}]}}});
+        if on_real_node { on_the_real_node(spec) } else { spec }
+    };
+    let selector = watcher::Config::default().labels("app in (probe-ok,probe-bad)");
+    let (seen, recorder) = e2e::testenv::record_selected(&e.pods, selector, Pod::clone).await.unwrap();
+    e.create(&manifest("probe-ok", 1, "nginx:1.27", probing(80))).await;
+    e.create(&manifest("probe-bad", 1, "nginx:1.27", probing(6379))).await;
+    let of =
+        |app: &str| -> Vec<Pod> { seen.lock().unwrap().iter().filter(|p| e2e::workload::label(p, "app") == Some(app)).cloned().collect() };
+    let started = |p: &Pod| main_status(p).state.and_then(|s| s.running).and_then(|r| r.started_at).map(|t| t.0);
+    let has_status = |p: &Pod| p.status.as_ref().is_some_and(|s| s.container_statuses.is_some());
+    let deadline = std::time::Instant::now() + T;
+    loop {
+        let ok_ready = of("probe-ok").iter().any(|p| has_status(p) && main_status(p).ready);
+        let bad_started = of("probe-bad").iter().filter(|p| has_status(p)).find_map(started);
+        let watched = bad_started.is_some_and(|t| k8s_openapi::jiff::Timestamp::now() >= t + NEVER_READY_WINDOW);
+        if ok_ready && watched {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "probe-ok not ready, or probe-bad not started, within {T:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    recorder.abort();
+    let ok = of("probe-ok");
+    let ready = ok.iter().find(|p| has_status(p) && main_status(p).ready).expect("seen ready");
+    let ready_at = ready.status.as_ref().and_then(|s| s.conditions.as_ref()).into_iter().flatten().find(|c| c.type_ == "ContainersReady");
+    let ready_at = ready_at.and_then(|c| c.last_transition_time.clone()).expect("ContainersReady has a transition time").0;
+    let took = std::time::Duration::try_from(ready_at.duration_since(started(ready).expect("running"))).unwrap_or_default();
+    (shapes_of(&kubelets_own(ok)), shapes_of(&kubelets_own(of("probe-bad"))), took)
+}
+
+/// The same two probing pods on a simulated node and on the real one: the watch sees the same
+/// sequences (running unready until the first pass, then ready; never ready for a port the image
+/// does not serve, and never restarted for it), and the first pass comes after the initial delay,
+/// the real one within a period more (and a second either way: time stamps are whole seconds).
+#[tokio::test]
+async fn the_simulated_kubelet_runs_readiness_probes_as_the_real_one_does() {
+    let _cluster = real_cluster().await;
+    let (sim, real) = on_both("probe", probes_as_seen).await;
+    eprintln!("start to ready: simulated {:?}, real {:?}", sim.2, real.2);
+    assert_same_shapes("passing probe", &sim.0, &real.0);
+    assert_same_shapes("failing probe", &sim.1, &real.1);
+    let last = real.1.last().expect("probe-bad seen");
+    assert!(last.state == "running" && !last.ready && last.restarts == 0, "the failing probe: running, unready, never restarted: {last:?}");
+    let second = std::time::Duration::from_secs(1);
+    assert!(sim.2 + second >= 2 * second && sim.2 <= 3 * second, "simulated: ready {:?} after the start", sim.2);
+    assert!(real.2 + second >= 2 * second && real.2 <= 4 * second, "real: ready {:?} after the start (2 s delay, 1 s period)", real.2);
 }
 
 /// Drops what only a race inside the real kubelet produces: after the operator writes Ready=False
@@ -372,19 +449,9 @@ fn without_stale_ready(shapes: Vec<Shape>) -> Vec<Shape> {
 #[tokio::test]
 async fn the_simulated_kubelet_shows_an_in_place_update_as_the_real_one_does() {
     let _cluster = real_cluster().await;
-    let (sim, real) = tokio::join!(
-        async {
-            let e = env("cmp-sim").await;
-            in_place_update_as_seen(&e, false).await
-        },
-        async {
-            let e = env("cmp-real").await;
-            in_place_update_as_seen(&e, true).await
-        }
-    );
+    let (sim, real) = on_both("cmp", in_place_update_as_seen).await;
     let (sim, real) = ((without_stale_ready(sim.0), sim.1), (without_stale_ready(real.0), real.1));
-    let show = |shapes: &[Shape]| shapes.iter().map(|s| format!("  {s:?}")).collect::<Vec<_>>().join("\n");
-    assert_eq!(sim.0, real.0, "the watch saw different sequences:\nsimulated:\n{}\nreal:\n{}", show(&sim.0), show(&real.0));
+    assert_same_shapes("in-place update", &sim.0, &real.0);
     assert_eq!(sim.1, real.1, "container status fields differ");
 }
 
@@ -398,19 +465,9 @@ async fn the_simulated_kubelet_shows_an_in_place_update_as_the_real_one_does() {
 #[tokio::test]
 async fn the_simulated_kubelet_runs_a_crash_loop_as_the_real_one_does() {
     let _cluster = real_cluster().await;
-    let (sim, real) = tokio::join!(
-        async {
-            let e = env("loop-sim").await;
-            crash_loop_as_seen(&e, false).await
-        },
-        async {
-            let e = env("loop-real").await;
-            crash_loop_as_seen(&e, true).await
-        }
-    );
-    let show = |shapes: &[Shape]| shapes.iter().map(|s| format!("  {s:?}")).collect::<Vec<_>>().join("\n");
+    let (sim, real) = on_both("loop", crash_loop_as_seen).await;
     eprintln!("back-offs: simulated {:?}, real {:?}", sim.1, real.1);
-    assert_eq!(sim.0, real.0, "the watch saw different sequences:\nsimulated:\n{}\nreal:\n{}", show(&sim.0), show(&real.0));
+    assert_same_shapes("crash loop", &sim.0, &real.0);
     assert_eq!(sim.1.len(), real.1.len(), "restarts: simulated {:?}, real {:?}", sim.1, real.1);
     let second = std::time::Duration::from_secs(1);
     for (s, r) in sim.1.iter().zip(&real.1) {
@@ -539,6 +596,65 @@ async fn a_failing_new_version_keeps_the_rollout_within_max_unavailable() {
     let seen = extremes.lock().unwrap();
     assert!(seen.max_unready <= 1, "more than maxUnavailable unready at once: {seen:?}");
     assert!(seen.max_active <= 3, "maxSurge 0 exceeded: {seen:?}");
+}
+
+/// A new version whose readiness probe fails: the redis stand-in serves on 6379 while the probe
+/// asks port 80. The in-place update restarts the container, which runs but never turns ready
+/// (the real kubelet's `Unhealthy` event says why); the rollout stops at maxUnavailable, the
+/// kubelet never restarts a container for a failing readiness probe, and the CloneSet counts the
+/// pod updated but not ready. Going back to the old image finishes in place.
+#[tokio::test]
+async fn a_failing_readiness_probe_holds_an_in_place_rollout_at_max_unavailable() {
+    let _cluster = real_cluster().await;
+    let e = env("real-probe").await;
+    let mut spec = on_the_real_node(json!({"updateStrategy": {"type": "InPlaceIfPossible", "maxUnavailable": 1, "maxSurge": 0}}));
+    json_patch::merge(&mut spec, &served("nginx:1.27"));
+    e.create(&manifest("web", 3, "nginx:1.27", spec)).await;
+    e.wait_status("web", "ready", |cs| rolled_out(cs, 3)).await;
+    let before: BTreeMap<String, ContainerStatus> = e.active_pods("web").await.iter().map(|p| (p.name_any(), main_status(p))).collect();
+    let (extremes, monitor) = e2e::workload::monitor(e.pods.clone(), "app=web".into());
+    let patched = k8s_openapi::jiff::Timestamp::now();
+    e.patch("web", served("registry.k8s.io/e2e-test-images/redis:5.0.5-3")).await;
+
+    // The real kubelet reports the failing probe of the one updated pod. (The old pods' probes
+    // failed too, for a moment after they started and before httpd listened: those events are
+    // older. A failing probe's event is repeated every period, its lastTimestamp moving on.)
+    let events: Api<k8s_openapi::api::core::v1::Event> = e.ns.api();
+    let readiness_failure = || async {
+        let list = events.list(&kube::api::ListParams::default().fields("reason=Unhealthy")).await?;
+        anyhow::Ok(list.items.into_iter().find(|ev| {
+            ev.message.as_deref().is_some_and(|m| m.starts_with("Readiness probe failed"))
+                && ev.last_timestamp.as_ref().is_some_and(|t| t.0 > patched)
+        }))
+    };
+    e2e::testenv::wait_until(T, "a readiness probe failure reported by the kubelet", || async { Ok(readiness_failure().await?.is_some()) })
+        .await
+        .unwrap();
+    let failing = readiness_failure().await.unwrap().unwrap().involved_object.name.unwrap();
+    // Held there: one pod updated and unready, the other two untouched.
+    let cs = e.wait_status("web", "one pod updated, not ready", |cs| e2e::workload::st(cs).updated_replicas == 1).await;
+    let s = e2e::workload::st(&cs);
+    assert_eq!((s.replicas, s.ready_replicas, s.updated_replicas, s.updated_ready_replicas), (3, 2, 1, 0), "{s:?}");
+    for p in e.active_pods("web").await {
+        let (name, now) = (p.name_any(), main_status(&p));
+        let was = before.get(&name).unwrap_or_else(|| panic!("{name} is a new pod: the update was not in place"));
+        if name == failing {
+            assert_eq!(now.restart_count, was.restart_count + 1, "{name}: restarted once, for the image, never for the probe");
+            assert!(now.state.as_ref().is_some_and(|st| st.running.is_some()) && !now.ready, "{name}: running, not ready: {now:?}");
+            assert_eq!(condition(&p, "Ready").as_deref(), Some("False"));
+            assert_eq!(condition(&p, "InPlaceUpdateReady").as_deref(), Some("True"), "{name}: the update itself completed");
+        } else {
+            assert_eq!((now.container_id, now.ready), (was.container_id.clone(), true), "{name}: not touched while the rollout is held");
+        }
+    }
+
+    // Back to the old image: the unready pod is updated in place again and everything is ready.
+    e.patch("web", served("nginx:1.27")).await;
+    e.wait_status("web", "back to nginx:1.27", |cs| rolled_out(cs, 3)).await;
+    monitor.abort();
+    let seen = extremes.lock().unwrap();
+    assert!(seen.max_unready <= 1, "more than maxUnavailable unready at once: {seen:?}");
+    assert_eq!(seen.uids.len(), 3, "no pod was recreated: {seen:?}");
 }
 
 /// Two tags of one image (`nginx:alpine` and `nginx:mainline-alpine`, one digest in the local

@@ -37,6 +37,11 @@ struct Args {
     /// sets no `command` exits with CODE after AFTER and is restarted with the kubelet's back-off.
     #[arg(long = "exits")]
     exits: Vec<String>,
+    /// An image whose own process listens, `IMAGE=PORT[,PORT...][@AFTER]` (repeatable): a
+    /// readiness probe of another port of it never passes; one of these ports passes AFTER its
+    /// start. Images not named pass every probe.
+    #[arg(long = "serves")]
+    serves: Vec<String>,
     /// Pod capacity of each node.
     #[arg(long, default_value_t = 2000)]
     pods_per_node: u32,
@@ -61,6 +66,7 @@ async fn main() -> anyhow::Result<()> {
         unpullable_marker: a.unpullable_marker,
         same_digest: simulated::parse_same_digest(&a.same_digest).map_err(anyhow::Error::msg)?,
         exits: simulated::parse_exits(&a.exits).map_err(anyhow::Error::msg)?,
+        serves: simulated::parse_serves(&a.serves).map_err(anyhow::Error::msg)?,
         pods_per_node: a.pods_per_node,
         workers: a.workers,
     };

@@ -17,9 +17,10 @@ use futures::StreamExt as _;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{
     Container, ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting, ContainerStatus, Node, Pod,
-    PodCondition, PodIP, PodStatus, ResourceRequirements, VolumeMountStatus,
+    PodCondition, PodIP, PodStatus, Probe, ResourceRequirements, VolumeMountStatus,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, Time};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::controller::{Action, Controller};
@@ -53,6 +54,10 @@ pub struct SimConfig {
     /// Images whose own process ends (normalized reference → how): a container of one that does
     /// not set `command` exits, and the kubelet restarts it with its crash-loop back-off.
     pub exits: BTreeMap<String, Exit>,
+    /// Images whose own process listens (normalized reference → on which ports, from when): a
+    /// readiness probe of another port of such an image never passes. Images not listed pass
+    /// every probe.
+    pub serves: BTreeMap<String, Serves>,
     pub pods_per_node: u32,
     pub workers: u16,
 }
@@ -67,6 +72,7 @@ impl Default for SimConfig {
             unpullable_marker: "unpullable".into(),
             same_digest: BTreeMap::new(),
             exits: BTreeMap::new(),
+            serves: BTreeMap::new(),
             pods_per_node: 2000,
             workers: 16,
         }
@@ -82,6 +88,17 @@ pub struct Exit {
     pub after: Duration,
     pub code: i32,
 }
+
+/// Where and from when an image's own process answers: on `ports`, `after` its start.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Serves {
+    pub ports: Vec<i32>,
+    pub after: Duration,
+}
+
+/// The least time from a container's start until the kubelet reports its first passing readiness
+/// probe: the result comes in a status write of its own, after the one that reports the start.
+const FIRST_PROBE: Duration = Duration::from_millis(100);
 
 /// The simulated runtime's memory that is not in the pod object, keyed by (pod UID, container
 /// name): when it first saw a container's spec image differ from the running one, and how many
@@ -272,6 +289,19 @@ pub fn desired_status(pod: &Pod, cfg: &SimConfig, node: &NodeSlot<'_>, memory: &
                 status.ready = false;
                 status.started = Some(false);
                 recheck_at(duration_between(now, until));
+            }
+        }
+        // A readiness probe: the kubelet runs it once the container has started and
+        // `initialDelaySeconds` have passed (the real one within a period of that), and the
+        // container is ready from the first pass; it never restarts a container for a failure.
+        if let (Some(probe), Some(started)) = (c.readiness_probe.as_ref(), started_at_of(&status)) {
+            match cfg.first_readiness_pass(c, &image, probe) {
+                Some(after) if now >= started + signed(after) => {}
+                Some(after) => {
+                    status.ready = false;
+                    recheck_at(duration_between(now, started + signed(after)));
+                }
+                None => status.ready = false,
             }
         }
         status.volume_mounts = volume_mount_statuses(c);
@@ -585,6 +615,22 @@ impl SimConfig {
         self.exits.get(&normalize_image(image)).copied()
     }
 
+    /// How long after its start a container of `image` first passes its readiness `probe`, or
+    /// `None` when it never does: the probe asks a port the image's own process (which a
+    /// `command` replaces) does not serve. Images `serves` does not list, and exec and gRPC
+    /// probes, pass.
+    pub fn first_readiness_pass(&self, c: &Container, image: &str, probe: &Probe) -> Option<Duration> {
+        let delay = Duration::from_secs(probe.initial_delay_seconds.unwrap_or(0).max(0) as u64).max(FIRST_PROBE);
+        let port = probe.http_get.as_ref().map(|h| &h.port).or(probe.tcp_socket.as_ref().map(|t| &t.port));
+        let serves = self.serves.get(&normalize_image(image)).filter(|_| c.command.as_ref().is_none_or(|cmd| cmd.is_empty()));
+        let (Some(port), Some(serves)) = (port, serves) else { return Some(delay) };
+        let port = match port {
+            IntOrString::Int(p) => *p,
+            IntOrString::String(name) => c.ports.iter().flatten().find(|p| p.name.as_deref() == Some(name))?.container_port,
+        };
+        serves.ports.contains(&port).then(|| delay.max(serves.after))
+    }
+
     /// The imageID a pulled `image` reports, through the registry's shared digests.
     pub fn image_id(&self, image: &str) -> String {
         match self.same_digest.get(&normalize_image(image)) {
@@ -614,6 +660,24 @@ pub fn parse_exits(values: &[String]) -> Result<BTreeMap<String, Exit>, String> 
             let (image, how) = v.split_once('=').ok_or_else(bad)?;
             let (after, code) = how.rsplit_once(':').ok_or_else(bad)?;
             Ok((normalize_image(image), Exit { after: parse_duration(after)?, code: code.parse().map_err(|_| bad())? }))
+        })
+        .collect()
+}
+
+/// Parses `--serves` values `IMAGE=PORT[,PORT...][@AFTER]` (e.g. `nginx:1.27=80`,
+/// `slow-start:1=80@5s`).
+pub fn parse_serves(values: &[String]) -> Result<BTreeMap<String, Serves>, String> {
+    values
+        .iter()
+        .map(|v| {
+            let bad = || format!("--serves {v:?}: expected IMAGE=PORT[,PORT...][@AFTER], e.g. nginx:1.27=80 or slow:1=80@5s");
+            let (image, how) = v.split_once('=').ok_or_else(bad)?;
+            let (ports, after) = match how.split_once('@') {
+                Some((ports, after)) => (ports, parse_duration(after)?),
+                None => (how, Duration::ZERO),
+            };
+            let ports = ports.split(',').map(|p| p.parse().map_err(|_| bad())).collect::<Result<_, _>>()?;
+            Ok((normalize_image(image), Serves { ports, after }))
         })
         .collect()
 }
@@ -1264,6 +1328,90 @@ mod tests {
         apply(&mut p, &plan);
         assert!(p.status.as_ref().unwrap().container_statuses.as_ref().unwrap()[0].ready, "ready once the hook returned");
         assert_eq!(cond(&p, "ContainersReady").status, "True");
+    }
+
+    fn ready_of(p: &Pod) -> bool {
+        p.status.as_ref().unwrap().container_statuses.as_ref().unwrap()[0].ready
+    }
+
+    /// Found by comparing with a real kubelet (e2e/tests/real_nodes.rs): a container with a
+    /// readiness probe runs unready until the probe first passes, `initialDelaySeconds` after its
+    /// start and never in the status write that reports the start.
+    #[test]
+    fn a_readiness_probe_keeps_the_container_unready_until_it_passes() {
+        let cfg = SimConfig { serves: parse_serves(&["nginx:1=80".into()]).unwrap(), ..Default::default() };
+        let mut memory = RuntimeMemory::default();
+        let t0 = Timestamp::now();
+        for (delay, first_pass) in [(0, FIRST_PROBE), (3, Duration::from_secs(3))] {
+            let mut p = base_pod();
+            p.spec.as_mut().unwrap().containers[0].readiness_probe =
+                serde_json::from_value(json!({"httpGet": {"path": "/", "port": 80}, "initialDelaySeconds": delay, "periodSeconds": 1}))
+                    .unwrap();
+            start(&mut p, &cfg, &mut memory, t0);
+            let plan = desired_status(&p, &cfg, &NODE, &mut memory, t0);
+            assert_eq!(plan.recheck_after, Some(first_pass), "look again when the probe first passes");
+            apply(&mut p, &plan);
+            let s = &p.status.as_ref().unwrap().container_statuses.as_ref().unwrap()[0];
+            assert!(is_running(s) && s.started == Some(true) && !s.ready, "running and started, not ready yet: {s:?}");
+            assert_eq!(cond(&p, "ContainersReady").status, "False");
+            let plan = desired_status(&p, &cfg, &NODE, &mut memory, t0 + signed(first_pass));
+            apply(&mut p, &plan);
+            assert!(ready_of(&p), "ready from the first pass ({delay} s initial delay)");
+        }
+    }
+
+    /// A readiness probe of a port the image does not serve never passes, and the container is
+    /// not restarted for it; images `--serves` does not name, exec probes and a `command` that
+    /// replaces the image's process pass.
+    #[test]
+    fn a_readiness_probe_of_a_port_the_image_does_not_serve_never_passes() {
+        let cfg = SimConfig { serves: parse_serves(&["nginx:1=80".into(), "slow:1=80@5s".into()]).unwrap(), ..Default::default() };
+        let t0 = Timestamp::now();
+        let probe = |port: serde_json::Value| serde_json::from_value::<Probe>(json!({"tcpSocket": {"port": port}})).unwrap();
+        let container = |image: &str| {
+            serde_json::from_value::<Container>(json!({"name": "c", "image": image, "ports": [{"name": "web", "containerPort": 80}]}))
+                .unwrap()
+        };
+        let nginx = container("nginx:1");
+        assert_eq!(cfg.first_readiness_pass(&nginx, "nginx:1", &probe(json!(80))), Some(FIRST_PROBE));
+        assert_eq!(cfg.first_readiness_pass(&nginx, "nginx:1", &probe(json!("web"))), Some(FIRST_PROBE), "a named port");
+        assert_eq!(cfg.first_readiness_pass(&nginx, "nginx:1", &probe(json!(6379))), None);
+        assert_eq!(
+            cfg.first_readiness_pass(&container("slow:1"), "slow:1", &probe(json!(80))),
+            Some(Duration::from_secs(5)),
+            "serves after 5 s"
+        );
+        assert_eq!(
+            cfg.first_readiness_pass(&container("other:1"), "other:1", &probe(json!(6379))),
+            Some(FIRST_PROBE),
+            "an image not named"
+        );
+        let exec = serde_json::from_value::<Probe>(json!({"exec": {"command": ["true"]}})).unwrap();
+        assert_eq!(cfg.first_readiness_pass(&nginx, "nginx:1", &exec), Some(FIRST_PROBE));
+        let mut own = nginx.clone();
+        own.command = Some(vec!["sleep".into(), "1d".into()]);
+        assert_eq!(cfg.first_readiness_pass(&own, "nginx:1", &probe(json!(6379))), Some(FIRST_PROBE), "not the image's process");
+
+        let mut memory = RuntimeMemory::default();
+        let mut p = base_pod();
+        p.spec.as_mut().unwrap().containers[0].readiness_probe = Some(probe(json!(6379)));
+        start(&mut p, &cfg, &mut memory, t0);
+        let plan = desired_status(&p, &cfg, &NODE, &mut memory, t0);
+        assert_eq!(plan.recheck_after, None, "nothing to wait for");
+        apply(&mut p, &plan);
+        let plan = desired_status(&p, &cfg, &NODE, &mut memory, t0 + SignedDuration::from_hours(1));
+        apply(&mut p, &plan);
+        let s = &p.status.as_ref().unwrap().container_statuses.as_ref().unwrap()[0];
+        assert!(is_running(s) && !s.ready && s.restart_count == 0, "running, never ready, never restarted: {s:?}");
+        assert_eq!(cond(&p, "Ready").status, "False");
+    }
+
+    #[test]
+    fn parse_serves_reads_ports_and_the_start_delay() {
+        let serves = parse_serves(&["nginx:1=80,443@2s".into()]).unwrap();
+        assert_eq!(serves["docker.io/library/nginx:1"], Serves { ports: vec![80, 443], after: Duration::from_secs(2) });
+        assert!(parse_serves(&["nginx:1".into()]).is_err() && parse_serves(&["nginx:1=http".into()]).is_err());
+        assert!(parse_serves(&["nginx:1=80@soon".into()]).is_err());
     }
 
     #[test]
