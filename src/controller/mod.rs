@@ -7,6 +7,7 @@
 //! and restarts as a standby), as controller-runtime does.
 
 mod cloneset_cache;
+mod owned_store;
 pub mod queue;
 mod reconcile;
 mod writes;
@@ -33,6 +34,7 @@ use crate::leader::LeaderElector;
 use crate::metrics::{Metrics, ReconcileResult};
 use crate::server::Health;
 use cloneset_cache::CachedCloneSet;
+use owned_store::{OwnedStore, OwnedStoreWriter, owned_store};
 use queue::WorkQueue;
 
 /// The caches a reconcile reads. Every one has finished its first list before any reconcile.
@@ -40,8 +42,9 @@ use queue::WorkQueue;
 pub struct Stores {
     /// Decoded or not: one undecodable CloneSet must not fail the list of all of them.
     pub clonesets: Store<CachedCloneSet>,
-    pub pods: Store<Pod>,
-    pub pvcs: Store<PersistentVolumeClaim>,
+    /// Indexed by owner: a reconcile reads its own pods and PVCs, not every cached one.
+    pub pods: OwnedStore<Pod>,
+    pub pvcs: OwnedStore<PersistentVolumeClaim>,
     pub revisions: Store<ControllerRevision>,
     pub nodes: Store<Node>,
 }
@@ -121,9 +124,32 @@ where
 /// list request per 100 objects instead of per 500.
 const LIST_PAGE_SIZE: u32 = 100;
 
-/// Runs a reflector: keeps `writer`'s cache current (stripped of managedFields, which nothing
-/// reads, and of whatever else `strip` removes) with the objects `keep` accepts, and yields the
-/// objects that changed. An object `keep` stops accepting leaves the cache as if deleted.
+/// Watches `api` with backoff, yielding the events of the objects `keep` accepts, stripped of
+/// managedFields (which nothing reads) and of whatever else `strip` removes. An object `keep`
+/// stops accepting is yielded as deleted. Watch errors are logged (the watcher retries).
+fn kept_events<K>(api: Api<K>, cfg: watcher::Config, strip: fn(&mut K), keep: fn(&K) -> bool) -> impl Stream<Item = Event<K>> + Send
+where
+    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+{
+    let modify = move |obj: &mut K| {
+        obj.managed_fields_mut().clear();
+        strip(obj);
+    };
+    watcher::watcher(api, cfg).default_backoff().modify(modify).filter_map(move |ev| {
+        std::future::ready(match ev {
+            Ok(Event::InitApply(o)) if !keep(&o) => None,
+            Ok(Event::Apply(o)) if !keep(&o) => Some(Event::Delete(o)),
+            Ok(ev) => Some(ev),
+            Err(e) => {
+                tracing::warn!(error = %e, "watch error; retrying");
+                None
+            }
+        })
+    })
+}
+
+/// Runs a reflector: keeps `writer`'s cache current with [`kept_events`] and yields the objects
+/// that changed.
 fn cache<K>(
     api: Api<K>,
     cfg: watcher::Config,
@@ -135,27 +161,26 @@ where
     K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
     K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
 {
-    let modify = move |obj: &mut K| {
-        obj.managed_fields_mut().clear();
-        strip(obj);
-    };
-    let kept = move |ev: Result<Event<K>, watcher::Error>| {
-        std::future::ready(match ev {
-            Ok(Event::InitApply(o)) if !keep(&o) => None,
-            Ok(Event::Apply(o)) if !keep(&o) => Some(Ok(Event::Delete(o))),
-            other => Some(other),
-        })
-    };
-    watcher::watcher(api, cfg).default_backoff().modify(modify).filter_map(kept).reflect(writer).filter_map(|ev| async move {
+    kept_events(api, cfg, strip, keep).map(Ok::<_, watcher::Error>).reflect(writer).filter_map(|ev| async move {
         match ev {
             Ok(Event::Apply(o)) | Ok(Event::Delete(o)) | Ok(Event::InitApply(o)) => Some(Arc::new(o)),
-            Ok(_) => None,
-            Err(e) => {
-                tracing::warn!(error = %e, "watch error; retrying");
-                None
-            }
+            _ => None,
         }
     })
+}
+
+/// Keeps an owner-indexed cache current with the [`kept_events`] of what CloneSets own, and
+/// yields each changed object once it is applied.
+fn owned_cache<K>(
+    api: Api<K>,
+    cfg: watcher::Config,
+    mut writer: OwnedStoreWriter<K>,
+    strip: fn(&mut K),
+) -> impl Stream<Item = Arc<K>> + Send
+where
+    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+{
+    kept_events(api, cfg, strip, owned_by_a_cloneset).filter_map(move |ev| std::future::ready(writer.apply(ev)))
 }
 
 /// Drops what the controller never reads from a cached pod. What it reads (checked in
@@ -235,16 +260,16 @@ pub async fn run(client: Client, config: ControllerConfig, runtime: Runtime, shu
     let ns = config.namespace.clone();
     let ns = ns.as_deref();
     let (cs_reader, cs_writer) = reflector::store::<CachedCloneSet>();
-    let (pod_reader, pod_writer) = reflector::store::<Pod>();
-    let (pvc_reader, pvc_writer) = reflector::store::<PersistentVolumeClaim>();
+    let (pod_reader, pod_writer) = owned_store::<Pod>();
+    let (pvc_reader, pvc_writer) = owned_store::<PersistentVolumeClaim>();
     let (rev_reader, rev_writer) = reflector::store::<ControllerRevision>();
     let (node_reader, node_writer) = reflector::store::<Node>();
     // Only what a CloneSet can own: pods and PVCs with a CloneSet owner reference (others are
     // read a page at a time and never cached), revisions with the hash label.
     let paged = watcher::Config::default().page_size(LIST_PAGE_SIZE);
     let cs_events = cache(api::<CachedCloneSet>(&client, ns), watcher::Config::default(), cs_writer, |_| {}, everything);
-    let pod_events = cache(api::<Pod>(&client, ns), paged.clone(), pod_writer, strip_pod, owned_by_a_cloneset);
-    let pvc_events = cache(api::<PersistentVolumeClaim>(&client, ns), paged.clone(), pvc_writer, |_| {}, owned_by_a_cloneset);
+    let pod_events = owned_cache(api::<Pod>(&client, ns), paged.clone(), pod_writer, strip_pod);
+    let pvc_events = owned_cache(api::<PersistentVolumeClaim>(&client, ns), paged.clone(), pvc_writer, |_| {});
     let rev_events =
         cache(api::<ControllerRevision>(&client, ns), paged.labels(keys::CONTROLLER_REVISION_HASH_LABEL), rev_writer, |_| {}, everything);
     let node_events = cache(Api::<Node>::all(client.clone()), watcher::Config::default(), node_writer, strip_node, everything);
@@ -297,8 +322,8 @@ pub async fn run(client: Client, config: ControllerConfig, runtime: Runtime, shu
     let stores = ctx.stores.clone();
     let synced = async {
         stores.clonesets.wait_until_ready().await?;
-        stores.pods.wait_until_ready().await?;
-        stores.pvcs.wait_until_ready().await?;
+        stores.pods.wait_until_ready().await;
+        stores.pvcs.wait_until_ready().await;
         stores.revisions.wait_until_ready().await?;
         stores.nodes.wait_until_ready().await
     };

@@ -15,8 +15,8 @@ use kube::ResourceExt as _;
 use kube::runtime::events::EventType;
 use serde_json::json;
 
+use super::Context;
 use super::writes::{self, WriteError, event};
-use super::{Context, cached};
 use crate::api::cloneset::condition;
 use crate::api::shared::LifecycleState;
 use crate::api::{CloneSet, CloneSetCondition, keys};
@@ -66,8 +66,8 @@ pub async fn reconcile(ctx: &Arc<Context>, key: &str) -> Result<Option<Duration>
     let gate = {
         let lookup = |kind: ObjectKind, n: &str| -> Cached {
             let meta = match kind {
-                ObjectKind::Pod => cached(&ctx.stores.pods, ns, n).map(|p| p.metadata.deletion_timestamp.is_some()),
-                ObjectKind::Pvc => cached(&ctx.stores.pvcs, ns, n).map(|p| p.metadata.deletion_timestamp.is_some()),
+                ObjectKind::Pod => ctx.stores.pods.get(ns, n).map(|p| p.metadata.deletion_timestamp.is_some()),
+                ObjectKind::Pvc => ctx.stores.pvcs.get(ns, n).map(|p| p.metadata.deletion_timestamp.is_some()),
             };
             match meta {
                 None => Cached::Absent,
@@ -91,18 +91,17 @@ pub async fn reconcile(ctx: &Arc<Context>, key: &str) -> Result<Option<Duration>
         }
     }
 
-    // Observe: owned pods and PVCs, by owner UID (orphans are never adopted).
+    // Observe: owned pods and PVCs, by owner UID (orphans are never adopted), from the owner index.
     let uid = cs.metadata.uid.clone().unwrap_or_default();
-    let owned = |refs: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference]| refs.iter().any(|o| o.uid == uid);
-    let all_pods: Vec<Arc<Pod>> =
-        ctx.stores.pods.state().into_iter().filter(|p| p.namespace().as_deref() == Some(ns) && owned(p.owner_references())).collect();
-    let (active, inactive): (Vec<Arc<Pod>>, Vec<Arc<Pod>>) = all_pods.into_iter().partition(|p| is_active(p));
+    let in_ns = |p: &Arc<Pod>| p.namespace().as_deref() == Some(ns);
+    let (active, inactive): (Vec<Arc<Pod>>, Vec<Arc<Pod>>) =
+        ctx.stores.pods.owned_by(&uid).into_iter().filter(in_ns).partition(|p| is_active(p));
     let pvcs: Vec<Arc<PersistentVolumeClaim>> = ctx
         .stores
         .pvcs
-        .state()
+        .owned_by(&uid)
         .into_iter()
-        .filter(|p| p.namespace().as_deref() == Some(ns) && owned(p.owner_references()) && p.metadata.deletion_timestamp.is_none())
+        .filter(|p| p.namespace().as_deref() == Some(ns) && p.metadata.deletion_timestamp.is_none())
         .collect();
 
     if cs.spec.scale_strategy.disable_pvc_reuse {

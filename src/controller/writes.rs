@@ -438,8 +438,8 @@ mod tests {
             Ok::<_, std::convert::Infallible>(http::Response::new(Full::new(Bytes::from(obj.to_string()))))
         });
         let (clonesets, _) = kube::runtime::reflector::store();
-        let (pods, _) = kube::runtime::reflector::store();
-        let (pvcs, _) = kube::runtime::reflector::store();
+        let (pods, _) = super::super::owned_store::owned_store();
+        let (pvcs, _) = super::super::owned_store::owned_store();
         let (revisions, _) = kube::runtime::reflector::store();
         let (nodes, _) = kube::runtime::reflector::store();
         let metrics = std::sync::Arc::new(crate::metrics::Metrics::new());

@@ -1,0 +1,286 @@
+//! The cache of what CloneSets own (pods, PVCs), indexed by owner UID, so that one reconcile
+//! reads its own objects instead of scanning every cached one: its cost follows the size of the
+//! CloneSet, not of the cluster.
+//!
+//! kube's reflector store has no secondary index, and an index kept beside it would change under
+//! another lock: a reader could find an object in one and not the other, count a pod short and
+//! create its replacement twice. Here the objects and the index change together, under one lock,
+//! in the watcher's order; a relist is built aside and swapped in whole when it completes, as
+//! kube's store does. The event stream passes an object on only after it is applied, so a scale
+//! expectation satisfied by an event is satisfied in the index too.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, RwLock};
+
+use kube::Resource;
+use kube::runtime::watcher::Event;
+
+/// An object's namespace and name.
+type Key = (String, String);
+
+fn key_of<K: Resource>(obj: &K) -> Key {
+    let meta = obj.meta();
+    (meta.namespace.clone().unwrap_or_default(), meta.name.clone().unwrap_or_default())
+}
+
+/// The UIDs of the CloneSets that own `obj`, as controller or not (a reconcile counts both, as
+/// Kruise lists by owner UID).
+fn cloneset_owners<K: Resource>(obj: &K) -> impl Iterator<Item = &str> {
+    let refs = obj.meta().owner_references.iter().flatten();
+    refs.filter(|o| o.kind == "CloneSet" && o.api_version.split('/').next() == Some("apps.kruise.io")).map(|o| o.uid.as_str())
+}
+
+/// The objects by key, and the keys by owner UID: always the same set of objects.
+struct Indexed<K> {
+    objects: HashMap<Key, Arc<K>>,
+    by_owner: HashMap<String, BTreeSet<Key>>,
+}
+
+impl<K> Default for Indexed<K> {
+    fn default() -> Self {
+        Self { objects: HashMap::new(), by_owner: HashMap::new() }
+    }
+}
+
+impl<K: Resource> Indexed<K> {
+    fn insert(&mut self, obj: Arc<K>) {
+        let key = key_of(obj.as_ref());
+        // Unindex the old version before indexing the new: its owners may have changed.
+        if let Some(old) = self.objects.insert(key.clone(), obj.clone()) {
+            self.unindex(&key, &old);
+        }
+        for uid in cloneset_owners(obj.as_ref()) {
+            self.by_owner.entry(uid.to_string()).or_default().insert(key.clone());
+        }
+    }
+
+    fn remove(&mut self, obj: &K) {
+        let key = key_of(obj);
+        if let Some(old) = self.objects.remove(&key) {
+            self.unindex(&key, &old);
+        }
+    }
+
+    fn unindex(&mut self, key: &Key, old: &K) {
+        for uid in cloneset_owners(old) {
+            if let Some(keys) = self.by_owner.get_mut(uid) {
+                keys.remove(key);
+                if keys.is_empty() {
+                    self.by_owner.remove(uid);
+                }
+            }
+        }
+    }
+}
+
+struct Shared<K> {
+    state: RwLock<Indexed<K>>,
+    /// True once the first list has been applied.
+    ready: tokio::sync::watch::Sender<bool>,
+}
+
+/// The read side, shared by every reconcile.
+pub struct OwnedStore<K> {
+    shared: Arc<Shared<K>>,
+}
+
+impl<K> Clone for OwnedStore<K> {
+    fn clone(&self) -> Self {
+        Self { shared: self.shared.clone() }
+    }
+}
+
+/// The write side: applies the watcher's events in order (one task owns it).
+pub struct OwnedStoreWriter<K> {
+    shared: Arc<Shared<K>>,
+    /// The relist in progress, swapped in at its `InitDone`.
+    relist: Option<Indexed<K>>,
+}
+
+/// An empty store and its writer.
+pub fn owned_store<K>() -> (OwnedStore<K>, OwnedStoreWriter<K>) {
+    let shared = Arc::new(Shared { state: RwLock::new(Indexed::default()), ready: tokio::sync::watch::Sender::new(false) });
+    (OwnedStore { shared: shared.clone() }, OwnedStoreWriter { shared, relist: None })
+}
+
+impl<K: Resource> OwnedStore<K> {
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Indexed<K>> {
+        // A panic elsewhere while the lock was held leaves a consistent state: every change is
+        // made whole before the guard is dropped.
+        self.shared.state.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn get(&self, namespace: &str, name: &str) -> Option<Arc<K>> {
+        self.read().objects.get(&(namespace.to_string(), name.to_string())).cloned()
+    }
+
+    /// The objects a CloneSet (by UID) owns, in namespace/name order.
+    pub fn owned_by(&self, uid: &str) -> Vec<Arc<K>> {
+        let state = self.read();
+        let keys = state.by_owner.get(uid).into_iter().flatten();
+        keys.filter_map(|k| state.objects.get(k).cloned()).collect()
+    }
+
+    pub fn len(&self) -> usize {
+        self.read().objects.len()
+    }
+
+    /// Returns once the first list has been applied.
+    pub async fn wait_until_ready(&self) {
+        let mut ready = self.shared.ready.subscribe();
+        // The sender lives as long as this store, so the wait ends only when ready.
+        let _ = ready.wait_for(|r| *r).await;
+    }
+}
+
+impl<K: Resource> OwnedStoreWriter<K> {
+    /// Applies one watcher event and returns its object (if it has one) for the event stream to
+    /// pass on: by then store and index both reflect it.
+    pub fn apply(&mut self, event: Event<K>) -> Option<Arc<K>> {
+        match event {
+            Event::Apply(obj) => {
+                let obj = Arc::new(obj);
+                self.write().insert(obj.clone());
+                Some(obj)
+            }
+            Event::Delete(obj) => {
+                self.write().remove(&obj);
+                Some(Arc::new(obj))
+            }
+            Event::Init => {
+                self.relist = Some(Indexed::default());
+                None
+            }
+            Event::InitApply(obj) => {
+                let obj = Arc::new(obj);
+                self.relist.get_or_insert_with(Indexed::default).insert(obj.clone());
+                Some(obj)
+            }
+            Event::InitDone => {
+                *self.write() = self.relist.take().unwrap_or_default();
+                self.shared.ready.send_replace(true);
+                None
+            }
+        }
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Indexed<K>> {
+        self.shared.state.write().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::Pod;
+    use proptest::prelude::*;
+
+    fn pod(name: &str, owners: &[&str]) -> Pod {
+        let refs: Vec<_> = owners
+            .iter()
+            .map(|uid| serde_json::json!({"apiVersion": "apps.kruise.io/v1alpha1", "kind": "CloneSet", "name": "cs", "uid": uid, "controller": true}))
+            .collect();
+        serde_json::from_value(serde_json::json!({"metadata": {"name": name, "namespace": "ns", "ownerReferences": refs}})).unwrap()
+    }
+
+    fn names(pods: Vec<Arc<Pod>>) -> Vec<String> {
+        pods.iter().map(|p| p.metadata.name.clone().unwrap()).collect()
+    }
+
+    fn listed(writer: &mut OwnedStoreWriter<Pod>, pods: &[Pod]) {
+        writer.apply(Event::Init);
+        for p in pods {
+            writer.apply(Event::InitApply(p.clone()));
+        }
+        writer.apply(Event::InitDone);
+    }
+
+    #[test]
+    fn an_owner_change_moves_the_object_between_owners_and_a_delete_unindexes_it() {
+        let (store, mut writer) = owned_store::<Pod>();
+        listed(&mut writer, &[pod("a", &["u1"]), pod("b", &["u1"])]);
+        assert_eq!(names(store.owned_by("u1")), ["a", "b"]);
+        writer.apply(Event::Apply(pod("a", &["u2"])));
+        assert_eq!((names(store.owned_by("u1")), names(store.owned_by("u2"))), (vec!["b".to_string()], vec!["a".to_string()]));
+        writer.apply(Event::Delete(pod("b", &["u1"])));
+        assert!(store.owned_by("u1").is_empty() && store.get("ns", "b").is_none());
+        assert_eq!(store.len(), 1);
+    }
+
+    /// A relist (after a watch expired, or the apiserver restarted) may miss deletes and owner
+    /// changes the watch never delivered: what it lists replaces store and index whole, and only
+    /// when it completes; until then readers see the state before it.
+    #[test]
+    fn a_relist_replaces_store_and_index_at_once_when_it_completes() {
+        let (store, mut writer) = owned_store::<Pod>();
+        listed(&mut writer, &[pod("a", &["u1"]), pod("b", &["u1"])]);
+        writer.apply(Event::Init);
+        writer.apply(Event::InitApply(pod("a", &["u2"])));
+        assert_eq!(names(store.owned_by("u1")), ["a", "b"], "the relist is not seen half done");
+        writer.apply(Event::InitApply(pod("c", &["u1"])));
+        writer.apply(Event::InitDone);
+        assert_eq!((names(store.owned_by("u1")), names(store.owned_by("u2"))), (vec!["c".to_string()], vec!["a".to_string()]));
+        assert!(store.get("ns", "b").is_none(), "deleted while the watch was down");
+    }
+
+    #[tokio::test]
+    async fn ready_only_after_the_first_list() {
+        let (store, mut writer) = owned_store::<Pod>();
+        writer.apply(Event::Init);
+        writer.apply(Event::InitApply(pod("a", &["u1"])));
+        let waiting = tokio::time::timeout(std::time::Duration::from_millis(50), store.wait_until_ready()).await;
+        assert!(waiting.is_err(), "ready before the list completed");
+        writer.apply(Event::InitDone);
+        store.wait_until_ready().await;
+    }
+
+    #[derive(Clone, Debug)]
+    enum Step {
+        Apply(u8, Vec<u8>),
+        Delete(u8),
+        Relist(Vec<(u8, Vec<u8>)>),
+    }
+
+    fn step() -> impl Strategy<Value = Step> {
+        let owners = proptest::collection::vec(0u8..4, 0..3);
+        prop_oneof![
+            4 => (0u8..8, owners.clone()).prop_map(|(n, o)| Step::Apply(n, o)),
+            2 => (0u8..8).prop_map(Step::Delete),
+            1 => proptest::collection::vec((0u8..8, owners), 0..8).prop_map(Step::Relist),
+        ]
+    }
+
+    proptest! {
+        /// Whatever the events (applies, owner changes, deletes, relists), the index answers
+        /// exactly what a scan of every cached object would: a reconcile never misses a pod it
+        /// owns (which would make it create a replacement twice) nor counts one it does not.
+        #[test]
+        fn the_owner_index_always_agrees_with_a_scan_of_the_store(steps in proptest::collection::vec(step(), 1..40)) {
+            let (store, mut writer) = owned_store::<Pod>();
+            writer.apply(Event::Init);
+            writer.apply(Event::InitDone);
+            let make = |n: u8, owners: &[u8]| {
+                let uids: Vec<String> = owners.iter().map(|o| format!("u{o}")).collect();
+                pod(&format!("p{n}"), &uids.iter().map(String::as_str).collect::<Vec<_>>())
+            };
+            for s in steps {
+                match s {
+                    Step::Apply(n, owners) => { writer.apply(Event::Apply(make(n, &owners))); }
+                    Step::Delete(n) => { writer.apply(Event::Delete(make(n, &[]))); }
+                    Step::Relist(pods) => {
+                        let pods: Vec<Pod> = pods.iter().map(|(n, o)| make(*n, o)).collect();
+                        listed(&mut writer, &pods);
+                    }
+                }
+                let all: Vec<Arc<Pod>> = store.read().objects.values().cloned().collect();
+                for uid in (0..4).map(|o| format!("u{o}")) {
+                    let mut scanned: Vec<String> =
+                        all.iter().filter(|p| cloneset_owners(p.as_ref()).any(|o| o == uid)).map(|p| p.metadata.name.clone().unwrap()).collect();
+                    scanned.sort();
+                    prop_assert_eq!(names(store.owned_by(&uid)), scanned);
+                }
+                prop_assert!(store.read().by_owner.values().all(|keys| !keys.is_empty()), "no empty index entries are kept");
+            }
+        }
+    }
+}
