@@ -45,7 +45,8 @@ pub struct Stores {
     /// Indexed by owner: a reconcile reads its own pods and PVCs, not every cached one.
     pub pods: OwnedStore<Pod>,
     pub pvcs: OwnedStore<PersistentVolumeClaim>,
-    pub revisions: Store<ControllerRevision>,
+    /// By owner, and by namespace for those without a controller (to adopt).
+    pub revisions: OwnedStore<ControllerRevision>,
     pub nodes: Store<Node>,
 }
 
@@ -169,18 +170,19 @@ where
     })
 }
 
-/// Keeps an owner-indexed cache current with the [`kept_events`] of what CloneSets own, and
-/// yields each changed object once it is applied.
+/// Keeps an owner-indexed cache current with [`kept_events`], and yields each changed object once
+/// it is applied.
 fn owned_cache<K>(
     api: Api<K>,
     cfg: watcher::Config,
     mut writer: OwnedStoreWriter<K>,
     strip: fn(&mut K),
+    keep: fn(&K) -> bool,
 ) -> impl Stream<Item = Arc<K>> + Send
 where
     K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
 {
-    kept_events(api, cfg, strip, owned_by_a_cloneset).filter_map(move |ev| std::future::ready(writer.apply(ev)))
+    kept_events(api, cfg, strip, keep).filter_map(move |ev| std::future::ready(writer.apply(ev)))
 }
 
 /// Drops what the controller never reads from a cached pod. What it reads (checked in
@@ -262,16 +264,16 @@ pub async fn run(client: Client, config: ControllerConfig, runtime: Runtime, shu
     let (cs_reader, cs_writer) = reflector::store::<CachedCloneSet>();
     let (pod_reader, pod_writer) = owned_store::<Pod>();
     let (pvc_reader, pvc_writer) = owned_store::<PersistentVolumeClaim>();
-    let (rev_reader, rev_writer) = reflector::store::<ControllerRevision>();
+    let (rev_reader, rev_writer) = owned_store::<ControllerRevision>();
     let (node_reader, node_writer) = reflector::store::<Node>();
     // Only what a CloneSet can own: pods and PVCs with a CloneSet owner reference (others are
     // read a page at a time and never cached), revisions with the hash label.
     let paged = watcher::Config::default().page_size(LIST_PAGE_SIZE);
     let cs_events = cache(api::<CachedCloneSet>(&client, ns), watcher::Config::default(), cs_writer, |_| {}, everything);
-    let pod_events = owned_cache(api::<Pod>(&client, ns), paged.clone(), pod_writer, strip_pod);
-    let pvc_events = owned_cache(api::<PersistentVolumeClaim>(&client, ns), paged.clone(), pvc_writer, |_| {});
-    let rev_events =
-        cache(api::<ControllerRevision>(&client, ns), paged.labels(keys::CONTROLLER_REVISION_HASH_LABEL), rev_writer, |_| {}, everything);
+    let pod_events = owned_cache(api::<Pod>(&client, ns), paged.clone(), pod_writer, strip_pod, owned_by_a_cloneset);
+    let pvc_events = owned_cache(api::<PersistentVolumeClaim>(&client, ns), paged.clone(), pvc_writer, |_| {}, owned_by_a_cloneset);
+    let revisions = paged.labels(keys::CONTROLLER_REVISION_HASH_LABEL);
+    let rev_events = owned_cache(api::<ControllerRevision>(&client, ns), revisions, rev_writer, |_| {}, everything);
     let node_events = cache(Api::<Node>::all(client.clone()), watcher::Config::default(), node_writer, strip_node, everything);
 
     metrics.set_max_concurrent_reconciles(config.workers.max(1));
@@ -324,7 +326,7 @@ pub async fn run(client: Client, config: ControllerConfig, runtime: Runtime, shu
         stores.clonesets.wait_until_ready().await?;
         stores.pods.wait_until_ready().await;
         stores.pvcs.wait_until_ready().await;
-        stores.revisions.wait_until_ready().await?;
+        stores.revisions.wait_until_ready().await;
         stores.nodes.wait_until_ready().await
     };
     let mut shutdown = std::pin::pin!(shutdown);

@@ -1,6 +1,7 @@
-//! The cache of what CloneSets own (pods, PVCs), indexed by owner UID, so that one reconcile
-//! reads its own objects instead of scanning every cached one: its cost follows the size of the
-//! CloneSet, not of the cluster.
+//! The cache of what CloneSets own (pods, PVCs, revisions), indexed by owner UID, so that one
+//! reconcile reads its own objects instead of scanning every cached one: its cost follows the
+//! size of the CloneSet, not of the cluster. Objects with no controller (revisions a CloneSet may
+//! adopt) are indexed by namespace.
 //!
 //! kube's reflector store has no secondary index, and an index kept beside it would change under
 //! another lock: a reader could find an object in one and not the other, count a pod short and
@@ -30,15 +31,36 @@ fn cloneset_owners<K: Resource>(obj: &K) -> impl Iterator<Item = &str> {
     refs.filter(|o| o.kind == "CloneSet" && o.api_version.split('/').next() == Some("apps.kruise.io")).map(|o| o.uid.as_str())
 }
 
-/// The objects by key, and the keys by owner UID: always the same set of objects.
+fn has_controller<K: Resource>(obj: &K) -> bool {
+    obj.meta().owner_references.iter().flatten().any(|o| o.controller == Some(true))
+}
+
+/// The objects by key; their keys by CloneSet owner UID, and by namespace for those without a
+/// controller: always the same set of objects.
 struct Indexed<K> {
     objects: HashMap<Key, Arc<K>>,
     by_owner: HashMap<String, BTreeSet<Key>>,
+    orphans: HashMap<String, BTreeSet<Key>>,
 }
 
 impl<K> Default for Indexed<K> {
     fn default() -> Self {
-        Self { objects: HashMap::new(), by_owner: HashMap::new() }
+        Self { objects: HashMap::new(), by_owner: HashMap::new(), orphans: HashMap::new() }
+    }
+}
+
+/// Adds `key` under `index`'s entry `at`.
+fn add(index: &mut HashMap<String, BTreeSet<Key>>, at: &str, key: &Key) {
+    index.entry(at.to_string()).or_default().insert(key.clone());
+}
+
+/// Removes `key` from `index`'s entry `at`, and the entry once it is empty.
+fn drop_from(index: &mut HashMap<String, BTreeSet<Key>>, at: &str, key: &Key) {
+    if let Some(keys) = index.get_mut(at) {
+        keys.remove(key);
+        if keys.is_empty() {
+            index.remove(at);
+        }
     }
 }
 
@@ -50,7 +72,10 @@ impl<K: Resource> Indexed<K> {
             self.unindex(&key, &old);
         }
         for uid in cloneset_owners(obj.as_ref()) {
-            self.by_owner.entry(uid.to_string()).or_default().insert(key.clone());
+            add(&mut self.by_owner, uid, &key);
+        }
+        if !has_controller(obj.as_ref()) {
+            add(&mut self.orphans, &key.0, &key);
         }
     }
 
@@ -63,13 +88,15 @@ impl<K: Resource> Indexed<K> {
 
     fn unindex(&mut self, key: &Key, old: &K) {
         for uid in cloneset_owners(old) {
-            if let Some(keys) = self.by_owner.get_mut(uid) {
-                keys.remove(key);
-                if keys.is_empty() {
-                    self.by_owner.remove(uid);
-                }
-            }
+            drop_from(&mut self.by_owner, uid, key);
         }
+        if !has_controller(old) {
+            drop_from(&mut self.orphans, &key.0, key);
+        }
+    }
+
+    fn get_all<'a>(&self, keys: impl Iterator<Item = &'a Key>) -> Vec<Arc<K>> {
+        keys.filter_map(|k| self.objects.get(k).cloned()).collect()
     }
 }
 
@@ -114,11 +141,16 @@ impl<K: Resource> OwnedStore<K> {
         self.read().objects.get(&(namespace.to_string(), name.to_string())).cloned()
     }
 
-    /// The objects a CloneSet (by UID) owns, in namespace/name order.
+    /// The objects a CloneSet (by UID) owns, as controller or not, in namespace/name order.
     pub fn owned_by(&self, uid: &str) -> Vec<Arc<K>> {
         let state = self.read();
-        let keys = state.by_owner.get(uid).into_iter().flatten();
-        keys.filter_map(|k| state.objects.get(k).cloned()).collect()
+        state.get_all(state.by_owner.get(uid).into_iter().flatten())
+    }
+
+    /// The objects in `namespace` that no controller owns, in name order.
+    pub fn orphans_in(&self, namespace: &str) -> Vec<Arc<K>> {
+        let state = self.read();
+        state.get_all(state.orphans.get(namespace).into_iter().flatten())
     }
 
     pub fn len(&self) -> usize {
@@ -175,10 +207,12 @@ mod tests {
     use k8s_openapi::api::core::v1::Pod;
     use proptest::prelude::*;
 
+    /// A pod owned by CloneSets `owners`; the first owner, if any, is its controller.
     fn pod(name: &str, owners: &[&str]) -> Pod {
         let refs: Vec<_> = owners
             .iter()
-            .map(|uid| serde_json::json!({"apiVersion": "apps.kruise.io/v1alpha1", "kind": "CloneSet", "name": "cs", "uid": uid, "controller": true}))
+            .enumerate()
+            .map(|(i, uid)| serde_json::json!({"apiVersion": "apps.kruise.io/v1alpha1", "kind": "CloneSet", "name": "cs", "uid": uid, "controller": i == 0}))
             .collect();
         serde_json::from_value(serde_json::json!({"metadata": {"name": name, "namespace": "ns", "ownerReferences": refs}})).unwrap()
     }
@@ -205,6 +239,11 @@ mod tests {
         writer.apply(Event::Delete(pod("b", &["u1"])));
         assert!(store.owned_by("u1").is_empty() && store.get("ns", "b").is_none());
         assert_eq!(store.len(), 1);
+        // Released by its controller: an orphan of its namespace, until adopted again.
+        writer.apply(Event::Apply(pod("a", &[])));
+        assert_eq!((names(store.orphans_in("ns")), store.owned_by("u2").len()), (vec!["a".to_string()], 0));
+        writer.apply(Event::Apply(pod("a", &["u1"])));
+        assert!(store.orphans_in("ns").is_empty());
     }
 
     /// A relist (after a watch expired, or the apiserver restarted) may miss deletes and owner
@@ -251,9 +290,10 @@ mod tests {
     }
 
     proptest! {
-        /// Whatever the events (applies, owner changes, deletes, relists), the index answers
-        /// exactly what a scan of every cached object would: a reconcile never misses a pod it
-        /// owns (which would make it create a replacement twice) nor counts one it does not.
+        /// Whatever the events (applies, owner changes, releases, deletes, relists), the indexes
+        /// answer exactly what a scan of every cached object would: a reconcile never misses a
+        /// pod it owns (which would make it create a replacement twice) nor counts one it does
+        /// not, and never misses a revision it could adopt.
         #[test]
         fn the_owner_index_always_agrees_with_a_scan_of_the_store(steps in proptest::collection::vec(step(), 1..40)) {
             let (store, mut writer) = owned_store::<Pod>();
@@ -279,7 +319,11 @@ mod tests {
                     scanned.sort();
                     prop_assert_eq!(names(store.owned_by(&uid)), scanned);
                 }
-                prop_assert!(store.read().by_owner.values().all(|keys| !keys.is_empty()), "no empty index entries are kept");
+                let mut orphans: Vec<String> = all.iter().filter(|p| !has_controller(p.as_ref())).map(|p| p.metadata.name.clone().unwrap()).collect();
+                orphans.sort();
+                prop_assert_eq!(names(store.orphans_in("ns")), orphans);
+                let state = store.read();
+                prop_assert!(state.by_owner.values().chain(state.orphans.values()).all(|keys| !keys.is_empty()), "no empty index entries are kept");
             }
         }
     }

@@ -269,9 +269,12 @@ fn owned_revisions(ctx: &Context, cs: &CloneSet) -> Vec<Arc<ControllerRevision>>
     let ns = cs.namespace().unwrap_or_default();
     let uid = cs.metadata.uid.clone().unwrap_or_default();
     let selector = &cs.spec.selector;
-    ctx.stores
-        .revisions
-        .state()
+    // Its own (from the owner index) and the orphans of its namespace it may adopt; a revision
+    // that names it without being controlled by it is also an orphan: keep it once.
+    let mut candidates = ctx.stores.revisions.owned_by(&uid);
+    let own: BTreeSet<String> = candidates.iter().map(|r| r.name_any()).collect();
+    candidates.extend(ctx.stores.revisions.orphans_in(&ns).into_iter().filter(|r| !own.contains(&r.name_any())));
+    candidates
         .into_iter()
         .filter(|r| r.namespace().as_deref() == Some(ns.as_str()))
         .filter(|r| {

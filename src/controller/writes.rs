@@ -440,7 +440,7 @@ mod tests {
         let (clonesets, _) = kube::runtime::reflector::store();
         let (pods, _) = super::super::owned_store::owned_store();
         let (pvcs, _) = super::super::owned_store::owned_store();
-        let (revisions, _) = kube::runtime::reflector::store();
+        let (revisions, _) = super::super::owned_store::owned_store();
         let (nodes, _) = kube::runtime::reflector::store();
         let metrics = std::sync::Arc::new(crate::metrics::Metrics::new());
         Context {
