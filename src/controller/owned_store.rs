@@ -153,10 +153,6 @@ impl<K: Resource> OwnedStore<K> {
         state.get_all(state.orphans.get(namespace).into_iter().flatten())
     }
 
-    pub fn len(&self) -> usize {
-        self.read().objects.len()
-    }
-
     /// Returns once the first list has been applied.
     pub async fn wait_until_ready(&self) {
         let mut ready = self.shared.ready.subscribe();
@@ -238,7 +234,7 @@ mod tests {
         assert_eq!((names(store.owned_by("u1")), names(store.owned_by("u2"))), (vec!["b".to_string()], vec!["a".to_string()]));
         writer.apply(Event::Delete(pod("b", &["u1"])));
         assert!(store.owned_by("u1").is_empty() && store.get("ns", "b").is_none());
-        assert_eq!(store.len(), 1);
+        assert_eq!(store.read().objects.len(), 1);
         // Released by its controller: an orphan of its namespace, until adopted again.
         writer.apply(Event::Apply(pod("a", &[])));
         assert_eq!((names(store.orphans_in("ns")), store.owned_by("u2").len()), (vec!["a".to_string()], 0));
