@@ -7,7 +7,7 @@
 //! Two uses: the operator's image ([`operator_image`]: the static binary as non-root 65532, no
 //! shell), and the test images real nodes pull ([`test_images`]: stand-ins for `nginx:1.27`,
 //! `nginx:1.28`, `nginx:alpine` (also tagged `mainline-alpine`), Kubernetes' e2e-test-images
-//! nginx, redis and busybox, an image that exits, one that starts slowly, and the pause image,
+//! nginx, httpd, redis and busybox, an image that exits, one that starts slowly, and the pause image,
 //! from Debian's static busybox and a pause program of our own).
 
 use std::collections::BTreeMap;
@@ -398,6 +398,8 @@ pub fn test_images(busybox: Vec<u8>, pause: Vec<u8>) -> Vec<ImageSpec> {
         script("registry.k8s.io/e2e-test-images/nginx:1.14-4", SERVE_SCRIPT, Some("nginx 1.14"), &[]),
         script("registry.k8s.io/e2e-test-images/nginx:1.15-4", SERVE_SCRIPT, Some("nginx 1.15"), &[]),
         script("registry.k8s.io/e2e-test-images/redis:5.0.5-3", SERVE_SCRIPT, Some("redis 5.0.5"), &["PORT=6379"]),
+        script("registry.k8s.io/e2e-test-images/httpd:2.4.38-4", SERVE_SCRIPT, Some("httpd 2.4.38"), &[]),
+        script("registry.k8s.io/e2e-test-images/httpd:2.4.39-4", SERVE_SCRIPT, Some("httpd 2.4.39"), &[]),
         // Like the real busybox image: no entrypoint, `sh` as the command, which exits at once
         // without a terminal.
         ImageSpec {
