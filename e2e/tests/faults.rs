@@ -16,6 +16,14 @@ fn failure_message(cs: &CloneSet, type_: &str) -> Option<String> {
     cs.status.as_ref()?.conditions.iter().find(|c| c.type_ == type_).map(|c| c.message.clone())
 }
 
+/// A failure condition as Kruise writes it (seen side by side with kruise-manager v1.9.0): status
+/// True, a lastTransitionTime, no lastUpdateTime and no reason.
+fn assert_kruise_shaped_failure(cs: &CloneSet, type_: &str) {
+    let c = cs.status.as_ref().and_then(|s| s.conditions.iter().find(|c| c.type_ == type_)).expect("the failure condition");
+    assert!(c.status == "True" && c.last_transition_time.is_some() && c.reason.is_empty(), "{c:?}");
+    assert_eq!(c.last_update_time, None, "Kruise sets only lastTransitionTime on {type_}: {c:?}");
+}
+
 async fn warning_events(e: &Env, reason: &str) -> Vec<Event> {
     let events: Api<Event> = e.ns.api();
     let list = events.list(&ListParams::default()).await.unwrap();
@@ -45,6 +53,7 @@ async fn a_quota_that_admits_3_of_5_pods_leaves_3_ready_and_the_rest_come_when_i
         })
         .await;
     let message = failure_message(&cs, "FailedScale").unwrap();
+    assert_kruise_shaped_failure(&cs, "FailedScale");
     assert!(!message.contains("ErrorResponse") && !message.contains("Status {"), "plain apiserver message: {message}");
     for p in e.active_pods("web").await {
         assert_eq!(label(&p, keys::LIFECYCLE_STATE), Some("Normal"), "{}", p.name_any());
@@ -128,6 +137,7 @@ async fn a_denied_normal_patch_after_an_in_place_update_is_retried_until_it_land
         .await
         .unwrap_or_else(|err| panic!("{err:#}\n{}", e.operator.log_tail(40)));
     assert!(failure_message(&cs, "FailedUpdate").unwrap().contains("Updating pods may not become Normal yet"));
+    assert_kruise_shaped_failure(&cs, "FailedUpdate");
     wait_until(T, "both pods run the new image, still Updating", || async {
         let pods = e.active_pods("web").await;
         Ok(pods.len() == 2

@@ -239,13 +239,14 @@ fn has_spread_constraints(cs: &CloneSet) -> bool {
     cs.spec.template.spec.as_ref().and_then(|s| s.topology_spread_constraints.as_ref()).is_some_and(|t| !t.is_empty())
 }
 
+/// FailedScale or FailedUpdate as Kruise's syncCloneSet builds it: only lastTransitionTime is set
+/// (no lastUpdateTime, no reason).
 fn failed(type_: &str, message: &str, now: Timestamp) -> CloneSetCondition {
-    let t = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now));
     CloneSetCondition {
         type_: type_.into(),
         status: "True".into(),
-        last_update_time: t.clone(),
-        last_transition_time: t,
+        last_update_time: None,
+        last_transition_time: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now)),
         reason: String::new(),
         message: message.into(),
     }
