@@ -994,6 +994,35 @@ fn ready(p: &Pod) -> bool {
 /// leader's pod mid-rollout hands over to another manager and the rollout finishes within
 /// maxUnavailable; `helm upgrade` to another tag rolls the manager without restarting a
 /// CloneSet pod; `helm uninstall` leaves the CloneSet and its pods running.
+/// Moves CloneSet `work` to `image` and returns once a pod is updated: the rollout is mid-way.
+async fn start_rollout(clonesets: &Api<CloneSet>, image: &str) {
+    let new_image = json!({"spec": {"template": {"spec": {"containers": [{"name": "main", "image": image}]}}}});
+    clonesets.patch("work", &PatchParams::default(), &Patch::Merge(new_image)).await.unwrap();
+    watch_until(clonesets, "work", T, |c| c.status.as_ref().is_some_and(|s| s.updated_replicas >= 1)).await.unwrap();
+}
+
+/// Waits for `work`'s rollout to finish with `replicas` updated and ready pods, then checks from
+/// the `watched` pods that it never had more than its maxUnavailable (1) unready at once across
+/// `fault`.
+async fn finishes_within_max_unavailable(
+    clonesets: &Api<CloneSet>,
+    replicas: i32,
+    (extremes, monitor): (std::sync::Arc<std::sync::Mutex<e2e::workload::Extremes>>, tokio::task::JoinHandle<()>),
+    fault: &str,
+) {
+    watch_until(clonesets, "work", T, |c| {
+        let s = c.status.clone().unwrap_or_default();
+        s.observed_generation == c.metadata.generation.unwrap_or(0)
+            && s.updated_replicas == replicas
+            && s.updated_ready_replicas == replicas
+    })
+    .await
+    .unwrap();
+    monitor.abort();
+    let seen = extremes.lock().unwrap().max_unready;
+    assert!(seen <= 1, "the rollout exceeded maxUnavailable 1 across {fault}: {seen} unready at once");
+}
+
 #[tokio::test]
 async fn the_chart_runs_the_operators_own_image_on_a_real_node() {
     let _one_at_a_time = CLUSTER.lock().await;
@@ -1102,10 +1131,8 @@ async fn the_chart_runs_the_operators_own_image_on_a_real_node() {
     // its way out, and another manager takes it within a few retry periods (2 s): the standby, or
     // the Deployment's replacement pod if that polls first (client-go's election lets any
     // candidate take a released Lease). The rollout finishes within its budget.
-    let (extremes, monitor) = e2e::workload::monitor(work_pods.clone(), "app=work".into());
-    let new_image = json!({"spec": {"template": {"spec": {"containers": [{"name": "main", "image": "nginx:1.28"}]}}}});
-    clonesets.patch("work", &PatchParams::default(), &Patch::Merge(new_image)).await.unwrap();
-    watch_until(&clonesets, "work", T, |c| c.status.as_ref().is_some_and(|s| s.updated_replicas >= 1)).await.unwrap();
+    let watched = e2e::workload::monitor(work_pods.clone(), "app=work".into());
+    start_rollout(&clonesets, "nginx:1.28").await;
     let deleted_at = std::time::Instant::now();
     pods.delete(&leader.name_any(), &Default::default()).await.unwrap();
     let handed_over = wait_until(T, "another manager to lead", || async {
@@ -1124,15 +1151,7 @@ async fn the_chart_runs_the_operators_own_image_on_a_real_node() {
     let took = deleted_at.elapsed();
     println!("handover: {:?} led {took:?} after its predecessor's pod was deleted", holder().await);
     assert!(took < Duration::from_secs(15), "the Lease was not released on shutdown: taken over only after {took:?}");
-    watch_until(&clonesets, "work", T, |c| {
-        let s = c.status.clone().unwrap_or_default();
-        s.observed_generation == c.metadata.generation.unwrap_or(0) && s.updated_replicas == 5 && s.updated_ready_replicas == 5
-    })
-    .await
-    .unwrap();
-    monitor.abort();
-    let seen = extremes.lock().unwrap().max_unready;
-    assert!(seen <= 1, "the rollout exceeded maxUnavailable 1 across the handover: {seen} unready at once");
+    finishes_within_max_unavailable(&clonesets, 5, watched, "the handover").await;
     let identities = || async {
         let list = work_pods.list(&ListParams::default()).await.unwrap().items;
         list.iter()
@@ -1184,25 +1203,15 @@ async fn the_chart_runs_the_operators_own_image_on_a_real_node() {
     // The leader's own pod evicted (the Eviction API, which its PodDisruptionBudget allows for one
     // of two) mid-rollout: another manager leads and the rollout finishes, within maxUnavailable.
     let evicted = leading(rolled.clone()).await.expect("a leader");
-    let (extremes, monitor) = e2e::workload::monitor(work_pods.clone(), "app=work".into());
-    let back = json!({"spec": {"template": {"spec": {"containers": [{"name": "main", "image": "nginx:1.27"}]}}}});
-    clonesets.patch("work", &PatchParams::default(), &Patch::Merge(back)).await.unwrap();
-    watch_until(&clonesets, "work", T, |c| c.status.as_ref().is_some_and(|s| s.updated_replicas >= 1)).await.unwrap();
+    let watched = e2e::workload::monitor(work_pods.clone(), "app=work".into());
+    start_rollout(&clonesets, "nginx:1.27").await;
     pods.evict(&evicted.name_any(), &Default::default()).await.unwrap();
     wait_until(T, "another manager to lead after the eviction", || async {
         Ok(leading(managers().await).await.is_some_and(|p| p.name_any() != evicted.name_any()))
     })
     .await
     .unwrap();
-    watch_until(&clonesets, "work", T, |c| {
-        let s = c.status.clone().unwrap_or_default();
-        s.observed_generation == c.metadata.generation.unwrap_or(0) && s.updated_replicas == 4 && s.updated_ready_replicas == 4
-    })
-    .await
-    .unwrap();
-    monitor.abort();
-    let seen = extremes.lock().unwrap().max_unready;
-    assert!(seen <= 1, "the rollout exceeded maxUnavailable 1 across the eviction: {seen} unready at once");
+    finishes_within_max_unavailable(&clonesets, 4, watched, "the eviction").await;
     let before_uninstall = identities().await;
 
     // `helm uninstall` leaves the CloneSet and its pods.
