@@ -69,8 +69,13 @@ fn image_id(digests: &BTreeMap<String, String>, reference: &str) -> String {
 }
 
 fn main_status(p: &Pod) -> ContainerStatus {
-    let statuses = p.status.as_ref().and_then(|s| s.container_statuses.clone()).unwrap_or_default();
-    statuses.into_iter().find(|c| c.name == "main").unwrap_or_else(|| panic!("{}: no status for container main", p.name_any()))
+    reported_main(p).unwrap_or_else(|| panic!("{}: no status for container main", p.name_any()))
+}
+
+/// Container `main`'s status, if the kubelet has reported one yet (not for a pod just created).
+fn reported_main(p: &Pod) -> Option<ContainerStatus> {
+    let statuses = p.status.as_ref()?.container_statuses.as_ref()?;
+    statuses.iter().find(|c| c.name == "main").cloned()
 }
 
 fn pod_ip(p: &Pod) -> String {
@@ -578,7 +583,8 @@ async fn a_failing_new_version_keeps_the_rollout_within_max_unavailable() {
     let deadline = std::time::Instant::now() + T;
     let crashing = loop {
         let pods = e.active_pods("web").await;
-        if let Some(p) = pods.iter().find(|p| main_status(p).image.contains("cloneset-e2e-exits") && main_status(p).restart_count >= 2) {
+        let crashing = |p: &&Pod| reported_main(p).is_some_and(|c| c.image.contains("cloneset-e2e-exits") && c.restart_count >= 2);
+        if let Some(p) = pods.iter().find(crashing) {
             break p.clone();
         }
         assert!(std::time::Instant::now() < deadline, "no new pod restarted twice within {T:?}: {pods:#?}");
@@ -613,24 +619,28 @@ async fn a_failing_readiness_probe_holds_an_in_place_rollout_at_max_unavailable(
     e.wait_status("web", "ready", |cs| rolled_out(cs, 3)).await;
     let before: BTreeMap<String, ContainerStatus> = e.active_pods("web").await.iter().map(|p| (p.name_any(), main_status(p))).collect();
     let (extremes, monitor) = e2e::workload::monitor(e.pods.clone(), "app=web".into());
-    let patched = k8s_openapi::jiff::Timestamp::now();
     e.patch("web", served("registry.k8s.io/e2e-test-images/redis:5.0.5-3")).await;
 
-    // The real kubelet reports the failing probe of the one updated pod. (The old pods' probes
-    // failed too, for a moment after they started and before httpd listened: those events are
-    // older. A failing probe's event is repeated every period, its lastTimestamp moving on.)
+    // One pod runs the new image, and the real kubelet reports its probe failing after the new
+    // container started. (Probes fail for a moment around every container's start and stop too:
+    // the old pods' start-up, and the old container being stopped for the update.)
+    let redis = |p: &Pod| reported_main(p).is_some_and(|c| c.image.contains("redis") && c.state.and_then(|s| s.running).is_some());
+    let on_redis = || async { e.active_pods("web").await.into_iter().find(|p| redis(p)) };
+    e2e::testenv::wait_until(T, "a pod running the new image", || async { Ok(on_redis().await.is_some()) }).await.unwrap();
+    let updated = on_redis().await.expect("seen running the new image");
+    let failing = updated.name_any();
+    let started = main_status(&updated).state.and_then(|s| s.running).and_then(|r| r.started_at).expect("started").0;
     let events: Api<k8s_openapi::api::core::v1::Event> = e.ns.api();
-    let readiness_failure = || async {
-        let list = events.list(&kube::api::ListParams::default().fields("reason=Unhealthy")).await?;
-        anyhow::Ok(list.items.into_iter().find(|ev| {
+    let failures = kube::api::ListParams::default().fields(&format!("reason=Unhealthy,involvedObject.name={failing}"));
+    e2e::testenv::wait_until(T, "the kubelet to report the new container's readiness probe failing", || async {
+        let list = events.list(&failures).await?;
+        Ok(list.items.iter().any(|ev| {
             ev.message.as_deref().is_some_and(|m| m.starts_with("Readiness probe failed"))
-                && ev.last_timestamp.as_ref().is_some_and(|t| t.0 > patched)
+                && ev.last_timestamp.as_ref().is_some_and(|t| t.0 > started)
         }))
-    };
-    e2e::testenv::wait_until(T, "a readiness probe failure reported by the kubelet", || async { Ok(readiness_failure().await?.is_some()) })
-        .await
-        .unwrap();
-    let failing = readiness_failure().await.unwrap().unwrap().involved_object.name.unwrap();
+    })
+    .await
+    .unwrap();
     // Held there: one pod updated and unready, the other two untouched.
     let cs = e.wait_status("web", "one pod updated, not ready", |cs| e2e::workload::st(cs).updated_replicas == 1).await;
     let s = e2e::workload::st(&cs);
