@@ -388,12 +388,12 @@ async fn probes_as_seen(e: Env, on_real_node: bool) -> (Vec<Shape>, Vec<Shape>, 
     e.create(&manifest("probe-bad", 1, "nginx:1.27", probing(6379))).await;
     let of =
         |app: &str| -> Vec<Pod> { seen.lock().unwrap().iter().filter(|p| e2e::workload::label(p, "app") == Some(app)).cloned().collect() };
-    let started = |p: &Pod| main_status(p).state.and_then(|s| s.running).and_then(|r| r.started_at).map(|t| t.0);
-    let has_status = |p: &Pod| p.status.as_ref().is_some_and(|s| s.container_statuses.is_some());
+    let started = |p: &Pod| reported_main(p)?.state?.running?.started_at.map(|t| t.0);
+    let ready = |p: &&Pod| reported_main(p).is_some_and(|c| c.ready);
     let deadline = std::time::Instant::now() + T;
     loop {
-        let ok_ready = of("probe-ok").iter().any(|p| has_status(p) && main_status(p).ready);
-        let bad_started = of("probe-bad").iter().filter(|p| has_status(p)).find_map(started);
+        let ok_ready = of("probe-ok").iter().any(|p| ready(&p));
+        let bad_started = of("probe-bad").iter().find_map(started);
         let watched = bad_started.is_some_and(|t| k8s_openapi::jiff::Timestamp::now() >= t + NEVER_READY_WINDOW);
         if ok_ready && watched {
             break;
@@ -403,7 +403,7 @@ async fn probes_as_seen(e: Env, on_real_node: bool) -> (Vec<Shape>, Vec<Shape>, 
     }
     recorder.abort();
     let ok = of("probe-ok");
-    let ready = ok.iter().find(|p| has_status(p) && main_status(p).ready).expect("seen ready");
+    let ready = ok.iter().find(ready).expect("seen ready");
     let ready_at = ready.status.as_ref().and_then(|s| s.conditions.as_ref()).into_iter().flatten().find(|c| c.type_ == "ContainersReady");
     let ready_at = ready_at.and_then(|c| c.last_transition_time.clone()).expect("ContainersReady has a transition time").0;
     let took = std::time::Duration::try_from(ready_at.duration_since(started(ready).expect("running"))).unwrap_or_default();
