@@ -7,7 +7,8 @@
 //! and restarts as a standby), as controller-runtime does.
 
 mod cloneset_cache;
-mod owned_store;
+pub mod compact_pod;
+pub mod owned_store;
 pub mod queue;
 mod reconcile;
 mod writes;
@@ -34,7 +35,8 @@ use crate::leader::LeaderElector;
 use crate::metrics::{Metrics, ReconcileResult};
 use crate::server::Health;
 use cloneset_cache::CachedCloneSet;
-use owned_store::{OwnedStore, OwnedStoreWriter, owned_store};
+use compact_pod::{CompactPod, Interner};
+use owned_store::{Held, OwnedStore, OwnedStoreWriter, owned_store};
 use queue::WorkQueue;
 
 /// The caches a reconcile reads. Every one has finished its first list before any reconcile.
@@ -42,8 +44,9 @@ use queue::WorkQueue;
 pub struct Stores {
     /// Decoded or not: one undecodable CloneSet must not fail the list of all of them.
     pub clonesets: Store<CachedCloneSet>,
-    /// Indexed by owner: a reconcile reads its own pods and PVCs, not every cached one.
-    pub pods: OwnedStore<Pod>,
+    /// Indexed by owner: a reconcile reads its own pods and PVCs, not every cached one. Pods
+    /// are held compact, and expanded by the reconcile that reads them.
+    pub pods: OwnedStore<CompactPod>,
     pub pvcs: OwnedStore<PersistentVolumeClaim>,
     /// By owner, and by namespace for those without a controller (to adopt).
     pub revisions: OwnedStore<ControllerRevision>,
@@ -170,61 +173,20 @@ where
     })
 }
 
-/// Keeps an owner-indexed cache current with [`kept_events`], and yields each changed object once
-/// it is applied.
-fn owned_cache<K>(
+/// Keeps an owner-indexed cache current with [`kept_events`], holding each object as `hold`
+/// makes it, and yields each changed object once it is applied.
+fn owned_cache<K, H>(
     api: Api<K>,
     cfg: watcher::Config,
-    mut writer: OwnedStoreWriter<K>,
-    strip: fn(&mut K),
+    mut writer: OwnedStoreWriter<H>,
     keep: fn(&K) -> bool,
-) -> impl Stream<Item = Arc<K>> + Send
+    mut hold: impl FnMut(K) -> H + Send + 'static,
+) -> impl Stream<Item = Arc<H>> + Send
 where
     K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+    H: Held,
 {
-    kept_events(api, cfg, strip, keep).filter_map(move |ev| std::future::ready(writer.apply(ev)))
-}
-
-/// Drops what the controller never reads from a cached pod. What it reads (checked in
-/// `controller` and `core`): all of metadata; `spec.containers[].name`, `.image` and
-/// `.resources` (in-place updates and vertical scaling), the `KRUISE_CONTAINER_PRIORITY` env
-/// variable (launch priority), `spec.initContainers` likewise and their `restartPolicy`
-/// (sidecars: the update order's restart-count tie-break),
-/// `spec.readinessGates`, `spec.nodeName`; and `status` (phase, conditions, container
-/// statuses). Volumes (the service-account projection on every pod), tolerations, affinity,
-/// the rest of env, mounts, probes, commands and ports are never read.
-pub fn strip_pod(pod: &mut Pod) {
-    if let Some(spec) = pod.spec.as_mut() {
-        spec.volumes = None;
-        spec.tolerations = None;
-        spec.affinity = None;
-        spec.security_context = None;
-        spec.topology_spread_constraints = None;
-        for c in spec.containers.iter_mut().chain(spec.init_containers.iter_mut().flatten()) {
-            // The launch-priority variable is the only env the controller reads.
-            let priority: Vec<_> = c
-                .env
-                .take()
-                .into_iter()
-                .flatten()
-                .filter(|e| e.name == keys::CONTAINER_PRIORITY_ENV || e.name == keys::CONTAINER_BARRIER_ENV)
-                .collect();
-            *c = k8s_openapi::api::core::v1::Container {
-                name: std::mem::take(&mut c.name),
-                image: c.image.take(),
-                resources: c.resources.take(),
-                // Whether a resize restarts the container decides InPlaceUpdateReady.
-                resize_policy: c.resize_policy.take(),
-                restart_policy: c.restart_policy.take(),
-                env: (!priority.is_empty()).then_some(priority),
-                ..Default::default()
-            };
-        }
-    }
-    if let Some(status) = pod.status.as_mut() {
-        status.host_ips = None;
-        status.pod_ips = None;
-    }
+    kept_events(api, cfg, |_| {}, keep).filter_map(move |ev| std::future::ready(writer.apply_as(ev, &mut hold)))
 }
 
 /// Nodes are read for their labels only (topology spread): the status (images, conditions,
@@ -245,14 +207,6 @@ fn everything<K>(_: &K) -> bool {
     true
 }
 
-/// The CloneSet that controls `obj`, as a queue key.
-fn owner_key<K: Resource>(obj: &K) -> Option<String> {
-    let owner = obj.meta().owner_references.as_ref()?.iter().find(|o| o.controller == Some(true))?;
-    let group = owner.api_version.split('/').next().unwrap_or_default();
-    (owner.kind == "CloneSet" && group == "apps.kruise.io")
-        .then(|| format!("{}/{}", obj.meta().namespace.as_deref().unwrap_or_default(), owner.name))
-}
-
 /// Runs the controller until `shutdown` resolves (`Ok`), or until this instance loses its
 /// leadership (`Err`: the caller must exit).
 pub async fn run(client: Client, config: ControllerConfig, runtime: Runtime, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
@@ -262,7 +216,7 @@ pub async fn run(client: Client, config: ControllerConfig, runtime: Runtime, shu
     let ns = config.namespace.clone();
     let ns = ns.as_deref();
     let (cs_reader, cs_writer) = reflector::store::<CachedCloneSet>();
-    let (pod_reader, pod_writer) = owned_store::<Pod>();
+    let (pod_reader, pod_writer) = owned_store::<CompactPod>();
     let (pvc_reader, pvc_writer) = owned_store::<PersistentVolumeClaim>();
     let (rev_reader, rev_writer) = owned_store::<ControllerRevision>();
     let (node_reader, node_writer) = reflector::store::<Node>();
@@ -270,10 +224,12 @@ pub async fn run(client: Client, config: ControllerConfig, runtime: Runtime, shu
     // read a page at a time and never cached), revisions with the hash label.
     let paged = watcher::Config::default().page_size(LIST_PAGE_SIZE);
     let cs_events = cache(api::<CachedCloneSet>(&client, ns), watcher::Config::default(), cs_writer, |_| {}, everything);
-    let pod_events = owned_cache(api::<Pod>(&client, ns), paged.clone(), pod_writer, strip_pod, owned_by_a_cloneset);
-    let pvc_events = owned_cache(api::<PersistentVolumeClaim>(&client, ns), paged.clone(), pvc_writer, |_| {}, owned_by_a_cloneset);
+    let mut interner = Interner::default();
+    let compact = move |pod| CompactPod::new(pod, &mut interner);
+    let pod_events = owned_cache(api::<Pod>(&client, ns), paged.clone(), pod_writer, owned_by_a_cloneset, compact);
+    let pvc_events = owned_cache(api::<PersistentVolumeClaim>(&client, ns), paged.clone(), pvc_writer, owned_by_a_cloneset, |p| p);
     let revisions = paged.labels(keys::CONTROLLER_REVISION_HASH_LABEL);
-    let rev_events = owned_cache(api::<ControllerRevision>(&client, ns), revisions, rev_writer, |_| {}, everything);
+    let rev_events = owned_cache(api::<ControllerRevision>(&client, ns), revisions, rev_writer, everything, |r| r);
     let node_events = cache(Api::<Node>::all(client.clone()), watcher::Config::default(), node_writer, strip_node, everything);
 
     metrics.set_max_concurrent_reconciles(config.workers.max(1));
@@ -299,9 +255,9 @@ pub async fn run(client: Client, config: ControllerConfig, runtime: Runtime, shu
         std::future::ready(())
     }));
     for stream in [
-        pod_events.filter_map(|p| std::future::ready(owner_key(p.as_ref()))).boxed(),
-        pvc_events.filter_map(|p| std::future::ready(owner_key(p.as_ref()))).boxed(),
-        rev_events.filter_map(|r| std::future::ready(owner_key(r.as_ref()))).boxed(),
+        pod_events.filter_map(|p| std::future::ready(owned_store::owner_key(p.as_ref()))).boxed(),
+        pvc_events.filter_map(|p| std::future::ready(owned_store::owner_key(p.as_ref()))).boxed(),
+        rev_events.filter_map(|r| std::future::ready(owned_store::owner_key(r.as_ref()))).boxed(),
     ] {
         let c = ctx.clone();
         tasks.spawn(stream.for_each(move |key| {
@@ -579,7 +535,7 @@ mod tests {
         }))
         .unwrap();
         let before = pod.clone();
-        strip_pod(&mut pod);
+        compact_pod::keep_read_fields(&mut pod);
         let spec = pod.spec.as_ref().unwrap();
         assert_eq!(spec.node_name.as_deref(), Some("n1"));
         assert_eq!(spec.readiness_gates, before.spec.as_ref().unwrap().readiness_gates);
@@ -608,7 +564,7 @@ mod tests {
                 "status": {"initContainerStatuses": [{"name": "proxy", "image": "envoy", "imageID": "", "ready": true, "restartCount": restarts}]},
             }))
             .unwrap();
-            strip_pod(&mut p);
+            compact_pod::keep_read_fields(&mut p);
             p
         };
         assert_eq!(pod(0).spec.unwrap().init_containers.unwrap()[0].restart_policy.as_deref(), Some("Always"));

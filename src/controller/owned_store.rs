@@ -17,22 +17,56 @@ use kube::Resource;
 use kube::runtime::watcher::Event;
 
 /// An object's namespace and name.
-type Key = (String, String);
+pub type Key = (Arc<str>, Arc<str>);
 
-fn key_of<K: Resource>(obj: &K) -> Key {
-    let meta = obj.meta();
-    (meta.namespace.clone().unwrap_or_default(), meta.name.clone().unwrap_or_default())
+/// One owner reference, as the index reads it.
+pub struct OwnerView<'a> {
+    pub api_version: &'a str,
+    pub kind: &'a str,
+    pub name: &'a str,
+    pub uid: &'a str,
+    pub controller: bool,
+}
+
+/// What an owned store holds: an API object as decoded, or a compact form of one
+/// ([`super::compact_pod::CompactPod`]); the index needs its key and owners.
+pub trait Held: Send + Sync + 'static {
+    fn key(&self) -> Key;
+    fn owners(&self) -> impl Iterator<Item = OwnerView<'_>>;
+}
+
+impl<K: Resource + Send + Sync + 'static> Held for K {
+    fn key(&self) -> Key {
+        let meta = self.meta();
+        (Arc::from(meta.namespace.as_deref().unwrap_or_default()), Arc::from(meta.name.as_deref().unwrap_or_default()))
+    }
+
+    fn owners(&self) -> impl Iterator<Item = OwnerView<'_>> {
+        self.meta().owner_references.iter().flatten().map(|o| OwnerView {
+            api_version: &o.api_version,
+            kind: &o.kind,
+            name: &o.name,
+            uid: &o.uid,
+            controller: o.controller == Some(true),
+        })
+    }
 }
 
 /// The UIDs of the CloneSets that own `obj`, as controller or not (a reconcile counts both, as
 /// Kruise lists by owner UID).
-fn cloneset_owners<K: Resource>(obj: &K) -> impl Iterator<Item = &str> {
-    let refs = obj.meta().owner_references.iter().flatten();
-    refs.filter(|o| o.kind == "CloneSet" && o.api_version.split('/').next() == Some("apps.kruise.io")).map(|o| o.uid.as_str())
+fn cloneset_owners<H: Held>(obj: &H) -> impl Iterator<Item = &str> {
+    obj.owners().filter(|o| o.kind == "CloneSet" && o.api_version.split('/').next() == Some("apps.kruise.io")).map(|o| o.uid)
 }
 
-fn has_controller<K: Resource>(obj: &K) -> bool {
-    obj.meta().owner_references.iter().flatten().any(|o| o.controller == Some(true))
+fn has_controller<H: Held>(obj: &H) -> bool {
+    obj.owners().any(|o| o.controller)
+}
+
+/// The CloneSet that controls `obj`, as a queue key.
+pub fn owner_key<H: Held>(obj: &H) -> Option<String> {
+    let owner = obj.owners().find(|o| o.controller)?;
+    let group = owner.api_version.split('/').next().unwrap_or_default();
+    (owner.kind == "CloneSet" && group == "apps.kruise.io").then(|| format!("{}/{}", obj.key().0, owner.name))
 }
 
 /// The objects by key; their keys by CloneSet owner UID, and by namespace for those without a
@@ -64,9 +98,9 @@ fn drop_from(index: &mut HashMap<String, BTreeSet<Key>>, at: &str, key: &Key) {
     }
 }
 
-impl<K: Resource> Indexed<K> {
+impl<K: Held> Indexed<K> {
     fn insert(&mut self, obj: Arc<K>) {
-        let key = key_of(obj.as_ref());
+        let key = obj.key();
         // Unindex the old version before indexing the new: its owners may have changed.
         if let Some(old) = self.objects.insert(key.clone(), obj.clone()) {
             self.unindex(&key, &old);
@@ -79,10 +113,9 @@ impl<K: Resource> Indexed<K> {
         }
     }
 
-    fn remove(&mut self, obj: &K) {
-        let key = key_of(obj);
-        if let Some(old) = self.objects.remove(&key) {
-            self.unindex(&key, &old);
+    fn remove(&mut self, key: &Key) {
+        if let Some(old) = self.objects.remove(key) {
+            self.unindex(key, &old);
         }
     }
 
@@ -130,7 +163,7 @@ pub fn owned_store<K>() -> (OwnedStore<K>, OwnedStoreWriter<K>) {
     (OwnedStore { shared: shared.clone() }, OwnedStoreWriter { shared, relist: None })
 }
 
-impl<K: Resource> OwnedStore<K> {
+impl<K: Held> OwnedStore<K> {
     fn read(&self) -> std::sync::RwLockReadGuard<'_, Indexed<K>> {
         // A panic elsewhere while the lock was held leaves a consistent state: every change is
         // made whole before the guard is dropped.
@@ -138,7 +171,7 @@ impl<K: Resource> OwnedStore<K> {
     }
 
     pub fn get(&self, namespace: &str, name: &str) -> Option<Arc<K>> {
-        self.read().objects.get(&(namespace.to_string(), name.to_string())).cloned()
+        self.read().objects.get(&(Arc::from(namespace), Arc::from(name))).cloned()
     }
 
     /// The objects a CloneSet (by UID) owns, as controller or not, in namespace/name order.
@@ -161,26 +194,34 @@ impl<K: Resource> OwnedStore<K> {
     }
 }
 
-impl<K: Resource> OwnedStoreWriter<K> {
-    /// Applies one watcher event and returns its object (if it has one) for the event stream to
-    /// pass on: by then store and index both reflect it.
+impl<K: Held> OwnedStoreWriter<K> {
+    /// Applies one watcher event of objects held as is.
+    #[cfg(test)]
     pub fn apply(&mut self, event: Event<K>) -> Option<Arc<K>> {
+        self.apply_as(event, |obj| obj)
+    }
+
+    /// Applies one watcher event, holding its object as `hold` makes it, and returns the held
+    /// object (if the event has one) for the event stream to pass on: by then store and index
+    /// both reflect it.
+    pub fn apply_as<W>(&mut self, event: Event<W>, mut hold: impl FnMut(W) -> K) -> Option<Arc<K>> {
         match event {
             Event::Apply(obj) => {
-                let obj = Arc::new(obj);
+                let obj = Arc::new(hold(obj));
                 self.write().insert(obj.clone());
                 Some(obj)
             }
             Event::Delete(obj) => {
-                self.write().remove(&obj);
-                Some(Arc::new(obj))
+                let obj = Arc::new(hold(obj));
+                self.write().remove(&obj.key());
+                Some(obj)
             }
             Event::Init => {
                 self.relist = Some(Indexed::default());
                 None
             }
             Event::InitApply(obj) => {
-                let obj = Arc::new(obj);
+                let obj = Arc::new(hold(obj));
                 self.relist.get_or_insert_with(Indexed::default).insert(obj.clone());
                 Some(obj)
             }

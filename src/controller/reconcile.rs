@@ -66,7 +66,7 @@ pub async fn reconcile(ctx: &Arc<Context>, key: &str) -> Result<Option<Duration>
     let gate = {
         let lookup = |kind: ObjectKind, n: &str| -> Cached {
             let meta = match kind {
-                ObjectKind::Pod => ctx.stores.pods.get(ns, n).map(|p| p.metadata.deletion_timestamp.is_some()),
+                ObjectKind::Pod => ctx.stores.pods.get(ns, n).map(|p| p.is_terminating()),
                 ObjectKind::Pvc => ctx.stores.pvcs.get(ns, n).map(|p| p.metadata.deletion_timestamp.is_some()),
             };
             match meta {
@@ -93,9 +93,9 @@ pub async fn reconcile(ctx: &Arc<Context>, key: &str) -> Result<Option<Duration>
 
     // Observe: owned pods and PVCs, by owner UID (orphans are never adopted), from the owner index.
     let uid = cs.metadata.uid.clone().unwrap_or_default();
-    let in_ns = |p: &Arc<Pod>| p.namespace().as_deref() == Some(ns);
+    let owned = ctx.stores.pods.owned_by(&uid);
     let (active, inactive): (Vec<Arc<Pod>>, Vec<Arc<Pod>>) =
-        ctx.stores.pods.owned_by(&uid).into_iter().filter(in_ns).partition(|p| is_active(p));
+        owned.iter().filter(|p| &*p.namespace == ns).map(|p| Arc::new(p.expand())).partition(|p| is_active(p));
     let pvcs: Vec<Arc<PersistentVolumeClaim>> = ctx
         .stores
         .pvcs
