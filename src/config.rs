@@ -395,6 +395,32 @@ pub struct ControllerConfig {
     pub sync_period: Option<Duration>,
     /// `--rate-limiter-*`: how failed CloneSets are retried.
     pub retry: RetryLimits,
+    /// `--streaming-lists`: how the caches list.
+    pub initial_lists: InitialLists,
+}
+
+/// How the caches fill at start-up and after a watch expires (`--streaming-lists`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum InitialLists {
+    /// Streaming lists where the apiserver serves them (checked once at start-up), else paged.
+    #[default]
+    Auto,
+    /// A watch with `sendInitialEvents` (KEP-3157): the apiserver sends the objects one by one
+    /// from its watch cache instead of building one large list response.
+    Streaming,
+    /// Lists of 100 objects a page.
+    Paged,
+}
+
+impl InitialLists {
+    pub fn parse(s: &str) -> Result<Self, String> {
+        match s {
+            "auto" => Ok(Self::Auto),
+            "true" => Ok(Self::Streaming),
+            "false" => Ok(Self::Paged),
+            other => Err(format!("{other}: expected auto, true or false")),
+        }
+    }
 }
 
 impl Default for ControllerConfig {
@@ -408,6 +434,7 @@ impl Default for ControllerConfig {
             cache_sync_timeout: Duration::from_secs(120),
             sync_period: None,
             retry: RetryLimits::default(),
+            initial_lists: InitialLists::Auto,
         }
     }
 }

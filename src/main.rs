@@ -97,6 +97,10 @@ struct RunArgs {
     /// Queue every CloneSet this often (e.g. 10m); unset or 0: only on changes.
     #[arg(global = true, long = "sync-period", value_parser = parse_optional_duration)]
     sync_period: Option<Duration>,
+    /// How the caches fill at start-up and after a watch expires: `auto` (a streaming list
+    /// where the apiserver serves one, else lists of 100 objects a page), `true` or `false`.
+    #[arg(global = true, long = "streaming-lists", default_value = "auto", value_parser = config::InitialLists::parse)]
+    streaming_lists: config::InitialLists,
     /// Client-side limit on apiserver requests per second (a token bucket on every request).
     /// Unset (and --rest-config-burst unset): no client-side limit, the apiserver's Priority and
     /// Fairness decides; negative: no limit; 0: client-go's default 5.
@@ -224,6 +228,7 @@ impl RunArgs {
             exclude_preparing_delete: self.exclude_preparing_delete,
             cache_sync_timeout: self.cache_sync_timeout.unwrap_or(d.cache_sync_timeout),
             sync_period: self.sync_period.filter(|p| !p.is_zero()),
+            initial_lists: self.streaming_lists,
             retry: RetryLimits {
                 base_delay: self.rate_limiter_base_delay,
                 max_delay: self.rate_limiter_max_delay,

@@ -237,12 +237,29 @@ pub fn metric_sum(text: &str, name: &str) -> f64 {
     samples(text, name).map(|(_, v)| v).sum()
 }
 
-/// From the operator's metrics: it has reconciled at least `reconciles` times, its queue is
-/// empty and no worker is busy — everything it was going to do about the current state is done.
+/// The sum of `name`'s samples of the CloneSet controller: ours (`controller="cloneset"`) or
+/// Kruise's manager, which runs many controllers (`controller="cloneset-controller"`, its queue
+/// `name="cloneset-controller"`).
+fn cloneset_sum(text: &str, name: &str) -> f64 {
+    let of_cloneset = |labels: &BTreeMap<String, String>| {
+        labels.get("controller").or_else(|| labels.get("name")).is_some_and(|c| c.starts_with("cloneset"))
+    };
+    samples(text, name).filter(|(labels, _)| of_cloneset(labels)).map(|(_, v)| v).sum()
+}
+
+/// From a controller's metrics: its CloneSet controller has reconciled at least `reconciles`
+/// times, its queue is empty and no worker is busy — everything it was going to do about the
+/// current state is done.
 pub fn reconciled_and_idle(text: &str, reconciles: f64) -> bool {
-    metric_sum(text, "controller_runtime_reconcile_total") >= reconciles
-        && metric_sum(text, "workqueue_depth") == 0.0
-        && metric_sum(text, "controller_runtime_active_workers") == 0.0
+    cloneset_sum(text, "controller_runtime_reconcile_total") >= reconciles
+        && cloneset_sum(text, "workqueue_depth") == 0.0
+        && cloneset_sum(text, "controller_runtime_active_workers") == 0.0
+}
+
+/// `rchar` from `/proc/<pid>/io` text: bytes the process read through read(2) and the like,
+/// sockets included (for a controller at a cold start, nearly all of them its caches' lists).
+pub fn read_bytes_from_io(text: &str) -> Option<u64> {
+    text.lines().find_map(|l| l.strip_prefix("rchar:")).and_then(|v| v.trim().parse().ok())
 }
 
 /// VmRSS and VmHWM in bytes from `/proc/<pid>/status` text.
@@ -445,6 +462,35 @@ fn trim_float(v: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Kruise's manager runs many controllers: only its CloneSet controller's queue and
+    /// reconciles say whether the CloneSets are done.
+    #[test]
+    fn idle_is_judged_from_the_cloneset_controller_alone() {
+        let kruise = |cloneset_depth: u32, other_depth: u32| {
+            format!(
+                "controller_runtime_reconcile_total{{controller=\"cloneset-controller\",result=\"success\"}} 501\n\
+                 controller_runtime_reconcile_total{{controller=\"sidecarset-controller\",result=\"success\"}} 9000\n\
+                 controller_runtime_active_workers{{controller=\"cloneset-controller\"}} 0\n\
+                 workqueue_depth{{name=\"cloneset-controller\"}} {cloneset_depth}\n\
+                 workqueue_depth{{name=\"sidecarset-controller\"}} {other_depth}\n"
+            )
+        };
+        assert!(reconciled_and_idle(&kruise(0, 7), 501.0), "another controller's queue does not count");
+        assert!(!reconciled_and_idle(&kruise(1, 0), 501.0));
+        assert!(!reconciled_and_idle(&kruise(0, 0), 502.0), "other controllers' reconciles do not count");
+        let ours = "controller_runtime_reconcile_total{controller=\"cloneset\",result=\"success\"} 3\n\
+                    controller_runtime_active_workers{controller=\"cloneset\"} 0\n\
+                    workqueue_depth{name=\"cloneset\",controller=\"cloneset\"} 0\n";
+        assert!(reconciled_and_idle(ours, 3.0) && !reconciled_and_idle(ours, 4.0));
+    }
+
+    #[test]
+    fn bytes_read_from_proc_io() {
+        let io = "rchar: 123456\nwchar: 10\nsyscr: 5\nread_bytes: 4096\n";
+        assert_eq!(read_bytes_from_io(io), Some(123_456));
+        assert_eq!(read_bytes_from_io(""), None);
+    }
 
     #[test]
     fn medians() {

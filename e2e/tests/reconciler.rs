@@ -823,3 +823,30 @@ async fn a_volume_claim_template_change_recreates_pods_under_the_vct_gate() {
     e.wait_status("db", "rolled out in place", |cs| rolled_out(cs, 2)).await;
     assert_eq!(uids(&e.active_pods("db").await), uids(&second), "an image change alone is in place");
 }
+
+/// The caches fill from a streaming list where the apiserver serves one (v1.36 does), and from
+/// pages when told: either way a restarted operator finds every pod it owns, so it writes
+/// nothing, and then scales from what it found.
+#[tokio::test]
+async fn caches_fill_from_a_streaming_list_or_from_pages_and_find_every_pod() {
+    let mut e = env("streaming").await;
+    assert!(e.operator.log_tail(400).contains("caches list with streaming lists"), "{}", e.operator.log_tail(40));
+    e.create(&manifest("web", 4, "nginx:1.27", json!({}))).await;
+    e.wait_status("web", "4 ready", |cs| settled(cs, 4)).await;
+    for (flags, listed_with, replicas) in [(&["--streaming-lists=false"][..], "paged lists", 6), (&[][..], "streaming lists", 3)] {
+        e.operator.stop();
+        let op = Operator::start(&e.ns.name, flags).await.unwrap();
+        wait_until(T, "the CloneSet reconciled and the queue empty", || async {
+            Ok(e2e::bench::reconciled_and_idle(&op.metrics().await?, 1.0))
+        })
+        .await
+        .unwrap();
+        assert!(op.log_tail(400).contains(&format!("caches list with {listed_with}")), "{}", op.log_tail(40));
+        let writes = e2e::bench::Requests::from_metrics(&op.metrics().await.unwrap());
+        assert_eq!(writes.writes(), 0.0, "a restart over settled pods wrote: {writes:?}\n{}", op.log_tail(30));
+        e.operator = op;
+        e.patch("web", json!({"replicas": replicas})).await;
+        e.wait_status("web", &format!("{replicas} ready"), |cs| settled(cs, replicas)).await;
+        assert_eq!(e.active_pods("web").await.len(), replicas as usize);
+    }
+}

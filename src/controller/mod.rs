@@ -28,7 +28,7 @@ use kube::{Api, Client, Resource, ResourceExt as _};
 use tracing::Instrument as _;
 
 use crate::api::{CloneSet, keys};
-use crate::config::ControllerConfig;
+use crate::config::{ControllerConfig, InitialLists};
 use crate::core::expectations::{ResourceVersionExpectations, ScaleExpectations};
 use crate::kruise_guard::{KruiseGuard, KruiseState};
 use crate::leader::LeaderElector;
@@ -128,6 +128,39 @@ where
 /// list request per 100 objects instead of per 500.
 const LIST_PAGE_SIZE: u32 = 100;
 
+/// How long the start-up check for streaming lists waits for the apiserver's first answer.
+const STREAMING_LIST_PROBE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Whether the apiserver serves streaming lists (a watch with `sendInitialEvents`, KEP-3157;
+/// on by default since Kubernetes 1.34): a watch of pods with a label no pod has must end its
+/// initial events with the bookmark that says so. An apiserver without them rejects the watch
+/// or sends no such bookmark, and the caches list in pages instead.
+async fn serves_streaming_lists(client: &Client, namespace: Option<&str>) -> bool {
+    let pods = api::<Pod>(client, namespace);
+    let params = kube::api::WatchParams::streaming_lists().labels("cloneset-operator.dev/streaming-list-probe");
+    let answer = async {
+        let stream = pods.watch(&params, "0").await?;
+        futures::pin_mut!(stream);
+        while let Some(event) = stream.next().await {
+            if let kube::core::WatchEvent::Bookmark(b) = event? {
+                return Ok::<_, kube::Error>(b.metadata.annotations.get("k8s.io/initial-events-end").is_some_and(|v| v == "true"));
+            }
+        }
+        Ok(false)
+    };
+    match tokio::time::timeout(STREAMING_LIST_PROBE_TIMEOUT, answer).await {
+        Ok(Ok(served)) => served,
+        Ok(Err(e)) => {
+            tracing::info!(error = %e, "the apiserver does not serve streaming lists; caches list in pages");
+            false
+        }
+        Err(_) => {
+            tracing::info!("no answer to a streaming list within {STREAMING_LIST_PROBE_TIMEOUT:?}; caches list in pages");
+            false
+        }
+    }
+}
+
 /// Watches `api` with backoff, yielding the events of the objects `keep` accepts, stripped of
 /// managedFields (which nothing reads) and of whatever else `strip` removes. An object `keep`
 /// stops accepting is yielded as deleted. Watch errors are logged (the watcher retries).
@@ -220,17 +253,24 @@ pub async fn run(client: Client, config: ControllerConfig, runtime: Runtime, shu
     let (pvc_reader, pvc_writer) = owned_store::<PersistentVolumeClaim>();
     let (rev_reader, rev_writer) = owned_store::<ControllerRevision>();
     let (node_reader, node_writer) = reflector::store::<Node>();
+    let streaming = match config.initial_lists {
+        InitialLists::Auto => serves_streaming_lists(&client, ns).await,
+        InitialLists::Streaming => true,
+        InitialLists::Paged => false,
+    };
+    tracing::info!(streaming, "caches list with {}", if streaming { "streaming lists" } else { "paged lists" });
+    let lists = if streaming { watcher::Config::default().streaming_lists() } else { watcher::Config::default() };
     // Only what a CloneSet can own: pods and PVCs with a CloneSet owner reference (others are
-    // read a page at a time and never cached), revisions with the hash label.
-    let paged = watcher::Config::default().page_size(LIST_PAGE_SIZE);
-    let cs_events = cache(api::<CachedCloneSet>(&client, ns), watcher::Config::default(), cs_writer, |_| {}, everything);
+    // read a page (or an event) at a time and never cached), revisions with the hash label.
+    let paged = lists.clone().page_size(LIST_PAGE_SIZE);
+    let cs_events = cache(api::<CachedCloneSet>(&client, ns), lists.clone(), cs_writer, |_| {}, everything);
     let mut interner = Interner::default();
     let compact = move |pod| CompactPod::new(pod, &mut interner);
     let pod_events = owned_cache(api::<Pod>(&client, ns), paged.clone(), pod_writer, owned_by_a_cloneset, compact);
     let pvc_events = owned_cache(api::<PersistentVolumeClaim>(&client, ns), paged.clone(), pvc_writer, owned_by_a_cloneset, |p| p);
     let revisions = paged.labels(keys::CONTROLLER_REVISION_HASH_LABEL);
     let rev_events = owned_cache(api::<ControllerRevision>(&client, ns), revisions, rev_writer, everything, |r| r);
-    let node_events = cache(Api::<Node>::all(client.clone()), watcher::Config::default(), node_writer, strip_node, everything);
+    let node_events = cache(Api::<Node>::all(client.clone()), lists, node_writer, strip_node, everything);
 
     metrics.set_max_concurrent_reconciles(config.workers.max(1));
     metrics.set_leader(false, lease_name);

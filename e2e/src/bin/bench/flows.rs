@@ -24,6 +24,8 @@ const RSS_SETTLE: Duration = Duration::from_secs(15);
 pub struct Bench {
     pub knobs: Knobs,
     pub admin: Client,
+    /// kube-apiserver's pid, when the cluster's state is at hand (its memory at a restart).
+    pub apiserver_pid: Option<u32>,
 }
 
 /// The controller under measurement.
@@ -40,9 +42,9 @@ impl Ctl {
         }
     }
 
-    /// Its request counts, if it exposes them.
-    pub async fn snapshot(&self) -> anyhow::Result<Option<Snapshot>> {
-        let text = match self {
+    /// Its Prometheus text, if it exposes one.
+    pub async fn metrics(&self) -> anyhow::Result<Option<String>> {
+        Ok(Some(match self {
             Ctl::Ours(op) => op.metrics().await?,
             Ctl::External(External { metrics: None, .. }) => return Ok(None),
             Ctl::External(External { metrics: Some((host, path)), .. }) => {
@@ -52,8 +54,12 @@ impl Ctl {
                     (code, _) => bail!("http://{host}{path} answered {code}"),
                 }
             }
-        };
-        Ok(Some(Snapshot::from_metrics(&text)))
+        }))
+    }
+
+    /// Its request counts, if it exposes them.
+    pub async fn snapshot(&self) -> anyhow::Result<Option<Snapshot>> {
+        Ok(self.metrics().await?.map(|text| Snapshot::from_metrics(&text)))
     }
 }
 
@@ -136,8 +142,14 @@ impl Bench {
     /// Our operator in `ns`, with `limit` as its --rest-config-* flags (none: its defaults),
     /// once it answers /readyz.
     pub async fn start_operator(&self, ns: &str, limit: Option<RateLimit>) -> anyhow::Result<Operator> {
-        let args =
+        self.start_operator_with(ns, limit, &[]).await
+    }
+
+    /// As [`Self::start_operator`], with `extra` flags.
+    pub async fn start_operator_with(&self, ns: &str, limit: Option<RateLimit>, extra: &[&str]) -> anyhow::Result<Operator> {
+        let mut args =
             limit.map_or_else(Vec::new, |l| vec![format!("--rest-config-qps={}", l.qps), format!("--rest-config-burst={}", l.burst)]);
+        args.extend(extra.iter().map(|a| a.to_string()));
         let op = Operator::start_with(ns, OperatorOptions { args, kubeconfig: None }).await?;
         let deadline = Instant::now() + Duration::from_secs(60);
         while op.probe("/readyz").await.ok() != Some(200) {
@@ -150,7 +162,7 @@ impl Bench {
     }
 
     /// The controller for a scenario in `ns`: ours, started here, or the external one.
-    async fn controller(&self, ns: &str, limit: Option<RateLimit>) -> anyhow::Result<Ctl> {
+    pub async fn controller(&self, ns: &str, limit: Option<RateLimit>) -> anyhow::Result<Ctl> {
         match &self.knobs.external {
             Some(e) => Ok(Ctl::External(e.clone())),
             None => Ok(Ctl::Ours(self.start_operator(ns, limit).await?)),

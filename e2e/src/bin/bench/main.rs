@@ -42,8 +42,12 @@
 //!
 //! Another controller: `BENCH_EXTERNAL_PID=<pid>` measures a CloneSet controller that is already
 //! running with that pid and reconciles CloneSets in every namespace (CRD installed by whoever
-//! started it; this bench installs nothing and starts no operator). Only the `BENCH_SIZES` and
-//! `BENCH_SCALE_UP_SIZES` scenarios run, without baselines unless `BENCH_EXTERNAL_BASELINE=1`;
+//! started it; this bench installs nothing and starts no operator). The `BENCH_SIZES`,
+//! `BENCH_SCALE_UP_SIZES` and `BENCH_LARGE` scenarios run, without baselines unless
+//! `BENCH_EXTERNAL_BASELINE=1`; the large scenario's restart runs only with
+//! `BENCH_EXTERNAL_RESTART=<shell command>`, which must stop the controller, start it again in
+//! the background and print the new pid as its last line (the restart is timed from the
+//! command's start to the controller's CloneSet queue going idle, from its metrics);
 //! its RSS is read from /proc/<pid>, its request counts from `BENCH_EXTERNAL_METRICS` (optional,
 //! `http://host:port/metrics`; client-go's metric has no resource label, so its writes are
 //! given per method: `writes_post_per_pod`, …). Its rows name its client-side limit as
@@ -100,6 +104,9 @@ struct Knobs {
     kubeconfig: Option<PathBuf>,
     external: Option<External>,
     external_baseline: bool,
+    /// `BENCH_EXTERNAL_RESTART`: a shell command that restarts the external controller and
+    /// prints its new pid (the large scenario's restart).
+    external_restart: Option<String>,
     out: PathBuf,
     cluster_dir: PathBuf,
     keep_cluster: bool,
@@ -179,6 +186,7 @@ impl Knobs {
             kubeconfig: get("BENCH_KUBECONFIG").filter(|k| !k.is_empty()).map(PathBuf::from),
             external,
             external_baseline: flag("BENCH_EXTERNAL_BASELINE"),
+            external_restart: get("BENCH_EXTERNAL_RESTART").filter(|c| !c.trim().is_empty()),
             out: PathBuf::from(var("BENCH_OUT", &root.join("target/bench/results.json").display().to_string())),
             cluster_dir: PathBuf::from(var("BENCH_CLUSTER_DIR", &root.join("target/bench-cluster").display().to_string())),
             keep_cluster: flag("BENCH_KEEP_CLUSTER"),
@@ -295,7 +303,12 @@ fn main() -> anyhow::Result<()> {
     let mut failures = Vec::new();
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let result = rt.block_on(async {
-        let b = Bench { admin: cluster::client_for(&kubeconfig).await?, knobs: knobs.clone() };
+        let state_dir = knobs.kubeconfig.as_ref().and_then(|k| k.parent()).unwrap_or(&knobs.cluster_dir);
+        let apiserver_pid = cluster::read_state(state_dir)
+            .ok()
+            .flatten()
+            .and_then(|s| s.processes.iter().find(|p| p.name == "kube-apiserver").map(|p| p.pid as u32));
+        let b = Bench { admin: cluster::client_for(&kubeconfig).await?, knobs: knobs.clone(), apiserver_pid };
         tokio::select! {
             r = run(&b, &mut rows, &mut failures) => r,
             _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted")),
@@ -349,11 +362,7 @@ async fn run(b: &Bench, rows: &mut Vec<Row>, failures: &mut Vec<String>) -> anyh
     if k.external.is_none() {
         e2e::testenv::install_api().await?;
     } else {
-        let skipped = [
-            ("BENCH_LIMITED_SIZES", !k.limited_sizes.is_empty()),
-            ("BENCH_RESOURCES", !k.resources.is_empty()),
-            ("BENCH_LARGE", k.large.is_some()),
-        ];
+        let skipped = [("BENCH_LIMITED_SIZES", !k.limited_sizes.is_empty()), ("BENCH_RESOURCES", !k.resources.is_empty())];
         for (knob, _) in skipped.iter().filter(|(_, set)| *set) {
             eprintln!("bench: {knob} is skipped for an external controller");
         }
@@ -365,15 +374,14 @@ async fn run(b: &Bench, rows: &mut Vec<Row>, failures: &mut Vec<String>) -> anyh
     for &(n, reps) in &k.scale_up_sizes {
         timed(b, n, reps, &["ReCreate".to_string()], &[], None, rows).await?;
     }
-    if k.external.is_some() {
-        return Ok(());
-    }
-    for &(n, reps) in &k.limited_sizes {
-        timed(b, n, reps, &k.types, &k.windows, Some(LIMIT), rows).await?;
-    }
-    if !k.resources.is_empty() {
-        rows.extend(b.resources(&k.resources).await?);
-        eprintln!("{}", bench::table(rows));
+    if k.external.is_none() {
+        for &(n, reps) in &k.limited_sizes {
+            timed(b, n, reps, &k.types, &k.windows, Some(LIMIT), rows).await?;
+        }
+        if !k.resources.is_empty() {
+            rows.extend(b.resources(&k.resources).await?);
+            eprintln!("{}", bench::table(rows));
+        }
     }
     if let Some((c, p)) = k.large {
         b.large(c, p, rows, failures).await?;
@@ -569,9 +577,11 @@ mod tests {
             ("BENCH_EXTERNAL_PID", "4242"),
             ("BENCH_EXTERNAL_METRICS", "http://127.0.0.1:8080/metrics"),
             ("BENCH_EXTERNAL_BASELINE", "1"),
+            ("BENCH_EXTERNAL_RESTART", "./restart-kruise.sh"),
             ("BENCH_KEEP_CLUSTER", "1"),
         ])
         .unwrap();
+        assert_eq!(k.external_restart.as_deref(), Some("./restart-kruise.sh"));
         assert!(k.sizes.is_empty() && k.limited_sizes.is_empty());
         assert_eq!(k.types, ["InPlaceIfPossible"]);
         assert_eq!(k.resources_limit, Some(RateLimit { qps: 200.0, burst: 400 }));

@@ -4,6 +4,8 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use anyhow::Context as _;
+
 use cloneset_operator::api::CloneSet;
 use cloneset_operator::client::RateLimit;
 use e2e::bench::{self, Row, Snapshot};
@@ -16,8 +18,8 @@ use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
 use crate::cache::Cache;
-use crate::flows::{Bench, converged, generation, observed};
-use crate::{POLL, TIMEOUT, image, mib, proc_reading, ready_with, strategy, ticks_to_s};
+use crate::flows::{Bench, Ctl, converged, generation, observed};
+use crate::{External, POLL, TIMEOUT, image, mib, proc_reading, ready_with, strategy, ticks_to_s};
 
 /// The time between two probes of the large scenario (the first one this long after the
 /// rollout starts).
@@ -39,8 +41,8 @@ struct Reading {
 }
 
 impl Reading {
-    fn take(op: &Operator, w: &Watched) -> anyhow::Result<Self> {
-        let (rss, hwm, cpu) = proc_reading(op.pid())?;
+    fn take(pid: u32, w: &Watched) -> anyhow::Result<Self> {
+        let (rss, hwm, cpu) = proc_reading(pid)?;
         Ok(Self { rss, hwm, cpu, events: w.pods.events() })
     }
 
@@ -62,6 +64,37 @@ impl Reading {
 
 async fn snapshot(op: &Operator) -> anyhow::Result<Snapshot> {
     Ok(Snapshot::from_metrics(&op.metrics().await?))
+}
+
+/// The highest RSS of process `pid`, read every 50 ms until `stop`.
+async fn peak_rss(pid: u32, mut stop: tokio::sync::oneshot::Receiver<()>) -> Option<u64> {
+    let mut peak = None;
+    loop {
+        if let Ok((rss, _, _)) = proc_reading(pid) {
+            peak = peak.max(Some(rss));
+        }
+        tokio::select! {
+            _ = &mut stop => return peak,
+            _ = tokio::time::sleep(Duration::from_millis(50)) => {}
+        }
+    }
+}
+
+/// Requests over a phase, if the controller exposes its counts.
+fn since(now: Option<Snapshot>, before: &Option<Snapshot>) -> Option<Snapshot> {
+    Some(now?.since(before.as_ref()?))
+}
+
+/// Restarts an external controller with `command` (`BENCH_EXTERNAL_RESTART`), which stops it,
+/// starts it again in the background and prints the new process's pid as its last line.
+async fn restart_external(command: &str, old: &External) -> anyhow::Result<External> {
+    let out = tokio::process::Command::new("sh").args(["-c", command]).output().await?;
+    anyhow::ensure!(out.status.success(), "BENCH_EXTERNAL_RESTART failed: {}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let pid = stdout.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or_default().trim();
+    let pid: u32 = pid.parse().with_context(|| format!("BENCH_EXTERNAL_RESTART printed {pid:?}, not a pid"))?;
+    anyhow::ensure!(pid != old.pid, "BENCH_EXTERNAL_RESTART printed the old pid {pid}");
+    Ok(External { pid, ..old.clone() })
 }
 
 impl Bench {
@@ -93,22 +126,38 @@ impl Bench {
         Ok(ready.max(all))
     }
 
-    /// Stops `op` and starts a fresh operator over `count` converged CloneSets: the time until
-    /// it has reconciled them all and is idle, and what it did on the way (`extra`).
+    /// Stops the controller and starts a fresh one (ours with `flags`) over `count` converged
+    /// CloneSets: the time until it has reconciled them all and is idle, and what it did on the
+    /// way (`extra`): its writes, reads, memory and CPU, the bytes it read (at a cold start,
+    /// nearly all of them the caches' lists), and kube-apiserver's memory before and at its
+    /// peak while it served them.
     async fn restart(
         &self,
         ns: &str,
-        mut op: Operator,
+        ctl: Ctl,
         count: u32,
         w: &Watched,
         limit: Option<RateLimit>,
-    ) -> anyhow::Result<(f64, BTreeMap<String, f64>, Operator)> {
-        op.stop();
+        flags: &[&str],
+    ) -> anyhow::Result<(f64, BTreeMap<String, f64>, Ctl)> {
+        let apiserver_before = self.apiserver_pid.and_then(|pid| proc_reading(pid).ok()).map(|(rss, _, _)| rss);
+        let (stop_sampling, sampled) = tokio::sync::oneshot::channel::<()>();
+        let sampler = self.apiserver_pid.map(|pid| tokio::spawn(peak_rss(pid, sampled)));
         let t0 = Instant::now();
-        let op = self.start_operator(ns, limit).await?;
+        let ctl = match ctl {
+            Ctl::Ours(mut op) => {
+                op.stop();
+                Ctl::Ours(self.start_operator_with(ns, limit, flags).await?)
+            }
+            Ctl::External(e) => {
+                let command =
+                    self.knobs.external_restart.as_deref().context("restarting an external controller needs BENCH_EXTERNAL_RESTART")?;
+                Ctl::External(restart_external(command, &e).await?)
+            }
+        };
         let deadline = Instant::now() + TIMEOUT;
         let end = loop {
-            let m = op.metrics().await.unwrap_or_default();
+            let m = ctl.metrics().await.unwrap_or_default().context("the restart is timed from the controller's metrics")?;
             if bench::reconciled_and_idle(&m, f64::from(count)) {
                 break Instant::now();
             }
@@ -118,11 +167,17 @@ impl Bench {
             tokio::time::sleep(POLL).await;
         };
         let converged = w.sets.store.state().iter().all(|cs| observed(cs, 0, |s| converged(s, cs.spec.replicas.unwrap_or(1), false)));
+        let _ = stop_sampling.send(());
+        let apiserver_peak = match sampler {
+            Some(task) => task.await?,
+            None => None,
+        };
+        let bytes_read = bench::read_bytes_from_io(&std::fs::read_to_string(format!("/proc/{}/io", ctl.pid())).unwrap_or_default());
         tokio::time::sleep(Duration::from_secs(5)).await;
-        let m = op.metrics().await?;
+        let m = ctl.metrics().await?.unwrap_or_default();
         let reqs = Snapshot::from_metrics(&m).requests;
-        let (rss, hwm, cpu) = proc_reading(op.pid())?;
-        let extra = [
+        let (rss, hwm, cpu) = proc_reading(ctl.pid())?;
+        let mut extra: BTreeMap<String, f64> = [
             ("writes_after_restart", reqs.writes()),
             ("reads_after_restart", reqs.reads),
             ("reconciles", bench::metric_sum(&m, "controller_runtime_reconcile_total")),
@@ -133,7 +188,10 @@ impl Bench {
         ]
         .map(|(k, v)| (k.to_string(), v))
         .into();
-        Ok((end.duration_since(t0).as_secs_f64(), extra, op))
+        extra.extend(bytes_read.map(|b| ("read_mib".to_string(), mib(b))));
+        extra.extend(apiserver_before.map(|b| ("apiserver_rss_before_mib".to_string(), mib(b))));
+        extra.extend(apiserver_peak.map(|p| ("apiserver_peak_rss_mib".to_string(), mib(p))));
+        Ok((end.duration_since(t0).as_secs_f64(), extra, ctl))
     }
 
     /// Memory and CPU at each (clonesets × pods) step in one namespace, then a restart of the
@@ -151,7 +209,7 @@ impl Bench {
         let op = self.start_operator(&ns.name, limit).await?;
         let mut rows = Vec::new();
         let mut made = 0u32;
-        let mut prev = (Reading::take(&op, &w)?, 0u32);
+        let mut prev = (Reading::take(op.pid(), &w)?, 0u32);
         for &(count, per) in steps {
             eprintln!("bench: resources {count} CloneSets x {per} pods");
             let before = snapshot(&op).await?;
@@ -161,7 +219,7 @@ impl Bench {
             made = made.max(count);
             let secs = end.duration_since(t0).as_secs_f64();
             tokio::time::sleep(Duration::from_secs(10)).await;
-            let now = Reading::take(&op, &w)?;
+            let now = Reading::take(op.pid(), &w)?;
             let counts = snapshot(&op).await?.since(&before);
             let total = count * per;
             let new_pods = f64::from((total - prev.1).max(1));
@@ -174,7 +232,7 @@ impl Bench {
         }
         // Startup: a fresh process over converged CloneSets.
         let (count, per) = *steps.last().unwrap_or(&(0, 0));
-        let (startup_s, extra, op) = self.restart(&ns.name, op, count, &w, limit).await?;
+        let (startup_s, extra, op) = self.restart(&ns.name, Ctl::Ours(op), count, &w, limit, &[]).await?;
         rows.push(row("startup (restart)", count * per, count, startup_s, None, extra));
         drop(op);
         drop(w);
@@ -189,33 +247,35 @@ impl Bench {
         let big = self.knobs.large_rollout;
         let probes = self.knobs.large_probes.min(c);
         let total = c * p;
-        let client = bench::client_label(None);
+        let client = self.knobs.external.as_ref().map_or_else(|| bench::client_label(None), |e| e.client.clone());
         let row = |scenario: String, pods, clonesets, secs, per_pod, extra| Row {
             per_pod,
             extra,
+            controller: self.controller_label().into(),
             ..Row::operator_only(scenario, &client, pods, clonesets, secs)
         };
         // Waits scale with the pods: 20,000 take minutes to create on 2 cores.
         let timeout = TIMEOUT.max(Duration::from_secs(u64::from(total + big) / 10));
         let ns = TestNamespace::create("bench-large").await?;
         let w = self.watched(&ns, timeout).await?;
-        let op = self.start_operator(&ns.name, None).await?;
+        let ctl = self.controller(&ns.name, None).await?;
 
         eprintln!("bench: large: {c} CloneSets x {p} pods");
-        let start = Reading::take(&op, &w)?;
-        let before = snapshot(&op).await?;
+        let start = Reading::take(ctl.pid(), &w)?;
+        let before = ctl.snapshot().await?;
         let t0 = Instant::now();
         let end = self.create_and_converge(&w, (0..c).map(|i| format!("cs-{i:04}")).collect(), p, json!({}), total).await?;
         let secs = end.duration_since(t0).as_secs_f64();
-        let busy = Reading::take(&op, &w)?;
-        let counts = snapshot(&op).await?.since(&before);
+        let busy = Reading::take(ctl.pid(), &w)?;
+        let counts = since(ctl.snapshot().await?, &before);
         tokio::time::sleep(Duration::from_secs(10)).await;
-        let idle = Reading::take(&op, &w)?;
+        let idle = Reading::take(ctl.pid(), &w)?;
         let mut extra = busy.usage_since(&start);
         extra.extend(idle.memory("steady_rss_mib"));
         extra.insert("bytes_per_pod".into(), ((idle.rss as f64 - start.rss as f64) / f64::from(total.max(1))).round());
-        extra.insert("operator_429".into(), counts.throttled);
-        rows.push(row(format!("large: create {c}x{p}"), total, c, secs, counts.per_pod(f64::from(total)), extra));
+        extra.extend(counts.as_ref().map(|c| c.method_extra(f64::from(total))).unwrap_or_default());
+        extra.extend(counts.as_ref().map(|c| ("operator_429".to_string(), c.throttled)));
+        rows.push(row(format!("large: create {c}x{p}"), total, c, secs, counts.and_then(|c| c.per_pod(f64::from(total))), extra));
         eprintln!("{}", bench::table(rows));
 
         eprintln!("bench: large: one CloneSet of {big} pods");
@@ -224,8 +284,8 @@ impl Bench {
         let create_big_s = end.duration_since(t0).as_secs_f64();
 
         eprintln!("bench: large: rolling out {big} pods in place with {probes} probes on idle CloneSets");
-        let start = Reading::take(&op, &w)?;
-        let before = snapshot(&op).await?;
+        let start = Reading::take(ctl.pid(), &w)?;
+        let before = ctl.snapshot().await?;
         let t0 = Instant::now();
         let patch = Patch::Merge(json!({"spec": {"template": {"spec": {"containers": [{"name": "main", "image": image(2)}]}}}}));
         let min_gen = generation(&w.api.patch("big", &PatchParams::default(), &patch).await?);
@@ -251,8 +311,8 @@ impl Bench {
         let latencies = latencies?;
         w.pods.wait_count((total + big + probes) as usize, "ready", |p| ready_with(p, &image(1)) || ready_with(p, &image(2))).await?;
         tokio::time::sleep(Duration::from_secs(1)).await;
-        let after = Reading::take(&op, &w)?;
-        let counts = snapshot(&op).await?.since(&before);
+        let after = Reading::take(ctl.pid(), &w)?;
+        let counts = since(ctl.snapshot().await?, &before);
         let bound = bench::probe_bound_s(rollout_s);
         for (name, s) in latencies.iter().filter(|(_, s)| *s > bound) {
             failures.push(format!(
@@ -265,7 +325,8 @@ impl Bench {
         let secs: Vec<f64> = latencies.iter().map(|(_, s)| *s).collect();
         let mut extra = after.usage_since(&start);
         extra.extend(after.memory("rss_after_mib"));
-        extra.insert("operator_429".into(), counts.throttled);
+        extra.extend(counts.as_ref().map(|c| c.method_extra(f64::from(big))).unwrap_or_default());
+        extra.extend(counts.as_ref().map(|c| ("operator_429".to_string(), c.throttled)));
         extra.insert("create_big_s".into(), bench::round2(create_big_s));
         extra.insert("probes".into(), secs.len() as f64);
         extra.insert("probe_bound_s".into(), bench::round2(bound));
@@ -273,20 +334,44 @@ impl Bench {
             extra.insert("probe_max_s".into(), bench::round2(max));
             extra.insert("probe_median_s".into(), bench::round2(bench::median(&secs).unwrap_or(max)));
         }
-        rows.push(row(format!("large: rollout {big} with {c} idle"), big, c + 1, rollout_s, counts.per_pod(f64::from(big)), extra));
+        rows.push(row(
+            format!("large: rollout {big} with {c} idle"),
+            big,
+            c + 1,
+            rollout_s,
+            counts.and_then(|c| c.per_pod(f64::from(big))),
+            extra,
+        ));
         eprintln!("{}", bench::table(rows));
 
-        eprintln!("bench: large: restart over {} CloneSets", c + 1);
-        let (startup_s, extra, op) = self.restart(&ns.name, op, c + 1, &w, None).await?;
-        if extra["writes_after_restart"] != 0.0 || extra["all_observed"] != 1.0 {
-            failures.push(format!(
-                "large: after the restart the operator made {} writes (expected none) and found every CloneSet converged: {}",
-                extra["writes_after_restart"],
-                extra["all_observed"] == 1.0
-            ));
-        }
-        rows.push(row("large: restart".into(), total + big + probes, c + 1, startup_s, None, extra));
-        drop(op);
+        let ctl = if matches!(ctl, Ctl::External(_)) && self.knobs.external_restart.is_none() {
+            eprintln!("bench: large: no restart of the external controller (BENCH_EXTERNAL_RESTART is not set)");
+            ctl
+        } else {
+            // Ours twice: with paged lists, then as it starts by default (streaming lists where
+            // the apiserver serves them), so the two cold starts are measured side by side.
+            let restarts: &[(&str, &[&str])] = match ctl {
+                Ctl::Ours(_) => &[("large: restart, paged lists", &["--streaming-lists=false"]), ("large: restart", &[])],
+                Ctl::External(_) => &[("large: restart", &[])],
+            };
+            let mut ctl = ctl;
+            for (scenario, flags) in restarts {
+                eprintln!("bench: {scenario} over {} CloneSets", c + 1);
+                let (startup_s, extra, next) = self.restart(&ns.name, ctl, c + 1, &w, None, flags).await?;
+                ctl = next;
+                if extra["writes_after_restart"] != 0.0 || extra["all_observed"] != 1.0 {
+                    failures.push(format!(
+                        "{scenario}: the {} made {} writes (expected none) and found every CloneSet converged: {}",
+                        self.controller_label(),
+                        extra["writes_after_restart"],
+                        extra["all_observed"] == 1.0
+                    ));
+                }
+                rows.push(row(scenario.to_string(), total + big + probes, c + 1, startup_s, None, extra));
+            }
+            ctl
+        };
+        drop(ctl);
         drop(w);
         if self.knobs.cluster_is_temporary() {
             // Deleting 20,000 pods takes long; the control plane and its etcd go away anyway.
