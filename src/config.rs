@@ -397,6 +397,16 @@ pub struct ControllerConfig {
     pub retry: RetryLimits,
     /// `--streaming-lists`: how the caches list.
     pub initial_lists: InitialLists,
+    /// `--fault-drop-pod-events` (chaos tests only): the fraction of pod watch events dropped.
+    pub drop_pod_events: f64,
+}
+
+/// A fraction from 0 to 1.
+pub fn parse_fraction(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(f) if (0.0..=1.0).contains(&f) => Ok(f),
+        _ => Err(format!("{s}: expected a fraction from 0 to 1")),
+    }
 }
 
 /// How the caches fill at start-up and after a watch expires (`--streaming-lists`).
@@ -435,6 +445,7 @@ impl Default for ControllerConfig {
             sync_period: None,
             retry: RetryLimits::default(),
             initial_lists: InitialLists::Auto,
+            drop_pod_events: 0.0,
         }
     }
 }

@@ -101,6 +101,10 @@ struct RunArgs {
     /// where the apiserver serves one, else lists of 100 objects a page), `true` or `false`.
     #[arg(global = true, long = "streaming-lists", default_value = "auto", value_parser = config::InitialLists::parse)]
     streaming_lists: config::InitialLists,
+    /// Fault injection for the chaos tests: drop this fraction (0 to 1) of the pod watch events
+    /// before they reach the cache, as a lost event would.
+    #[arg(global = true, long = "fault-drop-pod-events", default_value_t = 0.0, hide = true, value_parser = config::parse_fraction)]
+    fault_drop_pod_events: f64,
     /// Client-side limit on apiserver requests per second (a token bucket on every request).
     /// Unset (and --rest-config-burst unset): no client-side limit, the apiserver's Priority and
     /// Fairness decides; negative: no limit; 0: client-go's default 5.
@@ -229,6 +233,7 @@ impl RunArgs {
             cache_sync_timeout: self.cache_sync_timeout.unwrap_or(d.cache_sync_timeout),
             sync_period: self.sync_period.filter(|p| !p.is_zero()),
             initial_lists: self.streaming_lists,
+            drop_pod_events: self.fault_drop_pod_events,
             retry: RetryLimits {
                 base_delay: self.rate_limiter_base_delay,
                 max_delay: self.rate_limiter_max_delay,

@@ -91,7 +91,8 @@ impl PodLedger {
     }
 }
 
-fn is_ready(p: &Pod) -> bool {
+/// Live, and its Ready condition True.
+pub fn is_ready(p: &Pod) -> bool {
     p.metadata.deletion_timestamp.is_none() && condition(p, "Ready").as_deref() == Some("True")
 }
 

@@ -132,24 +132,33 @@ const LIST_PAGE_SIZE: u32 = 100;
 const STREAMING_LIST_PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Whether the apiserver serves streaming lists (a watch with `sendInitialEvents`, KEP-3157;
-/// on by default since Kubernetes 1.34): a watch of pods with a label no pod has must end its
-/// initial events with the bookmark that says so. An apiserver without them rejects the watch
-/// or sends no such bookmark, and the caches list in pages instead.
+/// on by default since Kubernetes 1.34, given an etcd with progress notifications): a watch of
+/// pods with a label no pod has must end its initial events with the bookmark that says so.
+/// An apiserver without them rejects the watch or answers otherwise, and the caches list in
+/// pages instead.
 async fn serves_streaming_lists(client: &Client, namespace: Option<&str>) -> bool {
     let pods = api::<Pod>(client, namespace);
     let params = kube::api::WatchParams::streaming_lists().labels("cloneset-operator.dev/streaming-list-probe");
     let answer = async {
         let stream = pods.watch(&params, "0").await?;
         futures::pin_mut!(stream);
-        while let Some(event) = stream.next().await {
-            if let kube::core::WatchEvent::Bookmark(b) = event? {
-                return Ok::<_, kube::Error>(b.metadata.annotations.get("k8s.io/initial-events-end").is_some_and(|v| v == "true"));
+        Ok::<_, kube::Error>(match stream.next().await.transpose()? {
+            Some(kube::core::WatchEvent::Bookmark(b)) => b.metadata.annotations.get("k8s.io/initial-events-end").map(|v| v == "true"),
+            // v1.36 over an etcd without progress notifications: "... the required storage
+            // feature RequestWatchProgress is disabled".
+            Some(kube::core::WatchEvent::Error(status)) => {
+                tracing::info!(message = %status.message, "the apiserver does not serve streaming lists; caches list in pages");
+                Some(false)
             }
-        }
-        Ok(false)
+            _ => None,
+        })
     };
     match tokio::time::timeout(STREAMING_LIST_PROBE_TIMEOUT, answer).await {
-        Ok(Ok(served)) => served,
+        Ok(Ok(Some(served))) => served,
+        Ok(Ok(None)) => {
+            tracing::info!("the apiserver's answer to a streaming list was not its initial-events bookmark; caches list in pages");
+            false
+        }
         Ok(Err(e)) => {
             tracing::info!(error = %e, "the apiserver does not serve streaming lists; caches list in pages");
             false
@@ -206,6 +215,29 @@ where
     })
 }
 
+/// Drops a `fraction` of the Apply and Delete events of `events` (fault injection for the chaos
+/// tests: a lost watch event), chosen by a fixed-seed generator; each drop is logged.
+fn dropping<K: Resource + Send>(events: impl Stream<Item = Event<K>> + Send, fraction: f64) -> impl Stream<Item = Event<K>> + Send {
+    let mut state: u64 = 0x9E37_79B9_7F4A_7C15;
+    events.filter(move |ev| {
+        let keep = match ev {
+            Event::Apply(obj) | Event::Delete(obj) if fraction > 0.0 => {
+                // xorshift64: reproducible, and no crate for a test-only coin.
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                let drop = ((state >> 11) as f64 / (1u64 << 53) as f64) < fraction;
+                if drop {
+                    tracing::warn!(object = obj.meta().name.as_deref().unwrap_or_default(), "fault injection: dropped a watch event");
+                }
+                !drop
+            }
+            _ => true,
+        };
+        std::future::ready(keep)
+    })
+}
+
 /// Keeps an owner-indexed cache current with [`kept_events`], holding each object as `hold`
 /// makes it, and yields each changed object once it is applied.
 fn owned_cache<K, H>(
@@ -214,12 +246,13 @@ fn owned_cache<K, H>(
     mut writer: OwnedStoreWriter<H>,
     keep: fn(&K) -> bool,
     mut hold: impl FnMut(K) -> H + Send + 'static,
+    drop_fraction: f64,
 ) -> impl Stream<Item = Arc<H>> + Send
 where
     K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
     H: Held,
 {
-    kept_events(api, cfg, |_| {}, keep).filter_map(move |ev| std::future::ready(writer.apply_as(ev, &mut hold)))
+    dropping(kept_events(api, cfg, |_| {}, keep), drop_fraction).filter_map(move |ev| std::future::ready(writer.apply_as(ev, &mut hold)))
 }
 
 /// Nodes are read for their labels only (topology spread): the status (images, conditions,
@@ -266,10 +299,11 @@ pub async fn run(client: Client, config: ControllerConfig, runtime: Runtime, shu
     let cs_events = cache(api::<CachedCloneSet>(&client, ns), lists.clone(), cs_writer, |_| {}, everything);
     let mut interner = Interner::default();
     let compact = move |pod| CompactPod::new(pod, &mut interner);
-    let pod_events = owned_cache(api::<Pod>(&client, ns), paged.clone(), pod_writer, owned_by_a_cloneset, compact);
-    let pvc_events = owned_cache(api::<PersistentVolumeClaim>(&client, ns), paged.clone(), pvc_writer, owned_by_a_cloneset, |p| p);
+    let drop_pods = config.drop_pod_events;
+    let pod_events = owned_cache(api::<Pod>(&client, ns), paged.clone(), pod_writer, owned_by_a_cloneset, compact, drop_pods);
+    let pvc_events = owned_cache(api::<PersistentVolumeClaim>(&client, ns), paged.clone(), pvc_writer, owned_by_a_cloneset, |p| p, 0.0);
     let revisions = paged.labels(keys::CONTROLLER_REVISION_HASH_LABEL);
-    let rev_events = owned_cache(api::<ControllerRevision>(&client, ns), revisions, rev_writer, everything, |r| r);
+    let rev_events = owned_cache(api::<ControllerRevision>(&client, ns), revisions, rev_writer, everything, |r| r, 0.0);
     let node_events = cache(Api::<Node>::all(client.clone()), lists, node_writer, strip_node, everything);
 
     metrics.set_max_concurrent_reconciles(config.workers.max(1));
