@@ -256,12 +256,6 @@ pub fn reconciled_and_idle(text: &str, reconciles: f64) -> bool {
         && cloneset_sum(text, "controller_runtime_active_workers") == 0.0
 }
 
-/// `rchar` from `/proc/<pid>/io` text: bytes the process read through read(2) and the like,
-/// sockets included (for a controller at a cold start, nearly all of them its caches' lists).
-pub fn read_bytes_from_io(text: &str) -> Option<u64> {
-    text.lines().find_map(|l| l.strip_prefix("rchar:")).and_then(|v| v.trim().parse().ok())
-}
-
 /// VmRSS and VmHWM in bytes from `/proc/<pid>/status` text.
 pub fn rss_from_status(text: &str) -> (u64, u64) {
     let kb = |key: &str| {
@@ -483,13 +477,6 @@ mod tests {
                     controller_runtime_active_workers{controller=\"cloneset\"} 0\n\
                     workqueue_depth{name=\"cloneset\",controller=\"cloneset\"} 0\n";
         assert!(reconciled_and_idle(ours, 3.0) && !reconciled_and_idle(ours, 4.0));
-    }
-
-    #[test]
-    fn bytes_read_from_proc_io() {
-        let io = "rchar: 123456\nwchar: 10\nsyscr: 5\nread_bytes: 4096\n";
-        assert_eq!(read_bytes_from_io(io), Some(123_456));
-        assert_eq!(read_bytes_from_io(""), None);
     }
 
     #[test]
