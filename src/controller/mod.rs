@@ -264,8 +264,8 @@ fn strip_node(node: &mut Node) {
 
 /// Whether a CloneSet owns `obj` (as controller or not): pods and PVCs are cached by owner, as
 /// Kruise lists them by owner UID, so a pod whose instance-id label was removed still counts.
-fn owned_by_a_cloneset<K: Resource>(obj: &K) -> bool {
-    obj.meta().owner_references.iter().flatten().any(|o| o.kind == "CloneSet" && o.api_version.split('/').next() == Some("apps.kruise.io"))
+fn owned_by_a_cloneset<K: Held>(obj: &K) -> bool {
+    owned_store::cloneset_owners(obj).next().is_some()
 }
 
 /// Everything (nodes, CloneSets, revisions by their label selector).

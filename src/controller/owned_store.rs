@@ -28,6 +28,13 @@ pub struct OwnerView<'a> {
     pub controller: bool,
 }
 
+impl OwnerView<'_> {
+    /// Whether the owner is a CloneSet (`apps.kruise.io`, any version).
+    pub fn is_cloneset(&self) -> bool {
+        self.kind == "CloneSet" && self.api_version.split('/').next() == Some("apps.kruise.io")
+    }
+}
+
 /// What an owned store holds: an API object as decoded, or a compact form of one
 /// ([`super::compact_pod::CompactPod`]); the index needs its key and owners.
 pub trait Held: Send + Sync + 'static {
@@ -54,8 +61,8 @@ impl<K: Resource + Send + Sync + 'static> Held for K {
 
 /// The UIDs of the CloneSets that own `obj`, as controller or not (a reconcile counts both, as
 /// Kruise lists by owner UID).
-fn cloneset_owners<H: Held>(obj: &H) -> impl Iterator<Item = &str> {
-    obj.owners().filter(|o| o.kind == "CloneSet" && o.api_version.split('/').next() == Some("apps.kruise.io")).map(|o| o.uid)
+pub fn cloneset_owners<H: Held>(obj: &H) -> impl Iterator<Item = &str> {
+    obj.owners().filter(OwnerView::is_cloneset).map(|o| o.uid)
 }
 
 fn has_controller<H: Held>(obj: &H) -> bool {
@@ -65,8 +72,7 @@ fn has_controller<H: Held>(obj: &H) -> bool {
 /// The CloneSet that controls `obj`, as a queue key.
 pub fn owner_key<H: Held>(obj: &H) -> Option<String> {
     let owner = obj.owners().find(|o| o.controller)?;
-    let group = owner.api_version.split('/').next().unwrap_or_default();
-    (owner.kind == "CloneSet" && group == "apps.kruise.io").then(|| format!("{}/{}", obj.key().0, owner.name))
+    owner.is_cloneset().then(|| format!("{}/{}", obj.key().0, owner.name))
 }
 
 /// The objects by key; their keys by CloneSet owner UID, and by namespace for those without a
