@@ -671,6 +671,60 @@ mod tests {
         assert!(main.resources.is_some() && main.allocated_resources.is_some() && main.last_state.is_some());
     }
 
+    #[test]
+    fn stripped_pods_keep_what_the_controller_reads() {
+        let mut pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "labels": {"a": "b"}, "annotations": {"x": "y"}},
+            "spec": {
+                "nodeName": "n1",
+                "readinessGates": [{"conditionType": "InPlaceUpdateReady"}],
+                "tolerations": [{"key": "k", "operator": "Exists"}],
+                "volumes": [{"name": "v", "emptyDir": {}}],
+                "containers": [{"name": "main", "image": "i:1", "env": [{"name": "E", "value": "1"}, {"name": "KRUISE_CONTAINER_PRIORITY", "value": "10"}],
+                                "resources": {"limits": {"cpu": "1"}}, "volumeMounts": [{"name": "v", "mountPath": "/v"}]}],
+            },
+            "status": {"phase": "Running", "podIPs": [{"ip": "10.0.0.1"}],
+                       "conditions": [{"type": "Ready", "status": "True"}],
+                       "containerStatuses": [{"name": "main", "image": "i:1", "imageID": "sha", "ready": true, "restartCount": 0}]},
+        }))
+        .unwrap();
+        let before = pod.clone();
+        keep_read_fields(&mut pod);
+        let spec = pod.spec.as_ref().unwrap();
+        assert_eq!(spec.node_name.as_deref(), Some("n1"));
+        assert_eq!(spec.readiness_gates, before.spec.as_ref().unwrap().readiness_gates);
+        assert_eq!(spec.containers[0].name, "main");
+        assert_eq!(spec.containers[0].image.as_deref(), Some("i:1"));
+        assert_eq!(spec.containers[0].resources, before.spec.as_ref().unwrap().containers[0].resources);
+        let env: Vec<&str> = spec.containers[0].env.iter().flatten().map(|e| e.name.as_str()).collect();
+        assert_eq!(env, ["KRUISE_CONTAINER_PRIORITY"], "only the launch priority is read from env");
+        assert!(spec.containers[0].volume_mounts.is_none());
+        assert!(spec.volumes.is_none() && spec.tolerations.is_none());
+        let status = pod.status.as_ref().unwrap();
+        assert_eq!(status.conditions, before.status.as_ref().unwrap().conditions);
+        assert_eq!(status.container_statuses, before.status.as_ref().unwrap().container_statuses);
+        assert_eq!(pod.metadata, before.metadata);
+    }
+
+    /// k8s 1.32's `ActivePods` (Kruise's update order) breaks ties on sidecar restarts, and a
+    /// sidecar is an init container with `restartPolicy: Always`.
+    #[test]
+    fn stripped_pods_keep_sidecar_restarts_for_the_update_order_tie_break() {
+        let pod = |restarts: i32| -> Pod {
+            let mut p: Pod = serde_json::from_value(serde_json::json!({
+                "metadata": {"name": format!("p{restarts}")},
+                "spec": {"initContainers": [{"name": "proxy", "image": "envoy", "restartPolicy": "Always"}],
+                         "containers": [{"name": "main", "image": "i:1"}]},
+                "status": {"initContainerStatuses": [{"name": "proxy", "image": "envoy", "imageID": "", "ready": true, "restartCount": restarts}]},
+            }))
+            .unwrap();
+            keep_read_fields(&mut p);
+            p
+        };
+        assert_eq!(pod(0).spec.unwrap().init_containers.unwrap()[0].restart_policy.as_deref(), Some("Always"));
+        assert_eq!(crate::core::order::max_sidecar_restarts(&pod(3)), 3);
+    }
+
     /// Strings of pods long gone (names, instance ids) do not stay in the pools for ever.
     #[test]
     fn the_pools_forget_what_no_cached_pod_holds() {
