@@ -449,6 +449,46 @@ pub fn table(rows: &[Row]) -> String {
     out
 }
 
+/// The soak's CloneSets fall into this many groups; one group scales up and another down each
+/// minute.
+pub const SOAK_GROUPS: u32 = 10;
+/// How many pods a soak scale-up adds to a CloneSet (and the scale-down takes away again).
+pub const SOAK_SCALE_STEP: u32 = 2;
+
+/// What minute `k` of the soak changes among `clonesets` CloneSets (by index).
+#[derive(Clone, Debug, PartialEq)]
+pub struct SoakTick {
+    /// Scaled from P up to P + [`SOAK_SCALE_STEP`]: group `k % 10`.
+    pub scale_up: Vec<u32>,
+    /// Scaled back down to P: the group scaled up five minutes earlier.
+    pub scale_down: Vec<u32>,
+    /// The CloneSet whose image flips between two versions, in place.
+    pub rollout: u32,
+    /// Whether kube-apiserver restarts first, so every watch of the controller relists
+    /// (every `relist_every` minutes; never when 0).
+    pub relist: bool,
+}
+
+/// Minute `k` of the soak: see [`SoakTick`].
+pub fn soak_tick(k: u32, clonesets: u32, relist_every: u32) -> SoakTick {
+    let group = |g: u32| (0..clonesets).filter(|i| i % SOAK_GROUPS == g).collect::<Vec<_>>();
+    SoakTick {
+        scale_up: group(k % SOAK_GROUPS),
+        scale_down: if k >= SOAK_GROUPS / 2 { group((k + SOAK_GROUPS / 2) % SOAK_GROUPS) } else { Vec::new() },
+        rollout: k % clonesets.max(1),
+        relist: relist_every > 0 && k > 0 && k.is_multiple_of(relist_every),
+    }
+}
+
+/// The least-squares slope of `points` (x, y), in y per unit of x; `None` without two distinct x.
+pub fn slope(points: &[(f64, f64)]) -> Option<f64> {
+    let n = points.len() as f64;
+    let (mx, my) = (points.iter().map(|p| p.0).sum::<f64>() / n, points.iter().map(|p| p.1).sum::<f64>() / n);
+    let sxx: f64 = points.iter().map(|p| (p.0 - mx).powi(2)).sum();
+    let sxy: f64 = points.iter().map(|p| (p.0 - mx) * (p.1 - my)).sum();
+    (points.len() >= 2 && sxx > 0.0).then(|| sxy / sxx)
+}
+
 fn trim_float(v: f64) -> String {
     if v.fract() == 0.0 && v.abs() < 1e15 { format!("{v:.0}") } else { format!("{v:.2}") }
 }
@@ -623,5 +663,40 @@ rest_client_requests_total{code=\"200\",host=\"10.0.0.1:6443\",method=\"GET\"} 4
         assert_eq!(client_label(None), "none");
         assert_eq!(client_label(Some((30.0, 50))), "30/50");
         assert_eq!(client_label(Some((7.5, 15))), "7.50/15");
+    }
+
+    #[test]
+    fn every_soak_minute_scales_some_clonesets_up_and_others_down() {
+        let (c, p) = (100u32, 40u32);
+        let mut replicas = vec![p; c as usize];
+        for k in 0..60 {
+            let t = soak_tick(k, c, 30);
+            assert_eq!(t.scale_up.len(), 10, "minute {k}");
+            assert_eq!(t.scale_down.len(), if k < 5 { 0 } else { 10 }, "minute {k}");
+            for &i in &t.scale_down {
+                assert_eq!(replicas[i as usize], p + SOAK_SCALE_STEP, "minute {k}: cs {i} goes down only after it went up");
+                replicas[i as usize] = p;
+            }
+            for &i in &t.scale_up {
+                assert_eq!(replicas[i as usize], p, "minute {k}: cs {i} goes up only from P");
+                replicas[i as usize] = p + SOAK_SCALE_STEP;
+            }
+            assert!(t.rollout < c);
+            assert_eq!(t.relist, k == 30, "minute {k}");
+        }
+        // Half the groups are up at any minute after the first five.
+        assert_eq!(replicas.iter().filter(|&&r| r > p).count(), 50);
+        assert!(!soak_tick(30, c, 0).relist, "0 turns relists off");
+        assert_eq!((soak_tick(0, 1, 30).scale_up, soak_tick(3, 1, 30).scale_up), (vec![0], vec![]), "one CloneSet is group 0");
+    }
+
+    #[test]
+    fn slopes_fit_a_line_through_noise() {
+        let line: Vec<(f64, f64)> = (0..10).map(|x| (f64::from(x), 3.0 * f64::from(x) + 1.0)).collect();
+        assert!((slope(&line).unwrap() - 3.0).abs() < 1e-9);
+        let noisy: Vec<(f64, f64)> = (0..100).map(|x| (f64::from(x), 5.0 + if x % 2 == 0 { 0.5 } else { -0.5 })).collect();
+        assert!(slope(&noisy).unwrap().abs() < 0.01);
+        assert_eq!(slope(&[(1.0, 2.0)]), None);
+        assert_eq!(slope(&[(1.0, 2.0), (1.0, 3.0)]), None);
     }
 }

@@ -235,7 +235,7 @@ pub async fn up(opts: &UpOptions) -> anyhow::Result<(ClusterState, UpReport)> {
             format!("--listen-peer-urls=http://127.0.0.1:{etcd_peer_port}"),
             format!("--initial-advertise-peer-urls=http://127.0.0.1:{etcd_peer_port}"),
             format!("--initial-cluster=default=http://127.0.0.1:{etcd_peer_port}"),
-            "--experimental-watch-progress-notify-interval=5s".into(),
+            "--watch-progress-notify-interval=5s".into(),
             "--quota-backend-bytes=4294967296".into(),
             "--log-level=warn".into(),
         ],
@@ -350,7 +350,7 @@ const REAL_NODE_PACKAGES: &[(&str, &str)] = &[
     ("gcc", "gcc"),
 ];
 
-/// Builds (once) the pinned Kubernetes and installs etcd when it is missing, and for real nodes
+/// Builds (once) the pinned Kubernetes and etcd, and for real nodes
 /// kubelet, kube-proxy and their Debian packages: everything `up` needs from the network, so it
 /// can run later with the network closed.
 pub fn prepare(k8s_version: &str, real_nodes: bool) -> anyhow::Result<Binaries> {
@@ -364,7 +364,7 @@ pub fn prepare(k8s_version: &str, real_nodes: bool) -> anyhow::Result<Binaries> 
         }
         binaries.extend(["kubelet", "kube-proxy"]);
     }
-    Ok(Binaries { kubernetes: build_kubernetes(k8s_version, &binaries)?, etcd: find_or_install_etcd()? })
+    Ok(Binaries { kubernetes: build_kubernetes(k8s_version, &binaries)?, etcd: find_or_build_etcd()? })
 }
 
 /// The binaries real nodes run besides the system's containerd.
@@ -568,13 +568,24 @@ fn build_kubernetes(version: &str, binaries: &[&str]) -> anyhow::Result<PathBuf>
     Ok(dir)
 }
 
-/// etcd from `ETCD_BIN`, the PATH, or Debian's `etcd-server` package (installed when missing).
-fn find_or_install_etcd() -> anyhow::Result<PathBuf> {
+/// etcd from `ETCD_BIN`, or the pinned release built (once) from the Go module proxy by
+/// `build-etcd.sh`: Debian's 3.4.23 lacks the progress notifications kube-apiserver needs to
+/// serve streaming lists.
+fn find_or_build_etcd() -> anyhow::Result<PathBuf> {
     if let Ok(p) = std::env::var("ETCD_BIN") {
         return Ok(PathBuf::from(p));
     }
-    crate::host::ensure_debian_packages(&[("etcd", "etcd-server")], "the local control plane (or set ETCD_BIN to an etcd 3.4+ binary)")?;
-    which("etcd").context("etcd is not on the PATH")
+    let script = e2e_crate_dir().join("scripts/build-etcd.sh");
+    let out =
+        Command::new("bash").arg(&script).stderr(Stdio::inherit()).output().with_context(|| format!("running {}", script.display()))?;
+    if !out.status.success() {
+        bail!("could not build etcd; see the messages above (or set ETCD_BIN to an etcd 3.5.13+ binary)");
+    }
+    let etcd = PathBuf::from(String::from_utf8(out.stdout)?.trim());
+    if !etcd.is_file() {
+        bail!("the etcd build reported success but {} is missing", etcd.display());
+    }
+    Ok(etcd)
 }
 
 /// A binary built by this workspace, next to the running executable (or one level up, for test

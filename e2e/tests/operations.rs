@@ -199,6 +199,8 @@ async fn metrics_use_controller_runtime_names_and_count_reconciles() {
         ("process_open_fds", &[], |v| v >= 5.0),
         ("process_max_fds", &[], |v| v >= 5.0),
         ("process_start_time_seconds", &[], |v| v > 1.6e9),
+        // Watchers, workers, the server and leader election each hold a task.
+        ("tokio_alive_tasks", &[], |v| v >= 3.0),
     ];
     for (name, labels, ok) in expectations {
         let v = metric(&after, name, labels).unwrap_or_else(|| panic!("{name}{labels:?} missing from /metrics:\n{after}"));

@@ -24,8 +24,9 @@ const RSS_SETTLE: Duration = Duration::from_secs(15);
 pub struct Bench {
     pub knobs: Knobs,
     pub admin: Client,
-    /// kube-apiserver's pid, when the cluster's state is at hand (its memory at a restart).
-    pub apiserver_pid: Option<u32>,
+    /// Where the cluster's state is recorded (`local-cluster`'s directory): kube-apiserver's
+    /// pid for its memory, and its command line for the soak's restarts.
+    pub state_dir: std::path::PathBuf,
 }
 
 /// The controller under measurement.
@@ -130,6 +131,12 @@ pub fn converged(s: &CloneSetStatus, replicas: i32, updated: bool) -> bool {
 }
 
 impl Bench {
+    /// kube-apiserver's pid now (a restart changes it), when the cluster's state is at hand.
+    pub fn apiserver_pid(&self) -> Option<u32> {
+        let state = e2e::cluster::read_state(&self.state_dir).ok().flatten()?;
+        state.processes.iter().find(|p| p.name == "kube-apiserver").map(|p| p.pid as u32)
+    }
+
     pub fn controller_label(&self) -> &'static str {
         if self.knobs.external.is_some() { "external" } else { "operator" }
     }

@@ -27,6 +27,15 @@
 //!   probes' latency must stay within `e2e::bench::probe_bound_s` (the larger of 30 s and half
 //!   the rollout) or the run fails; then a restart (time to observe every CloneSet, and zero
 //!   writes, or the run fails). Runs last; its namespace is left to the cluster's shutdown.
+//! * `BENCH_SOAK` (default empty: skipped; e.g. `100x40`): C CloneSets × P pods under one
+//!   controller for `BENCH_SOAK_MINUTES` (default 120) of churn, one change set a minute (see
+//!   `e2e::bench::soak_tick`): a tenth of the CloneSets scaled up by 2, the tenth scaled up five
+//!   minutes earlier back down, one CloneSet's image flipped in place, and every
+//!   `BENCH_SOAK_RELIST_MINUTES` (default 30; 0 = never) a kube-apiserver restart so every
+//!   watch relists. Each minute's changes must converge; the controller's RSS, file
+//!   descriptors, sockets, threads, async tasks and queue depth are sampled at each minute's
+//!   start, written to `soak-samples.csv` beside `BENCH_OUT`, and their slopes after the first
+//!   relist reported; an RSS slope above 1 MiB per hour fails the run.
 //!
 //! Timed rows record the controller's and the baseline's 429 responses (`operator_429`,
 //! `baseline_429`; the table's `429 op/bs` column) and the controller's RSS 15 s after its last
@@ -64,6 +73,7 @@ mod baseline;
 mod cache;
 mod flows;
 mod scale;
+mod soak;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -100,6 +110,10 @@ struct Knobs {
     large: Option<(u32, u32)>,
     large_rollout: u32,
     large_probes: u32,
+    /// `BENCH_SOAK` (C×P), `BENCH_SOAK_MINUTES`, `BENCH_SOAK_RELIST_MINUTES`.
+    soak: Option<(u32, u32)>,
+    soak_minutes: u32,
+    soak_relist_minutes: u32,
     scheduler_qps: Option<u32>,
     kubeconfig: Option<PathBuf>,
     external: Option<External>,
@@ -147,6 +161,10 @@ impl Knobs {
             "" => None,
             spec => Some(bench::pair(spec).context("BENCH_LARGE")?),
         };
+        let soak = match var("BENCH_SOAK", "").trim() {
+            "" => None,
+            spec => Some(bench::pair(spec).context("BENCH_SOAK")?),
+        };
         let external = match get("BENCH_EXTERNAL_PID").filter(|p| !p.trim().is_empty()) {
             None => None,
             Some(pid) => Some(External {
@@ -179,6 +197,9 @@ impl Knobs {
             large,
             large_rollout: number("BENCH_LARGE_ROLLOUT", 1000)?,
             large_probes: number("BENCH_LARGE_PROBES", 20)?,
+            soak,
+            soak_minutes: number("BENCH_SOAK_MINUTES", 120)?,
+            soak_relist_minutes: number("BENCH_SOAK_RELIST_MINUTES", 30)?,
             scheduler_qps: match var("BENCH_SCHEDULER_QPS", "").trim() {
                 "" => None,
                 q => Some(q.parse().with_context(|| format!("BENCH_SCHEDULER_QPS={q}: expected a whole number"))?),
@@ -198,7 +219,8 @@ impl Knobs {
         let timed = self.sizes.iter().chain(&self.scale_up_sizes).chain(&self.limited_sizes).map(|&(n, _)| n);
         let resources = self.resources.iter().map(|&(c, p)| c * p);
         let large = self.large.map(|(c, p)| c * p + self.large_rollout + self.large_probes);
-        timed.chain(resources).chain(large).max().unwrap_or(0)
+        let soak = self.soak.map(|(c, p)| c * (p + bench::SOAK_SCALE_STEP));
+        timed.chain(resources).chain(large).chain(soak).max().unwrap_or(0)
     }
 
     /// The simulated kubelet's flags: 3 nodes with room for the largest scenario and a quarter
@@ -304,11 +326,7 @@ fn main() -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let result = rt.block_on(async {
         let state_dir = knobs.kubeconfig.as_ref().and_then(|k| k.parent()).unwrap_or(&knobs.cluster_dir);
-        let apiserver_pid = cluster::read_state(state_dir)
-            .ok()
-            .flatten()
-            .and_then(|s| s.processes.iter().find(|p| p.name == "kube-apiserver").map(|p| p.pid as u32));
-        let b = Bench { admin: cluster::client_for(&kubeconfig).await?, knobs: knobs.clone(), apiserver_pid };
+        let b = Bench { admin: cluster::client_for(&kubeconfig).await?, knobs: knobs.clone(), state_dir: state_dir.to_path_buf() };
         tokio::select! {
             r = run(&b, &mut rows, &mut failures) => r,
             _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted")),
@@ -385,6 +403,10 @@ async fn run(b: &Bench, rows: &mut Vec<Row>, failures: &mut Vec<String>) -> anyh
     }
     if let Some((c, p)) = k.large {
         b.large(c, p, rows, failures).await?;
+        eprintln!("{}", bench::table(rows));
+    }
+    if let Some((c, p)) = k.soak {
+        b.soak(c, p, rows, failures).await?;
         eprintln!("{}", bench::table(rows));
     }
     Ok(())
@@ -557,6 +579,7 @@ mod tests {
         assert_eq!(d.resources, vec![(10, 50), (50, 50)]);
         assert_eq!((d.resources_limit, d.concurrency, d.large), (None, 16, None));
         assert_eq!((d.large_rollout, d.large_probes), (1000, 20));
+        assert_eq!((d.soak, d.soak_minutes, d.soak_relist_minutes), (None, 120, 30));
         assert!(d.scheduler_args().is_empty());
         assert_eq!(knobs(&[("BENCH_SCHEDULER_QPS", "500")]).unwrap().scheduler_args(), ["--kube-api-qps=500", "--kube-api-burst=1000"]);
         assert!(knobs(&[("BENCH_SCHEDULER_QPS", "fast")]).is_err());
@@ -579,8 +602,12 @@ mod tests {
             ("BENCH_EXTERNAL_BASELINE", "1"),
             ("BENCH_EXTERNAL_RESTART", "./restart-kruise.sh"),
             ("BENCH_KEEP_CLUSTER", "1"),
+            ("BENCH_SOAK", "100x40"),
+            ("BENCH_SOAK_MINUTES", "150"),
+            ("BENCH_SOAK_RELIST_MINUTES", "0"),
         ])
         .unwrap();
+        assert_eq!((k.soak, k.soak_minutes, k.soak_relist_minutes), (Some((100, 40)), 150, 0));
         assert_eq!(k.external_restart.as_deref(), Some("./restart-kruise.sh"));
         assert!(k.sizes.is_empty() && k.limited_sizes.is_empty());
         assert_eq!(k.types, ["InPlaceIfPossible"]);
@@ -593,6 +620,8 @@ mod tests {
         assert!(k.external_baseline && !k.cluster_is_temporary());
 
         assert!(knobs(&[("BENCH_LARGE", "500")]).is_err());
+        assert!(knobs(&[("BENCH_SOAK", "100")]).is_err());
+        assert!(knobs(&[("BENCH_SOAK_MINUTES", "two hours")]).is_err());
         assert!(knobs(&[("BENCH_SIZES", "100")]).is_err());
         assert!(knobs(&[("BENCH_BASELINE_CONCURRENCY", "0")]).is_err());
         assert!(knobs(&[("BENCH_TYPES", "Bogus")]).is_err());
@@ -621,5 +650,6 @@ mod tests {
         let cap = per_node(&large).unwrap();
         assert_eq!(cap, 9000);
         assert!(cap * SIM_NODES >= large.most_pods() * 5 / 4);
+        assert_eq!(knobs(&[("BENCH_SOAK", "2000x40")]).unwrap().most_pods(), 2000 * 42, "a soak's CloneSets scaled up");
     }
 }

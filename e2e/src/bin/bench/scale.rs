@@ -26,10 +26,10 @@ use crate::{External, POLL, TIMEOUT, image, mib, proc_reading, ready_with, strat
 const PROBE_SPACING: Duration = Duration::from_secs(1);
 
 /// One namespace's CloneSets and pods, watched.
-struct Watched {
-    api: Api<CloneSet>,
-    pods: Cache<Pod>,
-    sets: Cache<CloneSet>,
+pub(crate) struct Watched {
+    pub api: Api<CloneSet>,
+    pub pods: Cache<Pod>,
+    pub sets: Cache<CloneSet>,
 }
 
 /// An operator's memory, CPU and the pod events seen, at one moment.
@@ -98,7 +98,7 @@ async fn restart_external(command: &str, old: &External) -> anyhow::Result<Exter
 }
 
 impl Bench {
-    async fn watched(&self, ns: &TestNamespace, timeout: Duration) -> anyhow::Result<Watched> {
+    pub(crate) async fn watched(&self, ns: &TestNamespace, timeout: Duration) -> anyhow::Result<Watched> {
         Ok(Watched {
             api: ns.api(),
             pods: Cache::start(ns.api(), &ns.name).await?.with_timeout(timeout),
@@ -109,7 +109,14 @@ impl Bench {
     /// Creates `names` with `per` pods each and `spec` (at most the baseline's concurrency of
     /// creates in flight), then waits until `total` pods of the namespace are Ready and every
     /// CloneSet reports all its replicas ready.
-    async fn create_and_converge(&self, w: &Watched, names: Vec<String>, per: u32, spec: Value, total: u32) -> anyhow::Result<Instant> {
+    pub(crate) async fn create_and_converge(
+        &self,
+        w: &Watched,
+        names: Vec<String>,
+        per: u32,
+        spec: Value,
+        total: u32,
+    ) -> anyhow::Result<Instant> {
         let creates = names.iter().map(|name| {
             let (api, cs) = (w.api.clone(), manifest(name, per as i32, &image(1), spec.clone()));
             async move { api.create(&PostParams::default(), &cs).await }
@@ -139,9 +146,10 @@ impl Bench {
         limit: Option<RateLimit>,
         flags: &[&str],
     ) -> anyhow::Result<(f64, BTreeMap<String, f64>, Ctl)> {
-        let apiserver_before = self.apiserver_pid.and_then(|pid| proc_reading(pid).ok()).map(|(rss, _, _)| rss);
+        let apiserver_pid = self.apiserver_pid();
+        let apiserver_before = apiserver_pid.and_then(|pid| proc_reading(pid).ok()).map(|(rss, _, _)| rss);
         let (stop_sampling, sampled) = tokio::sync::oneshot::channel::<()>();
-        let sampler = self.apiserver_pid.map(|pid| tokio::spawn(peak_rss(pid, sampled)));
+        let sampler = apiserver_pid.map(|pid| tokio::spawn(peak_rss(pid, sampled)));
         let t0 = Instant::now();
         let ctl = match ctl {
             Ctl::Ours(mut op) => {
@@ -374,12 +382,17 @@ impl Bench {
         };
         drop(ctl);
         drop(w);
+        self.leave_namespace(ns).await
+    }
+
+    /// Deletes a large scenario's namespace, unless the cluster goes away anyway: deleting
+    /// 20,000 pods takes long, and the control plane and its etcd are removed at the end.
+    pub(crate) async fn leave_namespace(&self, ns: TestNamespace) -> anyhow::Result<()> {
         if self.knobs.cluster_is_temporary() {
-            // Deleting 20,000 pods takes long; the control plane and its etcd go away anyway.
             std::mem::forget(ns);
+            Ok(())
         } else {
-            self.delete_namespace(ns).await?;
+            self.delete_namespace(ns).await
         }
-        Ok(())
     }
 }
