@@ -8,7 +8,9 @@
 //! create its replacement twice. Here the objects and the index change together, under one lock,
 //! in the watcher's order; a relist is built aside and swapped in whole when it completes, as
 //! kube's store does. The event stream passes an object on only after it is applied, so a scale
-//! expectation satisfied by an event is satisfied in the index too.
+//! expectation satisfied by an event is satisfied in the index too. A relist's objects are
+//! passed on when it is swapped in, with those it no longer has: a reconcile they trigger sees
+//! them, where one triggered during the relist would read the old store and not run again.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, RwLock};
@@ -203,38 +205,43 @@ impl<K: Held> OwnedStore<K> {
 impl<K: Held> OwnedStoreWriter<K> {
     /// Applies one watcher event of objects held as is.
     #[cfg(test)]
-    pub fn apply(&mut self, event: Event<K>) -> Option<Arc<K>> {
+    pub fn apply(&mut self, event: Event<K>) -> Vec<Arc<K>> {
         self.apply_as(event, |obj| obj)
     }
 
-    /// Applies one watcher event, holding its object as `hold` makes it, and returns the held
-    /// object (if the event has one) for the event stream to pass on: by then store and index
-    /// both reflect it.
-    pub fn apply_as<W>(&mut self, event: Event<W>, mut hold: impl FnMut(W) -> K) -> Option<Arc<K>> {
+    /// Applies one watcher event, holding its object as `hold` makes it, and returns the objects
+    /// to pass on, each already reflected in store and index: the event's own, or at the end of
+    /// a relist everything it listed and every object it dropped (deleted while the watch was
+    /// away). Nothing during a relist: the store shows the old state until it completes.
+    pub fn apply_as<W>(&mut self, event: Event<W>, mut hold: impl FnMut(W) -> K) -> Vec<Arc<K>> {
         match event {
             Event::Apply(obj) => {
                 let obj = Arc::new(hold(obj));
                 self.write().insert(obj.clone());
-                Some(obj)
+                vec![obj]
             }
             Event::Delete(obj) => {
                 let obj = Arc::new(hold(obj));
                 self.write().remove(&obj.key());
-                Some(obj)
+                vec![obj]
             }
             Event::Init => {
                 self.relist = Some(Indexed::default());
-                None
+                Vec::new()
             }
             Event::InitApply(obj) => {
-                let obj = Arc::new(hold(obj));
-                self.relist.get_or_insert_with(Indexed::default).insert(obj.clone());
-                Some(obj)
+                self.relist.get_or_insert_with(Indexed::default).insert(Arc::new(hold(obj)));
+                Vec::new()
             }
             Event::InitDone => {
-                *self.write() = self.relist.take().unwrap_or_default();
+                let listed = self.relist.take().unwrap_or_default();
+                let mut state = self.write();
+                let gone = state.objects.iter().filter(|(key, _)| !listed.objects.contains_key(*key)).map(|(_, obj)| obj.clone());
+                let changed: Vec<Arc<K>> = listed.objects.values().cloned().chain(gone).collect();
+                *state = listed;
+                drop(state);
                 self.shared.ready.send_replace(true);
-                None
+                changed
             }
         }
     }
@@ -296,13 +303,19 @@ mod tests {
     fn a_relist_replaces_store_and_index_at_once_when_it_completes() {
         let (store, mut writer) = owned_store::<Pod>();
         listed(&mut writer, &[pod("a", &["u1"]), pod("b", &["u1"])]);
-        writer.apply(Event::Init);
-        writer.apply(Event::InitApply(pod("a", &["u2"])));
+        assert!(writer.apply(Event::Init).is_empty());
+        assert!(writer.apply(Event::InitApply(pod("a", &["u2"]))).is_empty(), "not passed on before the store shows it");
         assert_eq!(names(store.owned_by("u1")), ["a", "b"], "the relist is not seen half done");
-        writer.apply(Event::InitApply(pod("c", &["u1"])));
-        writer.apply(Event::InitDone);
+        assert!(writer.apply(Event::InitApply(pod("c", &["u1"]))).is_empty());
+        let passed_on = writer.apply(Event::InitDone);
         assert_eq!((names(store.owned_by("u1")), names(store.owned_by("u2"))), (vec!["c".to_string()], vec!["a".to_string()]));
         assert!(store.get("ns", "b").is_none(), "deleted while the watch was down");
+        // Once swapped in, everything listed and everything dropped is passed on, so the owners of
+        // all of them (u1 for b and c, u2 for a) reconcile against the new state.
+        let mut passed_on: Vec<(String, Vec<String>)> =
+            passed_on.iter().map(|p| (p.key().1.to_string(), cloneset_owners(p.as_ref()).map(str::to_string).collect())).collect();
+        passed_on.sort();
+        assert_eq!(passed_on, [("a".into(), vec!["u2".into()]), ("b".into(), vec!["u1".into()]), ("c".into(), vec!["u1".into()])]);
     }
 
     #[tokio::test]
