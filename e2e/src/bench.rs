@@ -237,6 +237,13 @@ pub fn metric_sum(text: &str, name: &str) -> f64 {
     samples(text, name).map(|(_, v)| v).sum()
 }
 
+/// Bytes kube-apiserver has sent so far in responses (lists, gets) and in watch events, from
+/// its own `/metrics`: the sums of `apiserver_response_sizes` and `apiserver_watch_events_sizes`.
+/// A streaming list's objects arrive as watch events, a paged list's as responses.
+pub fn apiserver_bytes_sent(text: &str) -> f64 {
+    metric_sum(text, "apiserver_response_sizes_sum") + metric_sum(text, "apiserver_watch_events_sizes_sum")
+}
+
 /// The sum of `name`'s samples of the CloneSet controller: ours (`controller="cloneset"`) or
 /// Kruise's manager, which runs many controllers (`controller="cloneset-controller"`, its queue
 /// `name="cloneset-controller"`).
@@ -698,5 +705,15 @@ rest_client_requests_total{code=\"200\",host=\"10.0.0.1:6443\",method=\"GET\"} 4
         assert!(slope(&noisy).unwrap().abs() < 0.01);
         assert_eq!(slope(&[(1.0, 2.0)]), None);
         assert_eq!(slope(&[(1.0, 2.0), (1.0, 3.0)]), None);
+    }
+
+    #[test]
+    fn apiserver_bytes_count_list_responses_and_watch_events() {
+        let text = "apiserver_response_sizes_sum{component=\"apiserver\",resource=\"pods\",verb=\"LIST\"} 1000\n\
+                    apiserver_response_sizes_count{component=\"apiserver\",resource=\"pods\",verb=\"LIST\"} 2\n\
+                    apiserver_response_sizes_sum{component=\"apiserver\",resource=\"nodes\",verb=\"GET\"} 50\n\
+                    apiserver_watch_events_sizes_sum{group=\"\",resource=\"pods\",version=\"v1\"} 4000\n\
+                    apiserver_watch_events_sizes_bucket{group=\"\",resource=\"pods\",version=\"v1\",le=\"1024\"} 3\n";
+        assert_eq!(apiserver_bytes_sent(text), 5050.0);
     }
 }

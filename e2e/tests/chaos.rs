@@ -208,7 +208,7 @@ async fn a_recreate_rollout_survives_the_operator_being_sigkilled_every_few_seco
 
 /// The kube-apiserver of a private control plane is stopped and started again in the middle of
 /// a rollout: the same operator process reconnects, its watches resume, and the rollout finishes
-/// within the same bounds.
+/// within the same bounds. Then once more, with a change made while the operator relists.
 #[tokio::test]
 async fn a_rollout_finishes_after_the_apiserver_restarts_mid_way() {
     let started = Instant::now();
@@ -260,6 +260,20 @@ async fn a_rollout_finishes_after_the_apiserver_restarts_mid_way() {
     let after = active_pods(&pods, "web").await;
     assert_eq!(after.len(), 8, "no extra pods");
     assert!(after.iter().all(|p| image(p) == "nginx:1.28"), "every pod runs the new image");
+
+    // Changed while the operator relists: it reconnects with backoff after the apiserver is back,
+    // so a change made at once arrives in its relist, not as a watch event. It must still be
+    // acted on (it was not, before relisted objects were passed on only once stored).
+    cluster.restart_apiserver().await.unwrap();
+    let change = json!({"spec": {"replicas": 10, "template": {"spec": {"containers": [{"name": "main", "image": "nginx:1.27"}]}}}});
+    clonesets.patch("web", &PatchParams::default(), &Patch::Merge(change)).await.unwrap();
+    watch_until(&clonesets, "web", T, |cs| converged(cs, 10))
+        .await
+        .unwrap_or_else(|e| panic!("a change made during the relist: {e:#}\n--- operator log ---\n{}", op.log_tail(60)));
+    assert_eq!(op.exited(), None);
+    let after = active_pods(&pods, "web").await;
+    assert_eq!(after.len(), 10, "no extra pods");
+    assert!(after.iter().all(|p| image(p) == "nginx:1.27"), "every pod runs the image set during the relist");
     drop(op);
     drop(cluster);
 }

@@ -137,6 +137,12 @@ impl Bench {
         state.processes.iter().find(|p| p.name == "kube-apiserver").map(|p| p.pid as u32)
     }
 
+    /// kube-apiserver's bytes sent so far ([`bench::apiserver_bytes_sent`]).
+    pub async fn apiserver_bytes_sent(&self) -> anyhow::Result<f64> {
+        let text = self.admin.request_text(http::Request::get("/metrics").body(Vec::new())?).await?;
+        Ok(bench::apiserver_bytes_sent(&text))
+    }
+
     pub fn controller_label(&self) -> &'static str {
         if self.knobs.external.is_some() { "external" } else { "operator" }
     }

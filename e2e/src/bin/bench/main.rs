@@ -35,7 +35,7 @@
 //!   watch relists. Each minute's changes must converge; the controller's RSS, file
 //!   descriptors, sockets, threads, async tasks and queue depth are sampled at each minute's
 //!   start, written to `soak-samples.csv` beside `BENCH_OUT`, and their slopes after the first
-//!   relist reported; an RSS slope above 1 MiB per hour fails the run.
+//!   relist reported; an RSS slope above 1 MiB per hour (over an hour or more) fails the run.
 //!
 //! Timed rows record the controller's and the baseline's 429 responses (`operator_429`,
 //! `baseline_429`; the table's `429 op/bs` column) and the controller's RSS 15 s after its last

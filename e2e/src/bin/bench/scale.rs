@@ -147,6 +147,7 @@ impl Bench {
         flags: &[&str],
     ) -> anyhow::Result<(f64, BTreeMap<String, f64>, Ctl)> {
         let apiserver_pid = self.apiserver_pid();
+        let sent_before = self.apiserver_bytes_sent().await.ok();
         let apiserver_before = apiserver_pid.and_then(|pid| proc_reading(pid).ok()).map(|(rss, _, _)| rss);
         let (stop_sampling, sampled) = tokio::sync::oneshot::channel::<()>();
         let sampler = apiserver_pid.map(|pid| tokio::spawn(peak_rss(pid, sampled)));
@@ -177,6 +178,7 @@ impl Bench {
             }
             tokio::time::sleep(POLL).await;
         };
+        let sent = self.apiserver_bytes_sent().await.ok().zip(sent_before).map(|(after, before)| after - before);
         let converged = w.sets.store.state().iter().all(|cs| observed(cs, 0, |s| converged(s, cs.spec.replicas.unwrap_or(1), false)));
         let _ = stop_sampling.send(());
         let apiserver_peak = match sampler {
@@ -200,6 +202,8 @@ impl Bench {
         .into();
         extra.extend(apiserver_before.map(|b| ("apiserver_rss_before_mib".to_string(), mib(b))));
         extra.extend(apiserver_peak.map(|p| ("apiserver_peak_rss_mib".to_string(), mib(p))));
+        // Everything the apiserver sent until the controller was idle: mostly the caches' lists.
+        extra.extend(sent.map(|b| ("apiserver_sent_mib".to_string(), mib(b as u64))));
         Ok((end.duration_since(t0).as_secs_f64(), extra, ctl))
     }
 

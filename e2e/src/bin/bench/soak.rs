@@ -121,7 +121,8 @@ impl Bench {
 
     /// The soak (see the binary's documentation): `c` CloneSets of `p` pods, `BENCH_SOAK_MINUTES`
     /// of churn. A minute whose changes do not converge ends the run with an error; an RSS
-    /// slope above [`MAX_RSS_SLOPE_MIB_PER_HOUR`] after the first relist is added to `failures`.
+    /// slope above [`MAX_RSS_SLOPE_MIB_PER_HOUR`] after the first relist, over an hour or more, is
+    /// added to `failures`.
     pub async fn soak(&self, c: u32, p: u32, rows: &mut Vec<Row>, failures: &mut Vec<String>) -> anyhow::Result<()> {
         let (minutes, relist_every) = (self.knobs.soak_minutes, self.knobs.soak_relist_minutes);
         let client = self.knobs.external.as_ref().map_or_else(|| bench::client_label(None), |e| e.client.clone());
@@ -237,7 +238,9 @@ impl Bench {
         put("late_minutes", Some(f64::from(late)));
         put("slowest_minute_s", Some(bench::round2(slowest)));
         put("slopes_from_s", Some(from.round()));
-        if let Some(slope) = rss_slope.filter(|s| *s > MAX_RSS_SLOPE_MIB_PER_HOUR) {
+        // Judged over an hour or more: over minutes, a few hundred KiB of noise is a steep slope.
+        let span_h = settled.last().zip(settled.first()).map_or(0.0, |(l, f)| (l.t - f.t) / 3600.0);
+        if let Some(slope) = rss_slope.filter(|s| *s > MAX_RSS_SLOPE_MIB_PER_HOUR && span_h >= 1.0) {
             failures.push(format!(
                 "soak: RSS grew {slope} MiB per hour after {from:.0}s (at most {MAX_RSS_SLOPE_MIB_PER_HOUR}); see {}",
                 csv.display()
