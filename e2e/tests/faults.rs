@@ -46,10 +46,17 @@ async fn a_quota_that_admits_3_of_5_pods_leaves_3_ready_and_the_rest_come_when_i
 
     e.create(&manifest("web", 5, "nginx:1.27", json!({}))).await;
     // While denied, the admitted pods still get their readiness-gate conditions and go Ready
-    // (Kruise's syncCloneSet goes on to refresh when a scale-up created nothing).
+    // (Kruise's syncCloneSet goes on to refresh when a scale-up created nothing). The quota
+    // admits 3, or now and then 4: once, in a `make test` run beside a soak, the apiserver
+    // answered "used: pods=4, limited: pods=3" (quota usage is also recounted by
+    // kube-controller-manager from its caches, so a burst can overshoot; not pinned down).
+    // Whatever it admitted is what must be Ready.
     let cs = e
-        .wait_status("web", "3 Ready pods and a FailedScale condition while the quota holds", |cs| {
-            settled(cs, 3) && failure_message(cs, "FailedScale").is_some_and(|m| m.contains("exceeded quota"))
+        .wait_status("web", "the admitted pods Ready and a FailedScale condition while the quota holds", |cs| {
+            let admitted = cs.status.as_ref().map_or(0, |s| s.replicas);
+            (3..5).contains(&admitted)
+                && settled(cs, admitted)
+                && failure_message(cs, "FailedScale").is_some_and(|m| m.contains("exceeded quota"))
         })
         .await;
     let message = failure_message(&cs, "FailedScale").unwrap();
