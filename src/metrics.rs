@@ -26,6 +26,7 @@
 //! | `cloneset_status_replicas` | gauge | `namespace`, `name`, `state` = replicas, ready, available, updated, updated_ready, expected_updated (the CloneSet's status as last computed, for rollout progress) |
 //! | `process_cpu_seconds_total`, `process_open_fds`, `process_max_fds`, `process_resident_memory_bytes`, `process_virtual_memory_bytes`, `process_virtual_memory_max_bytes`, `process_start_time_seconds` | counter / gauges | — |
 //! | `tokio_alive_tasks` | gauge | — (the async tasks alive in the runtime that serves the scrape: our counterpart of Go's `go_goroutines`, for leak checks) |
+//! | `heap_in_use_bytes`, `heap_free_bytes` | gauges | — (what the C allocator has handed out, and what it keeps free in its heaps: our counterparts of `go_memstats_heap_inuse_bytes` and `_idle_bytes`, to tell a leak from fragmentation) |
 //!
 //! `rest_client_requests_total` keeps client-go's name and its `code`, `host` and `method`
 //! labels; `resource` and `subresource` (from the request path, e.g. `pods` + `status` for a pod
@@ -300,6 +301,7 @@ impl Metrics {
         );
         registry.register_collector(Box::new(ProcessCollector));
         registry.register_collector(Box::new(RuntimeCollector));
+        registry.register_collector(Box::new(HeapCollector));
 
         Self {
             registry,
@@ -465,6 +467,34 @@ impl prometheus_client::collector::Collector for RuntimeCollector {
     }
 }
 
+/// `heap_in_use_bytes` and `heap_free_bytes`, read from the allocator at each scrape (left out
+/// where the C library cannot tell).
+#[derive(Debug)]
+struct HeapCollector;
+
+impl prometheus_client::collector::Collector for HeapCollector {
+    fn encode(&self, mut encoder: prometheus_client::encoding::DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        use prometheus_client::encoding::EncodeMetric as _;
+        let Some(usage) = crate::heap::usage() else { return Ok(()) };
+        for (name, help, bytes) in [
+            (
+                "heap_in_use_bytes",
+                "Bytes the allocator has handed out and not had back (the counterpart of go_memstats_heap_inuse_bytes).",
+                usage.in_use,
+            ),
+            (
+                "heap_free_bytes",
+                "Bytes free inside the allocator's heaps, resident or not (the counterpart of go_memstats_heap_idle_bytes).",
+                usage.free,
+            ),
+        ] {
+            let gauge = prometheus_client::metrics::gauge::ConstGauge::new(i64::try_from(bytes).unwrap_or(i64::MAX));
+            gauge.encode(encoder.encode_descriptor(name, help, None, gauge.metric_type())?)?;
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -534,6 +564,19 @@ mod tests {
         // Outside a runtime there is nothing to count, and the scrape still succeeds.
         let text = std::thread::spawn(move || m.encode()).join().unwrap();
         assert!(!text.contains("tokio_alive_tasks") && text.ends_with("# EOF\n"), "{text}");
+    }
+
+    #[test]
+    fn the_heap_is_read_at_each_scrape() {
+        let text = Metrics::new().encode();
+        let value =
+            |name: &str| -> Option<f64> { text.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')).map(|v| v.parse().unwrap()) };
+        if crate::heap::usage().is_some() {
+            assert!(value("heap_in_use_bytes").is_some_and(|v| v > 0.0), "{text}");
+            assert!(value("heap_free_bytes").is_some(), "{text}");
+        } else {
+            assert!(!text.contains("heap_in_use_bytes"), "{text}");
+        }
     }
 
     #[test]

@@ -201,6 +201,8 @@ async fn metrics_use_controller_runtime_names_and_count_reconciles() {
         ("process_start_time_seconds", &[], |v| v > 1.6e9),
         // Watchers, workers, the server and leader election each hold a task.
         ("tokio_alive_tasks", &[], |v| v >= 3.0),
+        ("heap_in_use_bytes", &[], |v| v > 1e6),
+        ("heap_free_bytes", &[], |v| v >= 0.0),
     ];
     for (name, labels, ok) in expectations {
         let v = metric(&after, name, labels).unwrap_or_else(|| panic!("{name}{labels:?} missing from /metrics:\n{after}"));

@@ -35,17 +35,22 @@ struct Sample {
     tasks: Option<f64>,
     /// `workqueue_depth`, summed over the CloneSet controller's queues.
     queue: Option<f64>,
+    /// `heap_in_use_bytes` and `heap_free_bytes` (ours only): a leak grows the first,
+    /// fragmentation only RSS.
+    heap_in_use: Option<f64>,
+    heap_free: Option<f64>,
     pod_events: u64,
     apiserver_rss: Option<u64>,
 }
 
 impl Sample {
-    const CSV_HEADER: &str = "t_s,rss_mib,cpu_s,fds,sockets,threads,tasks,queue_depth,pod_events,apiserver_rss_mib";
+    const CSV_HEADER: &str =
+        "t_s,rss_mib,cpu_s,fds,sockets,threads,tasks,queue_depth,pod_events,apiserver_rss_mib,heap_in_use_mib,heap_free_mib";
 
     fn csv(&self) -> String {
         let opt = |v: Option<f64>| v.map_or(String::new(), |v| v.to_string());
         format!(
-            "{:.0},{},{},{},{},{},{},{},{},{}",
+            "{:.0},{},{},{},{},{},{},{},{},{},{},{}",
             self.t,
             mib(self.rss),
             ticks_to_s(self.cpu),
@@ -56,6 +61,8 @@ impl Sample {
             opt(self.queue),
             self.pod_events,
             opt(self.apiserver_rss.map(mib)),
+            opt(self.heap_in_use.map(|b| mib(b as u64))),
+            opt(self.heap_free.map(|b| mib(b as u64))),
         )
     }
 }
@@ -97,6 +104,8 @@ impl Bench {
             threads,
             tasks: gauge("tokio_alive_tasks"),
             queue: gauge("workqueue_depth"),
+            heap_in_use: gauge("heap_in_use_bytes"),
+            heap_free: gauge("heap_free_bytes"),
             pod_events,
             apiserver_rss: self.apiserver_pid().and_then(|pid| proc_reading(pid).ok()).map(|(rss, _, _)| rss),
         })
@@ -218,6 +227,9 @@ impl Bench {
         put("rss_start_mib", Some(mib(first.rss)));
         put("rss_end_mib", Some(mib(last.rss)));
         put("rss_max_mib", Some(range(|s| mib(s.rss)).1));
+        put("heap_in_use_slope_mib_per_h", per_hour(&settled, |s| s.heap_in_use.map(|b| mib(b as u64))));
+        put("heap_in_use_end_mib", last.heap_in_use.map(|b| mib(b as u64)));
+        put("heap_free_end_mib", last.heap_free.map(|b| mib(b as u64)));
         put("tasks_slope_per_h", per_hour(&settled, |s| s.tasks));
         put("tasks_start", first.tasks);
         put("tasks_end", last.tasks);
