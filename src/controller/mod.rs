@@ -11,6 +11,7 @@ pub mod compact_pod;
 pub mod owned_store;
 pub mod queue;
 mod reconcile;
+pub mod wire_pod;
 mod writes;
 
 use std::collections::HashMap;
@@ -38,6 +39,7 @@ use cloneset_cache::CachedCloneSet;
 use compact_pod::{CompactPod, Interner};
 use owned_store::{Held, OwnedStore, OwnedStoreWriter, owned_store};
 use queue::WorkQueue;
+use wire_pod::WirePod;
 
 /// The caches a reconcile reads. Every one has finished its first list before any reconcile.
 #[derive(Clone)]
@@ -322,9 +324,9 @@ pub async fn run(client: Client, config: ControllerConfig, runtime: Runtime, shu
     let paged = lists.clone().page_size(LIST_PAGE_SIZE);
     let cs_events = cache(api::<CachedCloneSet>(&client, ns), lists.clone(), cs_writer, |_| {}, everything);
     let mut interner = Interner::default();
-    let compact = move |pod| CompactPod::new(pod, &mut interner);
+    let compact = move |WirePod(pod)| CompactPod::new(pod, &mut interner);
     let drop_pods = config.drop_pod_events;
-    let pod_events = owned_cache(api::<Pod>(&client, ns), paged.clone(), pod_writer, owned_by_a_cloneset, compact, drop_pods);
+    let pod_events = owned_cache(api::<WirePod>(&client, ns), paged.clone(), pod_writer, owned_by_a_cloneset, compact, drop_pods);
     let pvc_events = owned_cache(api::<PersistentVolumeClaim>(&client, ns), paged.clone(), pvc_writer, owned_by_a_cloneset, |p| p, 0.0);
     let revisions = paged.labels(keys::CONTROLLER_REVISION_HASH_LABEL);
     let rev_events = owned_cache(api::<ControllerRevision>(&client, ns), revisions, rev_writer, everything, |r| r, 0.0);
