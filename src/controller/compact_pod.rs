@@ -580,6 +580,10 @@ impl super::owned_store::Held for CompactPod {
             controller: o.controller == Some(true),
         })
     }
+
+    fn resource_version(&self) -> Option<&str> {
+        self.resource_version.as_deref()
+    }
 }
 
 #[cfg(test)]
