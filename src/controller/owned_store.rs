@@ -223,8 +223,7 @@ impl<K: Held> OwnedStoreWriter<K> {
     /// away). Nothing during a relist: the store shows the old state until it completes.
     ///
     /// A relisted object the store already holds at the same resource version is kept as it is
-    /// rather than built again: a relist then allocates nothing long-lived for what did not
-    /// change, so the heap is not refilled, and fragmented, at every relist.
+    /// rather than built again, so a relist does not hold a second copy of what did not change.
     pub fn apply_as<W: Resource>(&mut self, event: Event<W>, mut hold: impl FnMut(W) -> K) -> Vec<Arc<K>> {
         match event {
             Event::Apply(obj) => {
