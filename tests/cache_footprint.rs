@@ -122,9 +122,8 @@ fn decoding_cost<T: serde::de::DeserializeOwned>(text: &str) -> (isize, isize) {
     cost
 }
 
-/// A pod event's managedFields are skipped while it is decoded: the short-lived blocks a watch
-/// event leaves between the cache's long-lived ones are what fragments the heap after a burst.
-/// The pod is one of the soak's, as kube-apiserver sent it (its creator's, its status writer's
+/// A pod event's managedFields are skipped while it is decoded, so nothing is allocated for
+/// them, on every pod event. The pod is one of the soak's, as kube-apiserver sent it (its creator's, its status writer's
 /// and the simulated kubelet's managedFields entries).
 #[test]
 fn a_pod_event_is_decoded_without_its_managed_fields() {
