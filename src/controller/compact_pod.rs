@@ -157,6 +157,11 @@ fn map(pairs: &Option<Pairs>) -> Option<BTreeMap<String, String>> {
     pairs.as_ref().map(|p| p.iter().map(|kv| (string(&kv.0), string(&kv.1))).collect())
 }
 
+/// Whether the controller reads a container's env variable `name` (launch priority).
+pub fn is_read_env(name: &str) -> bool {
+    name == keys::CONTAINER_PRIORITY_ENV || name == keys::CONTAINER_BARRIER_ENV
+}
+
 /// Drops what the controller never reads from a pod. What it reads (checked in `controller`
 /// and `core`): all of metadata but managedFields; `spec.containers[].name`, `.image` and
 /// `.resources` (in-place updates and vertical scaling) and `.resizePolicy` (whether a resize
@@ -165,17 +170,14 @@ fn map(pairs: &Option<Pairs>) -> Option<BTreeMap<String, String>> {
 /// and their `restartPolicy` (sidecars: the update order's restart-count tie-break),
 /// `spec.readinessGates`, `spec.nodeName`; and `status` but the pod's IP lists and the
 /// containers' volume mounts and user. Everything else of the spec (volumes, tolerations,
-/// affinity, the rest of env, mounts, probes, commands, ports) is never read.
+/// affinity, the rest of env, mounts, probes, commands, ports) is never read. The pod watch
+/// decodes only these spec fields (`WirePod`): a field kept here must be decoded there too
+/// (`the_wire_spec_is_the_stripped_spec`).
 pub fn keep_read_fields(pod: &mut Pod) {
     pod.metadata.managed_fields = None;
     if let Some(spec) = pod.spec.take() {
         let container = |c: Container| {
-            let env: Vec<EnvVar> = c
-                .env
-                .into_iter()
-                .flatten()
-                .filter(|e| e.name == keys::CONTAINER_PRIORITY_ENV || e.name == keys::CONTAINER_BARRIER_ENV)
-                .collect();
+            let env: Vec<EnvVar> = c.env.into_iter().flatten().filter(|e| is_read_env(&e.name)).collect();
             Container {
                 name: c.name,
                 image: c.image,
