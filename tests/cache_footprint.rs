@@ -122,11 +122,12 @@ fn decoding_cost<T: serde::de::DeserializeOwned>(text: &str) -> (isize, isize) {
     cost
 }
 
-/// A pod event is decoded without what the cache would drop: its managedFields and the spec the
-/// controller never reads (volumes, tolerations, mounts, policies) are skipped, not decoded and
-/// then dropped, on every pod event. The pod is one of the soak's, as kube-apiserver sent it (its
-/// creator's, its status writer's and the simulated kubelet's managedFields entries). Skipping
-/// managedFields alone took 108 allocations (47%) and 16.7 KB.
+/// A pod event is decoded without what the cache would drop: its managedFields, the spec the
+/// controller never reads (volumes, tolerations, mounts, policies) and the status's IP lists and
+/// mounts are skipped, not decoded and then dropped, on every pod event. The pod is one of the
+/// soak's, as kube-apiserver sent it (its creator's, its status writer's and the simulated
+/// kubelet's managedFields entries). Skipping managedFields alone took 108 allocations (47%) and
+/// 16.7 KB; skipping the spec too, 78 (34%) and 9.9 KB.
 #[test]
 fn a_pod_event_is_decoded_without_what_the_cache_drops() {
     let _alone = alone();
@@ -136,8 +137,8 @@ fn a_pod_event_is_decoded_without_what_the_cache_drops() {
     println!(
         "decoding a pod event: {pod_allocations} allocations / {pod_bytes} bytes as a Pod, {wire_allocations} / {wire_bytes} as the watch decodes it"
     );
-    assert!(wire_allocations * 10 <= pod_allocations * 4, "{wire_allocations} allocations against {pod_allocations}");
-    assert!(wire_bytes * 10 <= pod_bytes * 4, "{wire_bytes} bytes against {pod_bytes}");
+    assert!(wire_allocations * 3 <= pod_allocations, "{wire_allocations} allocations against {pod_allocations}");
+    assert!(wire_bytes * 3 <= pod_bytes, "{wire_bytes} bytes against {pod_bytes}");
 }
 
 /// A relist (every watch relists when kube-apiserver restarts) of pods that did not change

@@ -171,8 +171,8 @@ pub fn is_read_env(name: &str) -> bool {
 /// `spec.readinessGates`, `spec.nodeName`; and `status` but the pod's IP lists and the
 /// containers' volume mounts and user. Everything else of the spec (volumes, tolerations,
 /// affinity, the rest of env, mounts, probes, commands, ports) is never read. The pod watch
-/// decodes only these spec fields (`WirePod`): a field kept here must be decoded there too
-/// (`the_wire_spec_is_the_stripped_spec`).
+/// decodes only what is kept here (`WirePod`): a field kept here must be decoded there too
+/// (`the_wire_spec_is_the_stripped_spec`, `the_wire_status_is_the_stripped_status`).
 pub fn keep_read_fields(pod: &mut Pod) {
     pod.metadata.managed_fields = None;
     if let Some(spec) = pod.spec.take() {
