@@ -645,6 +645,11 @@ fn process_alive(rec: &ProcessRecord) -> bool {
 }
 
 fn stop_process(rec: &ProcessRecord) {
+    signal_until_gone(rec);
+    collect(rec.pid);
+}
+
+fn signal_until_gone(rec: &ProcessRecord) {
     if !process_alive(rec) {
         return;
     }
@@ -667,10 +672,22 @@ fn stop_process(rec: &ProcessRecord) {
     }
 }
 
-/// Collects the exit status when the process is our own child (tests call `up` in-process).
-fn reap(pid: i32) {
+/// Collects the exit status when the process is our own child (tests call `up` in-process);
+/// whether there is nothing left to collect (collected now, or not our child).
+fn reap(pid: i32) -> bool {
     let mut status = 0;
-    unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+    unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) != 0 }
+}
+
+/// Waits up to 2 s for a child that no longer counts as alive to be collected: a process reads
+/// as gone while it is still exiting (a Go binary's main thread is a zombie before its other
+/// threads end), and a child nobody collects stays a zombie until this process exits (a soak's
+/// kube-apiserver restarts left one each).
+fn collect(pid: i32) {
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while !reap(pid) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }
 
 /// An exclusive `flock` on a file, so concurrent `up`/`down` calls on one directory serialise.
@@ -889,4 +906,30 @@ fn write_kubeconfig(path: &Path, server: &str, pki: &Pki, user: &str) -> anyhow:
     );
     fs::write(path, text)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state(pid: i32) -> Option<String> {
+        let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().next()).map(str::to_string)
+    }
+
+    /// A child that has already exited when it is stopped (as a process that is still exiting
+    /// reads) is collected, not left a zombie until the tests end.
+    #[test]
+    fn stopping_an_exited_child_leaves_no_zombie() {
+        let child = Command::new("true").spawn().expect("true runs");
+        let pid = child.id() as i32;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while state(pid).as_deref() != Some("Z") {
+            assert!(Instant::now() < deadline, "pid {pid} did not exit: {:?}", state(pid));
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let rec = ProcessRecord { name: "true".into(), pid, exe_name: "true".into(), exe: PathBuf::from("true"), args: Vec::new() };
+        stop_process(&rec);
+        assert_eq!(state(pid), None, "pid {pid} is left behind");
+    }
 }
