@@ -12,6 +12,7 @@ use kube::{Api, Resource, ResourceExt as _};
 use serde_json::{Value, json};
 
 use super::Context;
+use super::wire_pod::WirePod;
 use crate::api::{CloneSet, CloneSetStatus};
 use crate::core::events;
 use crate::core::expectations::ObjectKind;
@@ -205,7 +206,9 @@ impl EventBudget {
     }
 }
 
-fn pods(ctx: &Context, ns: &str) -> Api<Pod> {
+/// Pod writes' responses are decoded as the pod watch decodes events: a pod three managers have
+/// written is mostly managedFields, and only its UID and resource version are read here.
+fn pods(ctx: &Context, ns: &str) -> Api<WirePod> {
     Api::namespaced(ctx.client.clone(), ns)
 }
 
@@ -233,7 +236,7 @@ pub async fn create_pod(ctx: &Context, cs: &CloneSet, pod: &Pod, new_pvcs: &[Per
         }
     }
     ctx.scale_expectations.lock().unwrap_or_else(|e| e.into_inner()).expect_creation(&key, ObjectKind::Pod, &name);
-    match pods(ctx, &ns).create(&PostParams::default(), pod).await {
+    match create_pod_object(ctx, &ns, pod).await {
         Ok(_) => {
             event(ctx, cs, EventType::Normal, "SuccessfulCreate", format!("succeed to create pod {name}")).await;
             Ok(())
@@ -245,6 +248,15 @@ pub async fn create_pod(ctx: &Context, cs: &CloneSet, pod: &Pod, new_pvcs: &[Per
             Err(e.into())
         }
     }
+}
+
+/// `Api::create` with the response decoded as a [`WirePod`] (`Api<WirePod>` cannot send a `Pod`).
+async fn create_pod_object(ctx: &Context, ns: &str, pod: &Pod) -> Result<WirePod, kube::Error> {
+    let body = serde_json::to_vec(pod).map_err(kube::Error::SerdeError)?;
+    let req = kube::core::Request::new(format!("/api/v1/namespaces/{ns}/pods"))
+        .create(&PostParams::default(), body)
+        .map_err(kube::Error::BuildRequest)?;
+    ctx.client.request(req).await
 }
 
 /// Deletes a pod (only the exact pod we saw, by UID) and then the PVCs of its instance.
@@ -353,7 +365,7 @@ pub async fn patch_pod_status(ctx: &Context, ns: &str, pod: &Pod, patch: Value) 
 
 /// Only pods: the reconcile checks (and `delete_pod` forgets) pod expectations alone, as Kruise
 /// expects no revision writes (but for image pre-download, which is off).
-fn expect_version(ctx: &Context, pod: &Pod) {
+fn expect_version(ctx: &Context, WirePod(pod): &WirePod) {
     if let (Some(uid), Some(rv)) = (pod.metadata.uid.as_deref(), pod.metadata.resource_version.as_deref()) {
         ctx.rv_expectations.lock().unwrap_or_else(|e| e.into_inner()).expect(uid, rv);
     }
