@@ -174,3 +174,33 @@ fn a_relist_of_unchanged_pods_does_not_build_the_cache_again() {
     assert!(per_pod <= 5, "{per_pod} allocations per relisted pod (13 when each is compacted again)");
     assert!(growth.abs() < 64 * 1024, "the heap grew {growth} bytes over a relist that changed nothing");
 }
+
+/// The event correlator remembers at most client-go's two caches of 4,096 entries, whatever
+/// the number of distinct events: in a soak it fills them over about 100 minutes (one entry per
+/// pod a CloneSet's events name, until ten distinct messages within ten minutes are combined),
+/// which is the heap-in-use growth a soak shows before it levels off.
+#[test]
+fn the_event_correlator_holds_at_most_its_two_caches() {
+    use cloneset_operator::core::events::{EventCorrelator, NewEvent};
+    let _alone = alone();
+    let live = LIVE.load(Ordering::SeqCst);
+    let mut correlator = EventCorrelator::default();
+    let start = k8s_openapi::jiff::Timestamp::from_second(1_795_636_149).unwrap();
+    let mut held = Vec::new();
+    for i in 0..48_000_i64 {
+        // 100 CloneSets; each is a new object every 900 events, so none reaches the ten
+        // distinct messages that would combine its events: every event is a new entry, and
+        // every object keeps nine messages (both caches full after 4,096 x 9 events).
+        let key = format!("CloneSet/e2e-bench-soak/soak-{:04}/6c4846ec-ff30-4d6a-b9c7-{:012}", i % 100, i % 100 + (i / 900) * 100);
+        let message = format!("succeed to create pod soak-{:04}-{i:05}", i % 100);
+        let event = NewEvent { object_key: &key, object_name: "soak", type_: "Normal", reason: "SuccessfulCreate", message: &message };
+        correlator.correlate(&event, start + k8s_openapi::jiff::SignedDuration::from_millis(i * 1500));
+        if (i + 1) % 8000 == 0 {
+            held.push(LIVE.load(Ordering::SeqCst) - live);
+        }
+    }
+    println!("event correlator: bytes held after every 8,000 distinct events: {held:?}");
+    let full = held[held.len() - 2];
+    assert!(held[held.len() - 1] <= full + full / 20, "{held:?}: grows past its caches");
+    assert!(full <= 8 << 20, "{full} bytes for 2 x 4,096 entries");
+}
