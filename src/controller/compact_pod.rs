@@ -20,6 +20,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 
 use crate::api::keys;
+use crate::controller::wire_pod::WirePod;
 
 /// Shares equal values between cached objects. Entries nobody else holds any more are dropped
 /// once the set has grown by an eighth (at least 1,024) since the last sweep, so unused entries
@@ -478,6 +479,16 @@ impl CompactPod {
     /// Compacts `pod`, dropping what [`keep_read_fields`] drops.
     pub fn new(mut pod: Pod, i: &mut Interner) -> Self {
         keep_read_fields(&mut pod);
+        Self::stripped(pod, i)
+    }
+
+    /// Compacts a pod event: decoded as a [`WirePod`], it already is what [`keep_read_fields`]
+    /// leaves (`recorded_pods_decode_as_they_are_stripped`), so it is not stripped again.
+    pub fn from_wire(WirePod(pod): WirePod, i: &mut Interner) -> Self {
+        Self::stripped(pod, i)
+    }
+
+    fn stripped(pod: Pod, i: &mut Interner) -> Self {
         let Pod { metadata: mut m, spec, status } = pod;
         let owner_list = m.owner_references.take();
         let has_owner_list = owner_list.is_some();

@@ -324,7 +324,7 @@ pub async fn run(client: Client, config: ControllerConfig, runtime: Runtime, shu
     let paged = lists.clone().page_size(LIST_PAGE_SIZE);
     let cs_events = cache(api::<CachedCloneSet>(&client, ns), lists.clone(), cs_writer, |_| {}, everything);
     let mut interner = Interner::default();
-    let compact = move |WirePod(pod)| CompactPod::new(pod, &mut interner);
+    let compact = move |pod| CompactPod::from_wire(pod, &mut interner);
     let drop_pods = config.drop_pod_events;
     let pod_events = owned_cache(api::<WirePod>(&client, ns), paged.clone(), pod_writer, owned_by_a_cloneset, compact, drop_pods);
     let pvc_events = owned_cache(api::<PersistentVolumeClaim>(&client, ns), paged.clone(), pvc_writer, owned_by_a_cloneset, |p| p, 0.0);

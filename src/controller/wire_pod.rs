@@ -271,6 +271,7 @@ impl<'de> Deserialize<'de> for WirePod {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::controller::compact_pod::{CompactPod, Interner};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry};
     use serde_json::json;
 
@@ -451,6 +452,10 @@ mod tests {
         for pod in [serde_json::from_str(&soak).unwrap(), golden] {
             let (wire, stripped) = both_ways(&pod);
             assert_eq!(wire, stripped);
+            // So the watch compacts it without stripping it again (`CompactPod::from_wire`).
+            let full: Pod = serde_json::from_value(pod.clone()).unwrap();
+            let mut interner = Interner::default();
+            assert_eq!(CompactPod::from_wire(WirePod(wire), &mut interner).expand(), CompactPod::new(full, &mut interner).expand());
             assert!(stripped.spec.is_some_and(|s| !s.containers.is_empty()));
         }
     }

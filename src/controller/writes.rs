@@ -253,9 +253,8 @@ pub async fn create_pod(ctx: &Context, cs: &CloneSet, pod: &Pod, new_pvcs: &[Per
 /// `Api::create` with the response decoded as a [`WirePod`] (`Api<WirePod>` cannot send a `Pod`).
 async fn create_pod_object(ctx: &Context, ns: &str, pod: &Pod) -> Result<WirePod, kube::Error> {
     let body = serde_json::to_vec(pod).map_err(kube::Error::SerdeError)?;
-    let req = kube::core::Request::new(format!("/api/v1/namespaces/{ns}/pods"))
-        .create(&PostParams::default(), body)
-        .map_err(kube::Error::BuildRequest)?;
+    let req =
+        kube::core::Request::new(pods(ctx, ns).resource_url()).create(&PostParams::default(), body).map_err(kube::Error::BuildRequest)?;
     ctx.client.request(req).await
 }
 
