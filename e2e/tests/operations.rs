@@ -657,7 +657,8 @@ async fn the_operator_stands_by_while_kruise_s_manager_renews_its_lease() {
     // Pods made earlier (by this operator, standing in for Kruise), then a change that needs writes.
     let mut first = Operator::start(&ns.name, &[]).await.unwrap();
     clonesets.create(&PostParams::default(), &cloneset("web", 2, "nginx:1.27", json!({}))).await.unwrap();
-    watch_until(&clonesets, "web", T, |cs| observed(cs) && status(cs).replicas == 2).await.unwrap();
+    // Ready, so the simulated kubelet has written its last status before the pods are compared.
+    watch_until(&clonesets, "web", T, |cs| all_ready(cs, 2)).await.unwrap();
     first.stop();
     let kruise = FakeKruise::start(&ns).await;
     let patch = json!({"spec": {"replicas": 3, "template": {"spec": {"containers": [{"name": "main", "image": "nginx:1.28"}]}}}});

@@ -387,18 +387,22 @@ fn failed_scale(cs: &CloneSet) -> Option<String> {
 /// from the CloneSet) fails the pod: FailedCreate "failed to create pvc: …", FailedScale, no pod.
 #[tokio::test]
 async fn a_pvc_create_conflict_fails_the_pod_create_with_failed_create() {
-    let e = env("pvcconflict").await;
+    let mut e = env("pvcconflict").await;
     let claim = |name: &str| json!({"metadata": {"name": name}, "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}});
     e.create(&manifest("db", 1, "nginx:1.27", json!({"volumeClaimTemplates": [claim("data"), claim("logs")]}))).await;
     e.wait_status("db", "1 ready", |cs| settled(cs, 1)).await;
     let pod = e.active_pods("db").await.remove(0);
     let id = label(&pod, keys::CLONESET_INSTANCE_ID).unwrap().to_string();
-    // `logs-db-<id>` stops being the CloneSet's; `data-db-<id>` keeps the id free for reuse.
+    // `logs-db-<id>` stops being the CloneSet's; `data-db-<id>` keeps the id free for reuse. The
+    // operator is away meanwhile: a running one may see the pod go before the PVC change (two
+    // watches, no order between them) and rightly reuse the PVC it still takes for its own.
+    e.operator.stop();
     let pvcs: Api<PersistentVolumeClaim> = e.ns.api();
     pvcs.patch(&format!("logs-db-{id}"), &PatchParams::default(), &Patch::Merge(json!({"metadata": {"ownerReferences": null}})))
         .await
         .unwrap();
     e.pods.delete(&pod.name_any(), &DeleteParams { grace_period_seconds: Some(0), ..Default::default() }).await.unwrap();
+    e.operator = Operator::start(&e.ns.name, &[]).await.unwrap();
     let cs = e.wait_status("db", "a FailedScale condition", |cs| failed_scale(cs).is_some()).await;
     let taken = format!("persistentvolumeclaims \"logs-db-{id}\" already exists");
     assert!(failed_scale(&cs).unwrap().contains(&taken), "{:?}", failed_scale(&cs));
