@@ -180,7 +180,7 @@ where
     K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
 {
     let modify = move |obj: &mut K| {
-        obj.managed_fields_mut().clear();
+        without_managed_fields(obj);
         strip(obj);
     };
     watcher::watcher(api, cfg).default_backoff().modify(modify).filter_map(move |ev| {
@@ -194,6 +194,12 @@ where
             }
         })
     })
+}
+
+/// Drops an object's managedFields, leaving none rather than an empty list (kube's
+/// `managed_fields_mut` inserts one): a cached object keeps nothing it need not.
+pub fn without_managed_fields<K: Resource>(obj: &mut K) {
+    obj.meta_mut().managed_fields = None;
 }
 
 /// Runs a reflector: keeps `writer`'s cache current with [`kept_events`] and yields the objects
