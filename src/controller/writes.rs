@@ -56,9 +56,15 @@ pub fn cs_key(cs: &CloneSet) -> String {
 /// `EventSourceObjectSpamFilter`, each CloneSet may publish [`EVENT_BURST`] events of a type at
 /// once and then one per [`EVENT_REFILL`]; the rest are dropped (a scale-up of 1,000 pods sends
 /// about 25 `SuccessfulCreate` events, not 1,000, and their requests no longer compete with pod
-/// writes for the client's tokens). At most [`EVENTS_IN_FLIGHT`] are being sent at once.
+/// writes for the client's tokens). At most [`EVENTS_IN_FLIGHT`] are being sent at once, and at
+/// most [`MAX_QUEUED_EVENTS`] wait: like client-go's broadcaster, which drops an event when its
+/// queue is full, an event beyond them is dropped before the spam filter and the correlator see it.
 pub async fn event(ctx: &Context, cs: &CloneSet, type_: EventType, reason: &str, note: String) {
     static IN_FLIGHT: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(EVENTS_IN_FLIGHT);
+    let Ok(queued) = ctx.queued_events.clone().try_acquire_owned() else {
+        tracing::debug!(reason, note, "event dropped: {MAX_QUEUED_EVENTS} events are waiting to be sent");
+        return;
+    };
     let type_ = match type_ {
         EventType::Normal => "Normal",
         EventType::Warning => "Warning",
@@ -99,6 +105,7 @@ pub async fn event(ctx: &Context, cs: &CloneSet, type_: EventType, reason: &str,
     let client = ctx.client.clone();
     let reason = reason.to_string();
     tokio::spawn(async move {
+        let _queued = queued;
         let Ok(_permit) = IN_FLIGHT.acquire().await else { return };
         if let Err(e) = send_event(client, ev, occurrence.patch).await {
             tracing::warn!(error = %plain_kube_message(&e), reason, "could not publish event");
@@ -170,6 +177,15 @@ async fn send_event(client: kube::Client, ev: CoreEvent, patch: bool) -> Result<
 
 /// Events sent concurrently (the rest wait for a slot in their own tasks).
 const EVENTS_IN_FLIGHT: usize = 16;
+/// client-go's `maxQueuedEvents`: events waiting to be sent. Unbounded, a creation of 100,000
+/// pods in 2,500 CloneSets left 13,000 of them waiting in their own tasks, the largest thing on
+/// the heap after the pod cache.
+pub const MAX_QUEUED_EVENTS: usize = 1000;
+
+/// The queue [`event`] takes a place in.
+pub fn event_queue() -> std::sync::Arc<tokio::sync::Semaphore> {
+    std::sync::Arc::new(tokio::sync::Semaphore::new(MAX_QUEUED_EVENTS))
+}
 /// client-go's `defaultSpamBurst`.
 pub const EVENT_BURST: f64 = 25.0;
 /// client-go's `defaultSpamQPS` (1/300): one more event per 5 minutes.
@@ -448,6 +464,10 @@ mod tests {
             obj["metadata"]["name"] = json!("echo");
             Ok::<_, std::convert::Infallible>(http::Response::new(Full::new(Bytes::from(obj.to_string()))))
         });
+        context_with(kube::Client::new(svc, "default"))
+    }
+
+    fn context_with(client: kube::Client) -> Context {
         let (clonesets, _) = kube::runtime::reflector::store();
         let (pods, _) = super::super::owned_store::owned_store();
         let (pvcs, _) = super::super::owned_store::owned_store();
@@ -455,7 +475,7 @@ mod tests {
         let (nodes, _) = kube::runtime::reflector::store();
         let metrics = std::sync::Arc::new(crate::metrics::Metrics::new());
         Context {
-            client: kube::Client::new(svc, "default"),
+            client,
             config: Default::default(),
             stores: super::super::Stores { clonesets, pods, pvcs, revisions, nodes },
             scale_expectations: Default::default(),
@@ -464,6 +484,7 @@ mod tests {
             queue: super::super::WorkQueue::with_limits(Default::default(), metrics.queue()),
             metrics,
             event_budgets: Default::default(),
+            queued_events: event_queue(),
             leading: Default::default(),
         }
     }
@@ -490,6 +511,49 @@ mod tests {
         .await
         .unwrap();
         assert_eq!(ctx.rv_expectations.lock().unwrap().len(), 1);
+    }
+
+    /// While the apiserver does not answer, events wait in client-go's queue of 1,000 and the
+    /// rest are dropped, not held: 1,500 CloneSets' first events make 1,000 requests once it
+    /// answers again.
+    #[tokio::test]
+    async fn events_beyond_client_go_s_queue_are_dropped_while_the_apiserver_is_slow() {
+        use bytes::Bytes;
+        use http_body_util::Full;
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let requests = std::sync::Arc::new(AtomicUsize::new(0));
+        let answering = std::sync::Arc::new(tokio::sync::Semaphore::new(0));
+        let svc = {
+            let (requests, answering) = (requests.clone(), answering.clone());
+            tower::service_fn(move |_req: http::Request<kube::client::Body>| {
+                let (requests, answering) = (requests.clone(), answering.clone());
+                async move {
+                    requests.fetch_add(1, Ordering::SeqCst);
+                    let _answer = answering.acquire().await;
+                    let created = json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": "e"}, "involvedObject": {}});
+                    Ok::<_, std::convert::Infallible>(http::Response::new(Full::new(Bytes::from(created.to_string()))))
+                }
+            })
+        };
+        let ctx = context_with(kube::Client::new(svc, "default"));
+        for i in 0..1500 {
+            let cs: CloneSet = serde_json::from_value(json!({
+                "apiVersion": "apps.kruise.io/v1alpha1", "kind": "CloneSet",
+                "metadata": {"name": format!("cs-{i}"), "namespace": "ns", "uid": format!("uid-{i}")},
+                "spec": {"selector": {}, "template": {}},
+            }))
+            .unwrap();
+            event(&ctx, &cs, EventType::Normal, "SuccessfulCreate", format!("succeed to create pod cs-{i}-a")).await;
+        }
+        assert_eq!(ctx.queued_events.available_permits(), 0, "the queue is full");
+        answering.add_permits(1 << 20);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while requests.load(Ordering::SeqCst) < MAX_QUEUED_EVENTS || ctx.queued_events.available_permits() < MAX_QUEUED_EVENTS {
+            let waiting = MAX_QUEUED_EVENTS - ctx.queued_events.available_permits();
+            assert!(Instant::now() < deadline, "{} requests, {waiting} events still queued", requests.load(Ordering::SeqCst));
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(requests.load(Ordering::SeqCst), MAX_QUEUED_EVENTS);
     }
 
     #[test]
