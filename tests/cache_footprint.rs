@@ -116,7 +116,7 @@ fn a_cached_pod_costs_a_sixth_of_a_decoded_one() {
 
 /// The pod watch's path to the cache (decoded as a `WirePod`, its managedFields dropped by the
 /// watch, compacted without stripping again) costs what compacting a decoded pod does. It cost
-/// about 380 bytes more per pod when the watch left an empty managedFields list behind, which
+/// about 360 bytes more per pod when the watch left an empty managedFields list behind, which
 /// the compact pod kept by boxing the rest of the metadata.
 #[test]
 fn a_pod_cached_from_its_watch_costs_what_a_compacted_one_does() {
