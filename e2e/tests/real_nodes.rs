@@ -352,7 +352,7 @@ async fn crash_loop_as_seen(e: Env, on_real_node: bool) -> (Vec<Shape>, Vec<std:
             backoffs.push(gap);
         }
     }
-    (shapes_of(&kubelets_own(pods)), backoffs)
+    (without_coalesced_first_write(shapes_of(&kubelets_own(pods))), backoffs)
 }
 
 /// The pods without InPlaceUpdateReady, which is the operator's, not the kubelet's, and Ready,
@@ -367,6 +367,30 @@ fn kubelets_own(pods: Vec<Pod>) -> Vec<Pod> {
             p
         })
         .collect()
+}
+
+/// Drops what only the real kubelet's status manager may leave out: a pod's first status write
+/// (sandbox not ready, `PodReadyToStartContainers=False`) is queued while the pod worker goes on
+/// creating the sandbox, and the manager sends only a pod's latest status, so when the sandbox is
+/// ready before the write is sent, the watch sees the second write (`True`, still creating)
+/// without the first. Seen once in four runs here and once in a CI run; the simulated kubelet
+/// always writes both (its unit test pins the three steps), so the shape is dropped on both sides
+/// where the next one differs from it in that condition only.
+fn without_coalesced_first_write(shapes: Vec<Shape>) -> Vec<Shape> {
+    let sandbox_not_ready = "PodReadyToStartContainers=False".to_string();
+    let mut out = Vec::new();
+    for (i, s) in shapes.iter().enumerate() {
+        let coalescible = s.conditions.contains(&sandbox_not_ready)
+            && shapes.get(i + 1).is_some_and(|next| {
+                let mut back = next.clone();
+                back.conditions = next.conditions.iter().map(|c| c.replace("PodReadyToStartContainers=True", &sandbox_not_ready)).collect();
+                back == *s
+            });
+        if !coalescible {
+            out.push(s.clone());
+        }
+    }
+    out
 }
 
 /// How long the probe comparison watches a container whose probe never passes.
@@ -407,7 +431,8 @@ async fn probes_as_seen(e: Env, on_real_node: bool) -> (Vec<Shape>, Vec<Shape>, 
     let ready_at = ready.status.as_ref().and_then(|s| s.conditions.as_ref()).into_iter().flatten().find(|c| c.type_ == "ContainersReady");
     let ready_at = ready_at.and_then(|c| c.last_transition_time.clone()).expect("ContainersReady has a transition time").0;
     let took = std::time::Duration::try_from(ready_at.duration_since(started(ready).expect("running"))).unwrap_or_default();
-    (shapes_of(&kubelets_own(ok)), shapes_of(&kubelets_own(of("probe-bad"))), took)
+    let shapes = |pods: Vec<Pod>| without_coalesced_first_write(shapes_of(&kubelets_own(pods)));
+    (shapes(ok), shapes(of("probe-bad")), took)
 }
 
 /// The same two probing pods on a simulated node and on the real one: the watch sees the same
@@ -461,12 +486,13 @@ async fn the_simulated_kubelet_shows_an_in_place_update_as_the_real_one_does() {
 }
 
 /// The simulated kubelet checked against the real one on a container that keeps exiting, from
-/// the pod's creation: the same states in the same order (three steps to running; after each
-/// exit `terminated` until the restart, which a moment of `CrashLoopBackOff` precedes once a
-/// back-off applies), and the same time from an exit to the next start: the simulated kubelet
-/// takes the least the real one can (a second to notice, then the back-off); the real one may
-/// take up to half the back-off longer (its pod worker retries a backed-off pod every 10–15 s),
-/// and a second less (time stamps are whole seconds).
+/// the pod's creation: the same states in the same order (three steps to running, less a first
+/// write the real one may coalesce; after each exit `terminated` until the restart, which a
+/// moment of `CrashLoopBackOff` precedes once a back-off applies), and the same time from an
+/// exit to the next start: the simulated kubelet takes the least the real one can (a second to
+/// notice, then the back-off); the real one may take up to half the back-off longer (its pod
+/// worker retries a backed-off pod every 10–15 s), and a second less (time stamps are whole
+/// seconds).
 #[tokio::test]
 async fn the_simulated_kubelet_runs_a_crash_loop_as_the_real_one_does() {
     let _cluster = real_cluster().await;
@@ -502,6 +528,38 @@ fn a_stale_ready_between_two_equal_shapes_is_dropped_and_nothing_else() {
     );
     // A Ready=True that is not followed by the same shape again is real, and kept.
     assert_eq!(without_stale_ready(vec![base.clone(), flipped.clone(), restarted.clone()]).len(), 3);
+}
+
+#[test]
+fn a_first_write_the_status_manager_may_coalesce_is_dropped_and_nothing_else() {
+    let creating = |sandbox: &str| Shape {
+        phase: "Pending".into(),
+        conditions: vec!["ContainersReady=False".into(), "Initialized=True".into(), format!("PodReadyToStartContainers={sandbox}")],
+        state: "waiting:ContainerCreating".into(),
+        last_state: "none".into(),
+        ready: false,
+        started: Some(false),
+        restarts: 0,
+        container: usize::MAX,
+        image: "1".into(),
+    };
+    let running = Shape {
+        phase: "Running".into(),
+        conditions: vec!["ContainersReady=True".into(), "Initialized=True".into(), "PodReadyToStartContainers=True".into()],
+        state: "running".into(),
+        started: Some(true),
+        ready: true,
+        container: 0,
+        ..creating("True")
+    };
+    let simulated = vec![creating("False"), creating("True"), running.clone()];
+    let real = vec![creating("True"), running.clone()];
+    assert_eq!(without_coalesced_first_write(simulated), real);
+    assert_eq!(without_coalesced_first_write(real.clone()), real);
+    // A sandbox that never turns ready, or a pod that goes on in any other way, is kept.
+    assert_eq!(without_coalesced_first_write(vec![creating("False"), running.clone()]).len(), 2);
+    let pulling = Shape { state: "waiting:ErrImagePull".into(), ..creating("True") };
+    assert_eq!(without_coalesced_first_write(vec![creating("False"), pulling]).len(), 2);
 }
 
 /// With a grace period, the real container keeps running (and serving) through the grace

@@ -126,11 +126,13 @@ impl EventCorrelator {
 struct Lru<K, V> {
     entries: HashMap<K, (V, u64)>,
     tick: u64,
+    /// Whether the table was given, once full, the room it keeps from then on.
+    sized_for_eviction: bool,
 }
 
 impl<K, V> Default for Lru<K, V> {
     fn default() -> Self {
-        Self { entries: HashMap::new(), tick: 0 }
+        Self { entries: HashMap::new(), tick: 0, sized_for_eviction: false }
     }
 }
 
@@ -146,6 +148,13 @@ impl<K: Eq + Hash + Clone, V: Clone> Lru<K, V> {
 
     fn put(&mut self, key: K, value: V) {
         self.tick += 1;
+        // Evictions leave tombstones, and the std map then keeps its entries within half its
+        // buckets: a full cache doubles its table once, at a moment that depends on the random
+        // hash seed. Doing it when the cache first fills makes its memory the same in every run.
+        if !self.sized_for_eviction && self.entries.len() == CACHE_ENTRIES {
+            self.entries.reserve(CACHE_ENTRIES + 1);
+            self.sized_for_eviction = true;
+        }
         self.entries.insert(key, (value, self.tick));
         if self.entries.len() > CACHE_ENTRIES
             && let Some(oldest) = self.entries.iter().min_by_key(|(_, (_, used))| *used).map(|(k, _)| k.clone())
