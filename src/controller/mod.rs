@@ -79,7 +79,7 @@ pub struct Context {
     /// Per CloneSet UID and event type: its event spam-filter bucket ([`writes::event`]).
     pub event_budgets: Mutex<HashMap<String, writes::EventBudget>>,
     /// Events waiting to be sent, at most client-go's [`writes::MAX_QUEUED_EVENTS`] ([`writes::event`]).
-    pub queued_events: Arc<tokio::sync::Semaphore>,
+    pub event_queue: writes::EventQueue,
     /// Whether this instance leads (always, without leader election): only then are keys queued.
     leading: AtomicBool,
 }
@@ -353,7 +353,7 @@ pub async fn run(client: Client, config: ControllerConfig, runtime: Runtime, shu
         queue: WorkQueue::with_limits(retry_limits, metrics.queue()),
         metrics: metrics.clone(),
         event_budgets: Mutex::new(HashMap::new()),
-        queued_events: writes::event_queue(),
+        event_queue: writes::EventQueue::default(),
         leading: AtomicBool::new(elector.is_none()),
     });
 

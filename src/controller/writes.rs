@@ -60,8 +60,7 @@ pub fn cs_key(cs: &CloneSet) -> String {
 /// most [`MAX_QUEUED_EVENTS`] wait: like client-go's broadcaster, which drops an event when its
 /// queue is full, an event beyond them is dropped before the spam filter and the correlator see it.
 pub async fn event(ctx: &Context, cs: &CloneSet, type_: EventType, reason: &str, note: String) {
-    static IN_FLIGHT: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(EVENTS_IN_FLIGHT);
-    let Ok(queued) = ctx.queued_events.clone().try_acquire_owned() else {
+    let Some(queued) = ctx.event_queue.enter() else {
         tracing::debug!(reason, note, "event dropped: {MAX_QUEUED_EVENTS} events are waiting to be sent");
         return;
     };
@@ -104,9 +103,10 @@ pub async fn event(ctx: &Context, cs: &CloneSet, type_: EventType, reason: &str,
     let ev = core_event(&involved, type_, reason, &occurrence);
     let client = ctx.client.clone();
     let reason = reason.to_string();
+    let sending = ctx.event_queue.sending.clone();
     tokio::spawn(async move {
         let _queued = queued;
-        let Ok(_permit) = IN_FLIGHT.acquire().await else { return };
+        let Ok(_permit) = sending.acquire().await else { return };
         if let Err(e) = send_event(client, ev, occurrence.patch).await {
             tracing::warn!(error = %plain_kube_message(&e), reason, "could not publish event");
         }
@@ -182,9 +182,37 @@ const EVENTS_IN_FLIGHT: usize = 16;
 /// own tasks, each holding its Event.
 pub const MAX_QUEUED_EVENTS: usize = 1000;
 
-/// The queue [`event`] takes a place in.
-pub fn event_queue() -> std::sync::Arc<tokio::sync::Semaphore> {
-    std::sync::Arc::new(tokio::sync::Semaphore::new(MAX_QUEUED_EVENTS))
+/// The events [`event`] has queued: at most [`MAX_QUEUED_EVENTS`] waiting, at most
+/// [`EVENTS_IN_FLIGHT`] of them being sent. One per operator, in its [`Context`].
+#[derive(Debug)]
+pub struct EventQueue {
+    waiting: std::sync::Arc<tokio::sync::Semaphore>,
+    sending: std::sync::Arc<tokio::sync::Semaphore>,
+}
+
+impl Default for EventQueue {
+    fn default() -> Self {
+        Self {
+            waiting: std::sync::Arc::new(tokio::sync::Semaphore::new(MAX_QUEUED_EVENTS)),
+            sending: std::sync::Arc::new(tokio::sync::Semaphore::new(EVENTS_IN_FLIGHT)),
+        }
+    }
+}
+
+impl EventQueue {
+    /// A place in the queue, held until the event is sent; `None` when the queue is full.
+    fn enter(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        self.waiting.clone().try_acquire_owned().ok()
+    }
+
+    /// Events queued and not yet sent.
+    pub fn len(&self) -> usize {
+        MAX_QUEUED_EVENTS - self.waiting.available_permits()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 /// client-go's `defaultSpamBurst`.
@@ -485,7 +513,7 @@ mod tests {
             queue: super::super::WorkQueue::with_limits(Default::default(), metrics.queue()),
             metrics,
             event_budgets: Default::default(),
-            queued_events: event_queue(),
+            event_queue: EventQueue::default(),
             leading: Default::default(),
         }
     }
@@ -546,11 +574,11 @@ mod tests {
             .unwrap();
             event(&ctx, &cs, EventType::Normal, "SuccessfulCreate", format!("succeed to create pod cs-{i}-a")).await;
         }
-        assert_eq!(ctx.queued_events.available_permits(), 0, "the queue is full");
+        assert_eq!(ctx.event_queue.len(), MAX_QUEUED_EVENTS, "the queue is full");
         answering.add_permits(1 << 20);
         let deadline = Instant::now() + Duration::from_secs(30);
-        while requests.load(Ordering::SeqCst) < MAX_QUEUED_EVENTS || ctx.queued_events.available_permits() < MAX_QUEUED_EVENTS {
-            let waiting = MAX_QUEUED_EVENTS - ctx.queued_events.available_permits();
+        while requests.load(Ordering::SeqCst) < MAX_QUEUED_EVENTS || !ctx.event_queue.is_empty() {
+            let waiting = ctx.event_queue.len();
             assert!(Instant::now() < deadline, "{} requests, {waiting} events still queued", requests.load(Ordering::SeqCst));
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
