@@ -27,6 +27,7 @@ thread_local! {
 fn thread_live() -> isize {
     THREAD_LIVE.with(std::cell::Cell::get)
 }
+
 /// Held by each test: the counts are the whole process's, so the tests run one at a time.
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
@@ -204,6 +205,38 @@ fn a_relist_of_unchanged_pods_does_not_build_the_cache_again() {
     assert_eq!(store.owned_by("6c4846ec-ff30-4d6a-b9c7-000000000007").len(), PODS_EACH);
     assert!(per_pod <= 5, "{per_pod} allocations per relisted pod (13 when each is compacted again)");
     assert!(growth.abs() < 64 * 1024, "the heap grew {growth} bytes over a relist that changed nothing");
+}
+
+/// A cached ControllerRevision holds its data as the bytes revisions are compared by, not as a
+/// JSON tree, and of the annotations Kruise copies onto it from its CloneSet (the whole
+/// last-applied configuration among them) only the one a reconcile reads.
+#[test]
+fn a_cached_revision_costs_a_fraction_of_a_decoded_one() {
+    use cloneset_operator::controller::cached_revision::CachedRevision;
+    use k8s_openapi::api::apps::v1::ControllerRevision;
+    #[derive(serde::Deserialize)]
+    struct List {
+        items: Vec<ControllerRevision>,
+    }
+    let _alone = alone();
+    let text =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden/kruise-v1.9.0-objects/controllerrevisions-canary.yaml"))
+            .expect("the golden revisions");
+    let revisions = serde_saphyr::from_str::<List>(&text).expect("decodes").items;
+    for revision in revisions {
+        let start = thread_live();
+        let decoded = revision.clone();
+        let decoded_bytes = thread_live() - start;
+        let start = thread_live();
+        let cached = CachedRevision::new(revision.clone());
+        let cached_bytes = thread_live() - start;
+        println!(
+            "revision {}: {decoded_bytes} bytes decoded, {cached_bytes} cached",
+            revision.metadata.name.as_deref().unwrap_or_default()
+        );
+        assert!(cached_bytes * 3 <= decoded_bytes, "{cached_bytes} bytes cached against {decoded_bytes} decoded");
+        drop((decoded, cached));
+    }
 }
 
 /// The event correlator remembers at most client-go's two caches of 4,096 entries, whatever

@@ -6,6 +6,7 @@
 //! once (fail-stop: workers are aborted and `run` returns an error, so the process exits non-zero
 //! and restarts as a standby), as controller-runtime does.
 
+pub mod cached_revision;
 mod cloneset_cache;
 pub mod compact_pod;
 pub mod owned_store;
@@ -51,7 +52,7 @@ pub struct Stores {
     pub pods: OwnedStore<CompactPod>,
     pub pvcs: OwnedStore<PersistentVolumeClaim>,
     /// By owner, and by namespace for those without a controller (to adopt).
-    pub revisions: OwnedStore<ControllerRevision>,
+    pub revisions: OwnedStore<cached_revision::CachedRevision>,
     pub nodes: Store<Node>,
 }
 
@@ -318,7 +319,7 @@ pub async fn run(client: Client, config: ControllerConfig, runtime: Runtime, shu
     let (cs_reader, cs_writer) = reflector::store::<CachedCloneSet>();
     let (pod_reader, pod_writer) = owned_store::<CompactPod>();
     let (pvc_reader, pvc_writer) = owned_store::<PersistentVolumeClaim>();
-    let (rev_reader, rev_writer) = owned_store::<ControllerRevision>();
+    let (rev_reader, rev_writer) = owned_store::<cached_revision::CachedRevision>();
     let (node_reader, node_writer) = reflector::store::<Node>();
     let streaming = match config.initial_lists {
         InitialLists::Auto => serves_streaming_lists(&client, ns).await,
@@ -337,7 +338,8 @@ pub async fn run(client: Client, config: ControllerConfig, runtime: Runtime, shu
     let pod_events = owned_cache(api::<WirePod>(&client, ns), paged.clone(), pod_writer, owned_by_a_cloneset, compact, drop_pods);
     let pvc_events = owned_cache(api::<PersistentVolumeClaim>(&client, ns), paged.clone(), pvc_writer, owned_by_a_cloneset, |p| p, 0.0);
     let revisions = paged.labels(keys::CONTROLLER_REVISION_HASH_LABEL);
-    let rev_events = owned_cache(api::<ControllerRevision>(&client, ns), revisions, rev_writer, everything, |r| r, 0.0);
+    let rev_events =
+        owned_cache(api::<ControllerRevision>(&client, ns), revisions, rev_writer, everything, cached_revision::CachedRevision::new, 0.0);
     let node_events = cache(Api::<Node>::all(client.clone()), lists, node_writer, strip_node, everything);
 
     metrics.set_max_concurrent_reconciles(config.workers.max(1));

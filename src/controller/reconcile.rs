@@ -16,6 +16,7 @@ use kube::runtime::events::EventType;
 use serde_json::json;
 
 use super::Context;
+use super::cached_revision::CachedRevision;
 use super::writes::{self, WriteError, event};
 use crate::api::cloneset::condition;
 use crate::api::shared::LifecycleState;
@@ -23,7 +24,7 @@ use crate::api::{CloneSet, CloneSetCondition, keys};
 use crate::core::expectations::{Cached, Gate, ObjectKind, combine};
 use crate::core::history::{self, RevisionView, UpdateRevisionPlan};
 use crate::core::sync::{self, SyncInput, sooner};
-use crate::core::{gojson, intstr, order, pods as podcore, revision, status};
+use crate::core::{intstr, order, pods as podcore, revision, status};
 
 /// Why a reconcile failed; the worker retries with backoff.
 #[derive(Debug, thiserror::Error)]
@@ -266,33 +267,33 @@ pub struct Revisions {
     pub templates: BTreeMap<String, PodTemplateSpec>,
 }
 
-fn owned_revisions(ctx: &Context, cs: &CloneSet) -> Vec<Arc<ControllerRevision>> {
+fn owned_revisions(ctx: &Context, cs: &CloneSet) -> Vec<Arc<CachedRevision>> {
     let ns = cs.namespace().unwrap_or_default();
     let uid = cs.metadata.uid.clone().unwrap_or_default();
     let selector = &cs.spec.selector;
     // Its own (from the owner index) and the orphans of its namespace it may adopt; a revision
     // that names it without being controlled by it is also an orphan: keep it once.
     let mut candidates = ctx.stores.revisions.owned_by(&uid);
-    let own: BTreeSet<String> = candidates.iter().map(|r| r.name_any()).collect();
-    candidates.extend(ctx.stores.revisions.orphans_in(&ns).into_iter().filter(|r| !own.contains(&r.name_any())));
+    let own: BTreeSet<String> = candidates.iter().map(|r| r.object.name_any()).collect();
+    candidates.extend(ctx.stores.revisions.orphans_in(&ns).into_iter().filter(|r| !own.contains(&r.object.name_any())));
     candidates
         .into_iter()
-        .filter(|r| r.namespace().as_deref() == Some(ns.as_str()))
+        .filter(|r| r.object.namespace().as_deref() == Some(ns.as_str()))
         .filter(|r| {
-            let controller = r.owner_references().iter().find(|o| o.controller == Some(true));
-            controller.is_none_or(|o| o.uid == uid) && order::selector_matches(selector, r.labels()) == Some(true)
+            let controller = r.object.owner_references().iter().find(|o| o.controller == Some(true));
+            controller.is_none_or(|o| o.uid == uid) && order::selector_matches(selector, r.object.labels()) == Some(true)
         })
         .collect()
 }
 
-fn view(r: &ControllerRevision) -> RevisionView {
-    let data = r.data.as_ref().map(|d| gojson::encode_value(&d.0)).unwrap_or_default();
+fn view(r: &CachedRevision) -> RevisionView {
+    let o = &r.object;
     RevisionView {
-        name: r.name_any(),
-        revision: r.revision,
-        created: r.metadata.creation_timestamp.as_ref().map(|t| t.0),
-        data,
-        vct_hash: r.annotations().get(keys::VOLUME_CLAIM_TEMPLATE_HASH).cloned(),
+        name: o.name_any(),
+        revision: o.revision,
+        created: o.metadata.creation_timestamp.as_ref().map(|t| t.0),
+        data: r.data.to_vec(),
+        vct_hash: o.annotations().get(keys::VOLUME_CLAIM_TEMPLATE_HASH).cloned(),
     }
 }
 
@@ -374,16 +375,17 @@ async fn sync_revisions(ctx: &Context, cs: &CloneSet) -> Result<Revisions, Recon
                 };
                 match writes::create_revision(ctx, &ns, rev, &data).await {
                     Ok(created) => {
-                        sorted.push(view(&created));
+                        sorted.push(view(&CachedRevision::new(created)));
                         break name;
                     }
                     Err(kube::Error::Api(e)) if e.code == 409 => {
                         let api: kube::Api<ControllerRevision> = kube::Api::namespaced(ctx.client.clone(), &ns);
                         let other = api.get(&name).await?;
                         let same_owner = other.owner_references().iter().any(|o| Some(&o.uid) == cs.metadata.uid.as_ref());
-                        if same_owner && view(&other).data == data {
+                        let other = view(&CachedRevision::new(other));
+                        if same_owner && other.data == data {
                             if !sorted.iter().any(|r| r.name == name) {
-                                sorted.push(view(&other));
+                                sorted.push(other);
                             }
                             break name;
                         }
