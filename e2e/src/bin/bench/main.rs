@@ -43,7 +43,8 @@
 //!
 //! Where: the bench starts its own control plane in `BENCH_CLUSTER_DIR` (default
 //! `target/bench-cluster`) and stops it at the end, also after a failure or Ctrl-C, unless
-//! `BENCH_KEEP_CLUSTER=1`. The simulated kubelet gets 3 nodes with room for the largest
+//! `BENCH_KEEP_CLUSTER=1` (`BENCH_KEEP_NAMESPACE=1` also keeps the large scenario's and the
+//! soak's namespace and pods). The simulated kubelet gets 3 nodes with room for the largest
 //! scenario. kube-scheduler binds at most 50 pods a second (its client's default QPS, as in a
 //! default cluster), which bounds every scale-up, the baseline's too; `BENCH_SCHEDULER_QPS=<n>`
 //! raises it (burst 2n). `BENCH_KUBECONFIG=<file>` uses that cluster instead (never started or
@@ -124,6 +125,8 @@ struct Knobs {
     out: PathBuf,
     cluster_dir: PathBuf,
     keep_cluster: bool,
+    /// `BENCH_KEEP_NAMESPACE`: the large scenario and the soak leave their namespace in place.
+    keep_namespace: bool,
 }
 
 /// The controller of `BENCH_EXTERNAL_PID`.
@@ -211,6 +214,7 @@ impl Knobs {
             out: PathBuf::from(var("BENCH_OUT", &root.join("target/bench/results.json").display().to_string())),
             cluster_dir: PathBuf::from(var("BENCH_CLUSTER_DIR", &root.join("target/bench-cluster").display().to_string())),
             keep_cluster: flag("BENCH_KEEP_CLUSTER"),
+            keep_namespace: flag("BENCH_KEEP_NAMESPACE"),
         })
     }
 
@@ -602,6 +606,7 @@ mod tests {
             ("BENCH_EXTERNAL_BASELINE", "1"),
             ("BENCH_EXTERNAL_RESTART", "./restart-kruise.sh"),
             ("BENCH_KEEP_CLUSTER", "1"),
+            ("BENCH_KEEP_NAMESPACE", "1"),
             ("BENCH_SOAK", "100x40"),
             ("BENCH_SOAK_MINUTES", "150"),
             ("BENCH_SOAK_RELIST_MINUTES", "0"),
@@ -617,7 +622,7 @@ mod tests {
             k.external,
             Some(External { pid: 4242, metrics: Some(("127.0.0.1:8080".into(), "/metrics".into())), client: "?".into() })
         );
-        assert!(k.external_baseline && !k.cluster_is_temporary());
+        assert!(k.external_baseline && !k.cluster_is_temporary() && k.keep_namespace);
 
         assert!(knobs(&[("BENCH_LARGE", "500")]).is_err());
         assert!(knobs(&[("BENCH_SOAK", "100")]).is_err());

@@ -391,10 +391,14 @@ impl Bench {
         self.leave_namespace(ns).await
     }
 
-    /// Deletes a large scenario's namespace, unless the cluster goes away anyway: deleting
-    /// 20,000 pods takes long, and the control plane and its etcd are removed at the end.
+    /// Deletes a large scenario's namespace, unless the cluster goes away anyway (deleting
+    /// 20,000 pods takes long, and the control plane and its etcd are removed at the end) or
+    /// `BENCH_KEEP_NAMESPACE=1` keeps it for experiments on the loaded cluster.
     pub(crate) async fn leave_namespace(&self, ns: TestNamespace) -> anyhow::Result<()> {
-        if self.knobs.cluster_is_temporary() {
+        if self.knobs.keep_namespace {
+            eprintln!("bench: leaving namespace {} and its pods in place (BENCH_KEEP_NAMESPACE)", ns.name);
+        }
+        if self.knobs.cluster_is_temporary() || self.knobs.keep_namespace {
             std::mem::forget(ns);
             Ok(())
         } else {
