@@ -14,8 +14,9 @@ use crate::core::gojson;
 /// A ControllerRevision as the revision cache holds it.
 #[derive(Debug)]
 pub struct CachedRevision {
-    /// The revision without its data, its managedFields and the annotations it copied from its
-    /// CloneSet: of those, a reconcile reads only the volumeClaimTemplate hash.
+    /// The revision without its data and the annotations it copied from its CloneSet: of those,
+    /// a reconcile reads only the volumeClaimTemplate hash. (The watch has already dropped its
+    /// managedFields, as for every cached kind: `controller::without_managed_fields`.)
     pub object: ControllerRevision,
     /// `data` as Go's encoding/json writes it ([`gojson::encode_value`]): for a revision read
     /// back from the apiserver, the exact bytes Kruise hashed and stored; empty without data.
@@ -25,7 +26,6 @@ pub struct CachedRevision {
 impl CachedRevision {
     pub fn new(mut object: ControllerRevision) -> Self {
         let data = object.data.take().map(|d| gojson::encode_value(&d.0)).unwrap_or_default();
-        object.metadata.managed_fields = None;
         if let Some(annotations) = object.metadata.annotations.as_mut() {
             annotations.retain(|k, _| k == keys::VOLUME_CLAIM_TEMPLATE_HASH);
         }

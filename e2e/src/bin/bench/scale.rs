@@ -397,12 +397,10 @@ impl Bench {
     pub(crate) async fn leave_namespace(&self, ns: TestNamespace) -> anyhow::Result<()> {
         if self.knobs.keep_namespace {
             eprintln!("bench: leaving namespace {} and its pods in place (BENCH_KEEP_NAMESPACE)", ns.name);
+        } else if !self.knobs.cluster_is_temporary() {
+            return self.delete_namespace(ns).await;
         }
-        if self.knobs.cluster_is_temporary() || self.knobs.keep_namespace {
-            std::mem::forget(ns);
-            Ok(())
-        } else {
-            self.delete_namespace(ns).await
-        }
+        std::mem::forget(ns);
+        Ok(())
     }
 }
