@@ -8,10 +8,12 @@
 //! The stack, outermost first:
 //!
 //! ```text
-//! Client (kube's own Buffer) → Retry (429/503/504, kube's server_retry policy)
+//! Client (kube's own Buffer) → PodsInProtobuf → Retry (429/503/504, kube's server_retry policy)
 //!   → Throttle (token bucket + request metric) → ConcurrencyLimit ([`MAX_REQUESTS_IN_FLIGHT`])
 //!   → Buffer → kube's default stack without its retry
 //! ```
+//!
+//! and, outermost, pod lists and watches read in protobuf ([`crate::protobuf_pods`]).
 //!
 //! kube's retry normally sits inside its stack, below anything added with
 //! [`ClientBuilder::with_layer`]; it is moved above the throttle so that every attempt, retries
@@ -36,6 +38,7 @@ use tower::retry::RetryLayer;
 use tower::{Layer, Service, ServiceExt as _};
 
 use crate::metrics::Metrics;
+use crate::protobuf_pods::PodsInProtobufLayer;
 
 /// Requests per second and burst of one client's token bucket.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -212,12 +215,13 @@ where
 pub const MAX_REQUESTS_IN_FLIGHT: usize = 32;
 
 /// Builds a client for `config` whose requests all pass through its own token bucket, if
-/// `limit` is set.
+/// `limit` is set. With `protobuf_pods`, pod lists and watches are read in protobuf
+/// ([`PodsInProtobufLayer`], outermost: every retry of such a GET asks for protobuf too).
 ///
 /// Each call makes a separate bucket, like each client-go client built from a rest.Config: the
 /// leader-election client gets its own, so lease renewals never queue behind a burst of pod
 /// creations (and both count in the same `rest_client_requests_total`).
-pub fn build(mut config: kube::Config, limit: Option<RateLimit>, metrics: Arc<Metrics>) -> kube::Result<Client> {
+pub fn build(mut config: kube::Config, limit: Option<RateLimit>, metrics: Arc<Metrics>, protobuf_pods: bool) -> kube::Result<Client> {
     let retry = std::mem::replace(&mut config.default_retry, false);
     if !config.headers.iter().any(|(name, _)| name == http::header::USER_AGENT) {
         config.headers.push((http::header::USER_AGENT, http::HeaderValue::from_static(USER_AGENT)));
@@ -228,7 +232,12 @@ pub fn build(mut config: kube::Config, limit: Option<RateLimit>, metrics: Arc<Me
         .with_layer(&BufferLayer::new(1024))
         .with_layer(&ConcurrencyLimitLayer::new(MAX_REQUESTS_IN_FLIGHT))
         .with_layer(&ThrottleLayer::new(limit, metrics, &host));
-    Ok(if retry { builder.with_layer(&RetryLayer::new(RetryPolicy::server_retry())).build() } else { builder.build() })
+    let pods = PodsInProtobufLayer { enabled: protobuf_pods };
+    Ok(if retry {
+        builder.with_layer(&RetryLayer::new(RetryPolicy::server_retry())).with_layer(&pods).build()
+    } else {
+        builder.with_layer(&pods).build()
+    })
 }
 
 /// client-go's `host` label: the URL's host and port as written (`req.URL.Host`).

@@ -14,5 +14,6 @@ pub mod leader;
 pub mod metrics;
 pub mod migrate;
 pub mod procfs;
+pub mod protobuf_pods;
 pub mod server;
 pub mod telemetry;

@@ -10,6 +10,7 @@ use cloneset_operator::controller;
 use cloneset_operator::kruise_guard::KruiseGuard;
 use cloneset_operator::leader::{self, ElectionConfig, LeaderElector};
 use cloneset_operator::metrics::Metrics;
+use cloneset_operator::protobuf_pods::{JSON_CONTENT_TYPE, PROTOBUF_CONTENT_TYPE};
 use cloneset_operator::server::{self, Health};
 use cloneset_operator::telemetry::{self, LogFormat};
 
@@ -101,6 +102,10 @@ struct RunArgs {
     /// where the apiserver serves one, else lists of 100 objects a page), `true` or `false`.
     #[arg(global = true, long = "streaming-lists", default_value = "auto", value_parser = config::InitialLists::parse)]
     streaming_lists: config::InitialLists,
+    /// The encoding pods are listed and watched in: `application/vnd.kubernetes.protobuf` (a
+    /// quarter of the apiserver's CPU) or `application/json`. Other kinds are read as JSON.
+    #[arg(global = true, long = "kube-api-content-type", default_value = PROTOBUF_CONTENT_TYPE, value_parser = [PROTOBUF_CONTENT_TYPE, JSON_CONTENT_TYPE])]
+    kube_api_content_type: String,
     /// Fault injection for the chaos tests: drop this fraction (0 to 1) of the pod watch events
     /// before they reach the cache, as a lost event would.
     #[arg(global = true, long = "fault-drop-pod-events", default_value_t = 0.0, hide = true, value_parser = config::parse_fraction)]
@@ -259,6 +264,10 @@ impl RunArgs {
         cfg.validate().map(|()| cfg)
     }
 
+    fn pods_in_protobuf(&self) -> bool {
+        self.kube_api_content_type == PROTOBUF_CONTENT_TYPE
+    }
+
     fn rate_limit(&self) -> Option<RateLimit> {
         RateLimit::from_flags(self.rest_config_qps, self.rest_config_burst)
     }
@@ -315,7 +324,8 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             tracing::info!("no client-side rate limit: the apiserver's Priority and Fairness decides; 429s are retried after Retry-After")
         }
     }
-    let client = client::build(kube_config.clone(), args.rate_limit(), metrics.clone()).context("building the Kubernetes client")?;
+    let client = client::build(kube_config.clone(), args.rate_limit(), metrics.clone(), args.pods_in_protobuf())
+        .context("building the Kubernetes client")?;
     let version = client.apiserver_version().await.context("cannot reach the Kubernetes apiserver")?;
     tracing::info!(server_version = %version.git_version, platform = %version.platform, "connected to Kubernetes");
     if config.gates.in_place_workload_vertical_scaling && !has_resize_subresource(&version.major, &version.minor) {
@@ -331,7 +341,8 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     let guard = args.kruise_lease().map(|(ns, name)| KruiseGuard::new(client.clone(), ns, name, &election.identity, election.retry_period));
     let elector = if args.enable_leader_election {
         // Its own token bucket, so renewals never wait behind the controller's writes.
-        let lease_client = client::build(kube_config, args.rate_limit(), metrics.clone()).context("building the leader-election client")?;
+        let lease_client =
+            client::build(kube_config, args.rate_limit(), metrics.clone(), false).context("building the leader-election client")?;
         Some(LeaderElector::new(lease_client, election))
     } else {
         tracing::info!("leader election disabled (--enable-leader-election=false): this instance always leads");

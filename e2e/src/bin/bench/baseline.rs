@@ -147,7 +147,7 @@ impl Bench {
         )
         .await?;
         let metrics = Arc::new(Metrics::new());
-        let api = Api::namespaced(opclient::build(cfg, limit, metrics.clone())?, &ns.name);
+        let api = Api::namespaced(opclient::build(cfg, limit, metrics.clone(), false)?, &ns.name);
         let pods = Cache::start(ns.api(), &ns.name).await?;
         let template = serde_json::to_value(manifest("web", 1, &image(1), json!({})).spec.template)?;
         Ok(Baseline { ns, api, pods, metrics, slots: Arc::new(Semaphore::new(slots)), template, like_operator: limit.is_none() })

@@ -1,0 +1,189 @@
+//! Pods read in protobuf (`--kube-api-content-type`, the default) decode as they do from the
+//! apiserver's JSON: every field the pod cache reads, in lists, paged lists and streaming lists.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use cloneset_operator::controller::wire_pod::WirePod;
+use cloneset_operator::metrics::Metrics;
+use e2e::testenv::{self, TestNamespace};
+use futures::StreamExt as _;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::watcher;
+use kube::{Api, Client, ResourceExt as _};
+use serde_json::json;
+
+const T: Duration = Duration::from_secs(60);
+/// No kubelet runs this node: the pods' status is what the test writes.
+const NODE: &str = "protobuf-test-node";
+
+async fn operator_client(protobuf_pods: bool) -> Client {
+    let kubeconfig = kube::config::Kubeconfig::read_from(testenv::kubeconfig().await.unwrap()).unwrap();
+    let cfg = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await.unwrap();
+    cloneset_operator::client::build(cfg, None, Arc::new(Metrics::new()), protobuf_pods).unwrap()
+}
+
+fn rich_pod(name: &str, owner_uid: &str) -> Pod {
+    serde_json::from_value(json!({
+        "metadata": {
+            "name": name,
+            "labels": {"app": "rich", "apps.kruise.io/cloneset-instance-id": name},
+            "annotations": {"apps.kruise.io/inplace-update-state": "{\"revision\":\"r-1\"}", "note": ""},
+            "finalizers": ["example.com/hold"],
+            "ownerReferences": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": owner_uid, "controller": true, "blockOwnerDeletion": true}],
+        },
+        "spec": {
+            "nodeName": NODE,
+            "terminationGracePeriodSeconds": 30,
+            "initContainers": [{"name": "sidecar", "image": "registry.local/side:1", "restartPolicy": "Always",
+                                "env": [{"name": "KRUISE_CONTAINER_PRIORITY", "value": "5"}, {"name": "UNREAD", "value": "x"}]}],
+            "containers": [
+                {"name": "main", "image": "registry.local/app:1",
+                 "env": [
+                    {"name": "OTHER", "value": "x"},
+                    {"name": "KRUISE_CONTAINER_PRIORITY", "valueFrom": {"resourceFieldRef": {"resource": "limits.cpu", "divisor": "1m"}}},
+                    {"name": "KRUISE_CONTAINER_BARRIER", "valueFrom": {"configMapKeyRef": {"name": "barrier", "key": "main", "optional": true}}},
+                 ],
+                 "resources": {"limits": {"cpu": "500m", "memory": "128Mi"}, "requests": {"cpu": "250m", "memory": "64Mi"}},
+                 "resizePolicy": [{"resourceName": "cpu", "restartPolicy": "NotRequired"}, {"resourceName": "memory", "restartPolicy": "RestartContainer"}],
+                 "volumeMounts": [{"name": "data", "mountPath": "/data"}]},
+                {"name": "second", "image": "registry.local/app2:1",
+                 "env": [
+                    {"name": "KRUISE_CONTAINER_PRIORITY", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                    {"name": "KRUISE_CONTAINER_BARRIER", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}},
+                 ]},
+            ],
+            "volumes": [{"name": "data", "emptyDir": {}}],
+            "readinessGates": [{"conditionType": "InPlaceUpdateReady"}],
+            "tolerations": [{"key": "example.com/t", "operator": "Exists"}],
+        },
+    }))
+    .unwrap()
+}
+
+/// A status with every kind of field the cache reads: conditions with and without times,
+/// running, waiting and terminated states, allocated resources, IPs.
+fn rich_status() -> serde_json::Value {
+    let t = |s: u32| format!("2026-11-26T08:00:{s:02}Z");
+    json!({"status": {
+        "phase": "Running", "message": "a message", "reason": "AReason",
+        "hostIP": "10.0.0.1", "hostIPs": [{"ip": "10.0.0.1"}], "podIP": "10.1.0.5", "podIPs": [{"ip": "10.1.0.5"}],
+        "startTime": t(0), "observedGeneration": 1,
+        "conditions": [
+            {"type": "Ready", "status": "False", "reason": "ContainersNotReady", "message": "main is waiting", "lastTransitionTime": t(1), "lastProbeTime": null},
+            {"type": "InPlaceUpdateReady", "status": "True", "lastTransitionTime": t(2)},
+            {"type": "PodScheduled", "status": "True", "lastProbeTime": t(3), "lastTransitionTime": t(3), "observedGeneration": 1},
+        ],
+        "initContainerStatuses": [{
+            "name": "sidecar", "image": "registry.local/side:1", "imageID": "registry.local/side@sha256:aa", "containerID": "containerd://side2",
+            "ready": true, "restartCount": 2, "started": true,
+            "state": {"running": {"startedAt": t(4)}},
+            "lastState": {"terminated": {"exitCode": 137, "signal": 9, "reason": "Error", "message": "killed", "startedAt": t(1), "finishedAt": t(2), "containerID": "containerd://side1"}},
+        }],
+        "containerStatuses": [
+            {"name": "main", "image": "registry.local/app:1", "imageID": "registry.local/app@sha256:bb", "containerID": "containerd://main3",
+             "ready": false, "restartCount": 3, "started": false,
+             "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 40s"}},
+             "lastState": {"terminated": {"exitCode": 1, "reason": "Error", "startedAt": t(5), "finishedAt": t(6), "containerID": "containerd://main2"}},
+             "allocatedResources": {"cpu": "250m", "memory": "64Mi"},
+             "resources": {"limits": {"cpu": "500m", "memory": "128Mi"}, "requests": {"cpu": "250m", "memory": "64Mi"}},
+             "volumeMounts": [{"name": "data", "mountPath": "/data"}]},
+            {"name": "second", "image": "registry.local/app2:1", "imageID": "", "ready": false, "restartCount": 0, "state": {"waiting": {"reason": "ContainerCreating"}}},
+        ],
+    }})
+}
+
+fn by_name(pods: Vec<WirePod>) -> BTreeMap<String, WirePod> {
+    pods.into_iter().map(|p| (p.0.name_any(), p)).collect()
+}
+
+#[tokio::test]
+async fn pods_read_in_protobuf_decode_as_they_do_from_json() {
+    let ns = TestNamespace::create("protobuf").await.unwrap();
+    let owner: ConfigMap = serde_json::from_value(json!({"metadata": {"name": "owner"}})).unwrap();
+    let owner = ns.api::<ConfigMap>().create(&PostParams::default(), &owner).await.unwrap();
+    let pods: Api<Pod> = ns.api();
+    let uid = owner.uid().unwrap();
+    for name in ["rich", "deleting", "pending"] {
+        pods.create(&PostParams::default(), &rich_pod(name, &uid)).await.unwrap();
+    }
+    for name in ["rich", "deleting"] {
+        pods.patch_status(name, &PatchParams::default(), &Patch::Merge(rich_status())).await.unwrap();
+    }
+    // A pod being deleted (held by its finalizer): deletionTimestamp and grace period.
+    pods.delete("deleting", &Default::default()).await.unwrap();
+
+    let json_pods: Api<WirePod> = Api::namespaced(operator_client(false).await, &ns.name);
+    let protobuf_client = operator_client(true).await;
+    let protobuf_pods: Api<WirePod> = Api::namespaced(protobuf_client.clone(), &ns.name);
+    let from_json = by_name(json_pods.list(&ListParams::default()).await.unwrap().items);
+    assert_eq!(from_json.len(), 3);
+    assert!(from_json["deleting"].0.metadata.deletion_timestamp.is_some());
+    let main = &from_json["rich"].0.status.as_ref().unwrap().container_statuses.as_ref().unwrap()[0];
+    assert!(main.last_state.as_ref().unwrap().terminated.is_some(), "the status was written: {main:?}");
+
+    // A list in one response.
+    let listed = by_name(protobuf_pods.list(&ListParams::default()).await.unwrap().items);
+    assert_eq!(listed, from_json, "a protobuf list decodes as the JSON list does");
+
+    // Paged: one pod a page, so the continue token and resourceVersion pass through.
+    let mut paged = Vec::new();
+    let mut params = ListParams::default().limit(1);
+    loop {
+        let page = protobuf_pods.list(&params).await.unwrap();
+        assert!(page.metadata.resource_version.is_some());
+        paged.extend(page.items);
+        match page.metadata.continue_ {
+            Some(token) if !token.is_empty() => params = params.continue_token(&token),
+            _ => break,
+        }
+    }
+    assert_eq!(by_name(paged), from_json, "paged protobuf lists decode as the JSON list does");
+
+    // A streaming list (a watch with initial events, ended by a bookmark), as the cache fills.
+    let mut events = watcher(protobuf_pods.clone(), watcher::Config::default().streaming_lists()).boxed();
+    let mut streamed = Vec::new();
+    tokio::time::timeout(T, async {
+        while let Some(event) = events.next().await {
+            match event.unwrap() {
+                watcher::Event::InitApply(p) => streamed.push(p),
+                watcher::Event::InitDone => break,
+                _ => {}
+            }
+        }
+    })
+    .await
+    .expect("the streaming list ends with its bookmark");
+    assert_eq!(by_name(streamed), from_json, "a streaming protobuf list decodes as the JSON list does");
+
+    // A change arrives on that watch (MODIFIED, as JSON lines from protobuf frames).
+    pods.patch("pending", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"changed": "yes"}}}))).await.unwrap();
+    let changed = tokio::time::timeout(T, async {
+        loop {
+            if let watcher::Event::Apply(p) = events.next().await.unwrap().unwrap()
+                && p.0.labels().contains_key("changed")
+            {
+                return p;
+            }
+        }
+    })
+    .await
+    .expect("the change is watched");
+    assert_eq!(changed, json_pods.get("pending").await.unwrap());
+
+    // What kube was handed is the transcoded JSON: no managedFields, which the apiserver's JSON has.
+    let path = format!("/api/v1/namespaces/{}/pods", ns.name);
+    let raw = |client: Client| {
+        let path = path.clone();
+        async move { client.request_text(http::Request::get(path).body(vec![]).unwrap()).await.unwrap() }
+    };
+    assert!(raw(operator_client(false).await).await.contains("managedFields"));
+    assert!(!raw(protobuf_client).await.contains("managedFields"));
+
+    // Releases the pods for the namespace's deletion.
+    for name in ["rich", "deleting", "pending"] {
+        pods.patch(name, &PatchParams::default(), &Patch::Merge(json!({"metadata": {"finalizers": null}}))).await.unwrap();
+    }
+}

@@ -1,0 +1,974 @@
+//! Pod lists and watches in Kubernetes' protobuf encoding, handed to kube as the JSON of the
+//! fields the pod cache reads ([`crate::controller::wire_pod`]).
+//!
+//! Encoding a pod as JSON is most of what a cold start costs the apiserver: listing 21,020 pods
+//! of the bench from its watch cache took it 6.1–7.4 CPU s as JSON (231 MB, managedFields
+//! included) and 1.4–1.6 CPU s as protobuf (77 MB), in one run on 2 cores. kube speaks JSON only,
+//! so [`PodsInProtobufLayer`] asks for protobuf on GETs of the pods collection (lists and
+//! watches; a single pod is still read as JSON) and rewrites the response: each pod is decoded
+//! (only the fields below, the rest, managedFields first, is skipped unread) and written back as
+//! JSON, which kube's watcher decodes as usual. Lists, watch events, bookmarks and error
+//! statuses keep their JSON shape, so kube's list/watch/relist logic is unchanged.
+//!
+//! A response the apiserver sends as JSON (an apiserver or proxy without protobuf) passes
+//! through untouched. Only pods are read so: with managedFields, they are nearly all of the
+//! bytes a large cluster sends.
+//!
+//! The messages below are the subset of `k8s.io/api/core/v1/generated.proto` and
+//! `k8s.io/apimachinery/.../generated.proto` the cache reads, with their field numbers. Each
+//! field is written as Go's JSON would write it (`omitempty`: an empty string or a zero count
+//! is left out), so a pod decodes to the same [`WirePod`](crate::controller::wire_pod::WirePod)
+//! either way: `tests/protobuf_pods.rs` checks that against the apiserver.
+
+use std::collections::BTreeMap;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::{Buf, Bytes, BytesMut};
+use http::{Request, Response, header};
+use http_body_util::BodyExt as _;
+use http_body_util::combinators::UnsyncBoxBody;
+use prost::Message;
+use serde::{Serialize, Serializer};
+use tower::{Layer, Service};
+
+use crate::controller::compact_pod::is_read_env;
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// What protobuf responses start with, before the `runtime.Unknown` envelope.
+const MAGIC: &[u8] = b"k8s\0";
+/// The values of `--kube-api-content-type` (kube-controller-manager's flag).
+pub const PROTOBUF_CONTENT_TYPE: &str = "application/vnd.kubernetes.protobuf";
+pub const JSON_CONTENT_TYPE: &str = "application/json";
+/// Protobuf first, JSON where the apiserver (or a proxy) serves no protobuf.
+const ACCEPT: &str = "application/vnd.kubernetes.protobuf, application/json";
+
+fn no_text(s: &Option<String>) -> bool {
+    s.as_deref().is_none_or(str::is_empty)
+}
+
+fn no_count(n: &Option<i64>) -> bool {
+    n.is_none_or(|n| n == 0)
+}
+
+fn no_signal(n: &Option<i32>) -> bool {
+    n.is_none_or(|n| n == 0)
+}
+
+/// `metav1.Time`: seconds only (the apiserver drops nanoseconds from JSON too). An empty message
+/// is Go's zero time, which its JSON writes as null.
+#[derive(Clone, PartialEq, Message)]
+pub struct Time {
+    #[prost(int64, optional, tag = "1")]
+    pub seconds: Option<i64>,
+}
+
+fn no_time(t: &Option<Time>) -> bool {
+    t.as_ref().is_none_or(|t| t.seconds.is_none())
+}
+
+fn time<S: Serializer>(t: &Option<Time>, s: S) -> Result<S::Ok, S::Error> {
+    let seconds = t.as_ref().and_then(|t| t.seconds).unwrap_or_default();
+    let at = k8s_openapi::jiff::Timestamp::from_second(seconds).map_err(serde::ser::Error::custom)?;
+    k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(at).serialize(s)
+}
+
+/// `resource.Quantity`: its canonical string, as in JSON.
+#[derive(Clone, PartialEq, Message)]
+pub struct Quantity {
+    #[prost(string, optional, tag = "1")]
+    pub string: Option<String>,
+}
+
+impl Serialize for Quantity {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.string.as_deref().unwrap_or_default())
+    }
+}
+
+#[derive(Clone, PartialEq, Message, Serialize)]
+pub struct Pod {
+    #[prost(message, optional, tag = "1")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<ObjectMeta>,
+    #[prost(message, optional, tag = "2")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub spec: Option<PodSpec>,
+    #[prost(message, optional, tag = "3")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub status: Option<PodStatus>,
+}
+
+/// ObjectMeta without managedFields (17), which is skipped unread.
+#[derive(Clone, PartialEq, Message, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ObjectMeta {
+    #[prost(string, optional, tag = "1")]
+    #[serde(skip_serializing_if = "no_text")]
+    pub name: Option<String>,
+    #[prost(string, optional, tag = "2")]
+    #[serde(skip_serializing_if = "no_text")]
+    pub generate_name: Option<String>,
+    #[prost(string, optional, tag = "3")]
+    #[serde(skip_serializing_if = "no_text")]
+    pub namespace: Option<String>,
+    #[prost(string, optional, tag = "4")]
+    #[serde(skip_serializing_if = "no_text")]
+    pub self_link: Option<String>,
+    #[prost(string, optional, tag = "5")]
+    #[serde(skip_serializing_if = "no_text")]
+    pub uid: Option<String>,
+    #[prost(string, optional, tag = "6")]
+    #[serde(skip_serializing_if = "no_text")]
+    pub resource_version: Option<String>,
+    #[prost(int64, optional, tag = "7")]
+    #[serde(skip_serializing_if = "no_count")]
+    pub generation: Option<i64>,
+    #[prost(message, optional, tag = "8")]
+    #[serde(skip_serializing_if = "no_time", serialize_with = "time")]
+    pub creation_timestamp: Option<Time>,
+    #[prost(message, optional, tag = "9")]
+    #[serde(skip_serializing_if = "no_time", serialize_with = "time")]
+    pub deletion_timestamp: Option<Time>,
+    #[prost(int64, optional, tag = "10")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub deletion_grace_period_seconds: Option<i64>,
+    #[prost(btree_map = "string, string", tag = "11")]
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    #[prost(btree_map = "string, string", tag = "12")]
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
+    #[prost(message, repeated, tag = "13")]
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub owner_references: Vec<OwnerReference>,
+    #[prost(string, repeated, tag = "14")]
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub finalizers: Vec<String>,
+}
+
+#[derive(Clone, PartialEq, Message, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OwnerReference {
+    #[prost(string, optional, tag = "5")]
+    pub api_version: Option<String>,
+    #[prost(string, optional, tag = "1")]
+    pub kind: Option<String>,
+    #[prost(string, optional, tag = "3")]
+    pub name: Option<String>,
+    #[prost(string, optional, tag = "4")]
+    pub uid: Option<String>,
+    #[prost(bool, optional, tag = "6")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub controller: Option<bool>,
+    #[prost(bool, optional, tag = "7")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub block_owner_deletion: Option<bool>,
+}
+
+#[derive(Clone, PartialEq, Message, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PodSpec {
+    #[prost(message, repeated, tag = "2")]
+    pub containers: Vec<Container>,
+    #[prost(message, repeated, tag = "20")]
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub init_containers: Vec<Container>,
+    #[prost(string, optional, tag = "10")]
+    #[serde(skip_serializing_if = "no_text")]
+    pub node_name: Option<String>,
+    #[prost(message, repeated, tag = "28")]
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub readiness_gates: Vec<PodReadinessGate>,
+}
+
+#[derive(Clone, PartialEq, Message, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Container {
+    #[prost(string, optional, tag = "1")]
+    pub name: Option<String>,
+    #[prost(string, optional, tag = "2")]
+    #[serde(skip_serializing_if = "no_text")]
+    pub image: Option<String>,
+    /// Only the variables the controller reads are written (as `WirePod` keeps only those).
+    #[prost(message, repeated, tag = "7")]
+    #[serde(skip_serializing_if = "no_read_env", serialize_with = "read_env")]
+    pub env: Vec<EnvVar>,
+    #[prost(message, optional, tag = "8")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceRequirements>,
+    #[prost(message, repeated, tag = "23")]
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub resize_policy: Vec<ContainerResizePolicy>,
+    #[prost(string, optional, tag = "24")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub restart_policy: Option<String>,
+}
+
+fn no_read_env(env: &[EnvVar]) -> bool {
+    !env.iter().any(|v| is_read_env(v.name.as_deref().unwrap_or_default()))
+}
+
+fn read_env<S: Serializer>(env: &[EnvVar], s: S) -> Result<S::Ok, S::Error> {
+    s.collect_seq(env.iter().filter(|v| is_read_env(v.name.as_deref().unwrap_or_default())))
+}
+
+#[derive(Clone, PartialEq, Message, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EnvVar {
+    #[prost(string, optional, tag = "1")]
+    pub name: Option<String>,
+    #[prost(string, optional, tag = "2")]
+    #[serde(skip_serializing_if = "no_text")]
+    pub value: Option<String>,
+    #[prost(message, optional, tag = "3")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub value_from: Option<EnvVarSource>,
+}
+
+/// Without fileKeyRef (5), which the k8s-openapi version built here does not know either.
+#[derive(Clone, PartialEq, Message, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EnvVarSource {
+    #[prost(message, optional, tag = "1")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub field_ref: Option<ObjectFieldSelector>,
+    #[prost(message, optional, tag = "2")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resource_field_ref: Option<ResourceFieldSelector>,
+    #[prost(message, optional, tag = "3")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub config_map_key_ref: Option<KeySelector>,
+    #[prost(message, optional, tag = "4")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub secret_key_ref: Option<KeySelector>,
+}
+
+#[derive(Clone, PartialEq, Message, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ObjectFieldSelector {
+    #[prost(string, optional, tag = "1")]
+    #[serde(skip_serializing_if = "no_text")]
+    pub api_version: Option<String>,
+    #[prost(string, optional, tag = "2")]
+    pub field_path: Option<String>,
+}
+
+#[derive(Clone, PartialEq, Message, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ResourceFieldSelector {
+    #[prost(string, optional, tag = "1")]
+    #[serde(skip_serializing_if = "no_text")]
+    pub container_name: Option<String>,
+    #[prost(string, optional, tag = "2")]
+    pub resource: Option<String>,
+    #[prost(message, optional, tag = "3")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub divisor: Option<Quantity>,
+}
+
+/// ConfigMapKeySelector and SecretKeySelector: the same fields, the name inlined in JSON.
+#[derive(Clone, PartialEq, Message)]
+pub struct KeySelector {
+    #[prost(message, optional, tag = "1")]
+    pub local_object_reference: Option<LocalObjectReference>,
+    #[prost(string, optional, tag = "2")]
+    pub key: Option<String>,
+    #[prost(bool, optional, tag = "3")]
+    pub optional: Option<bool>,
+}
+
+impl Serialize for KeySelector {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap as _;
+        let mut m = s.serialize_map(None)?;
+        if let Some(name) = self.local_object_reference.as_ref().and_then(|r| r.name.as_deref()).filter(|n| !n.is_empty()) {
+            m.serialize_entry("name", name)?;
+        }
+        m.serialize_entry("key", self.key.as_deref().unwrap_or_default())?;
+        if let Some(optional) = self.optional {
+            m.serialize_entry("optional", &optional)?;
+        }
+        m.end()
+    }
+}
+
+#[derive(Clone, PartialEq, Message)]
+pub struct LocalObjectReference {
+    #[prost(string, optional, tag = "1")]
+    pub name: Option<String>,
+}
+
+#[derive(Clone, PartialEq, Message, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ResourceRequirements {
+    #[prost(btree_map = "string, message", tag = "1")]
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub limits: BTreeMap<String, Quantity>,
+    #[prost(btree_map = "string, message", tag = "2")]
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub requests: BTreeMap<String, Quantity>,
+    #[prost(message, repeated, tag = "3")]
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub claims: Vec<ResourceClaim>,
+}
+
+#[derive(Clone, PartialEq, Message, Serialize)]
+pub struct ResourceClaim {
+    #[prost(string, optional, tag = "1")]
+    pub name: Option<String>,
+    #[prost(string, optional, tag = "2")]
+    #[serde(skip_serializing_if = "no_text")]
+    pub request: Option<String>,
+}
+
+#[derive(Clone, PartialEq, Message, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ContainerResizePolicy {
+    #[prost(string, optional, tag = "1")]
+    pub resource_name: Option<String>,
+    #[prost(string, optional, tag = "2")]
+    pub restart_policy: Option<String>,
+}
+
+#[derive(Clone, PartialEq, Message, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PodReadinessGate {
+    #[prost(string, optional, tag = "1")]
+    pub condition_type: Option<String>,
+}
+
+/// PodStatus without the IP lists (12, 16), which the cache drops.
+#[derive(Clone, PartialEq, Message, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PodStatus {
+    #[prost(int64, optional, tag = "17")]
+    #[serde(skip_serializing_if = "no_count")]
+    pub observed_generation: Option<i64>,
+    #[prost(string, optional, tag = "1")]
+    #[serde(skip_serializing_if = "no_text")]
+    pub phase: Option<String>,
+    #[prost(message, repeated, tag = "2")]
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<PodCondition>,
+    #[prost(string, optional, tag = "3")]
+    #[serde(skip_serializing_if = "no_text")]
+    pub message: Option<String>,
+    #[prost(string, optional, tag = "4")]
+    #[serde(skip_serializing_if = "no_text")]
+    pub reason: Option<String>,
+    #[prost(string, optional, tag = "11")]
+    #[serde(skip_serializing_if = "no_text")]
+    pub nominated_node_name: Option<String>,
+    #[prost(string, optional, tag = "5")]
+    #[serde(rename = "hostIP", skip_serializing_if = "no_text")]
+    pub host_ip: Option<String>,
+    #[prost(string, optional, tag = "6")]
+    #[serde(rename = "podIP", skip_serializing_if = "no_text")]
+    pub pod_ip: Option<String>,
+    #[prost(message, optional, tag = "7")]
+    #[serde(skip_serializing_if = "no_time", serialize_with = "time")]
+    pub start_time: Option<Time>,
+    #[prost(message, repeated, tag = "10")]
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub init_container_statuses: Vec<ContainerStatus>,
+    #[prost(message, repeated, tag = "8")]
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub container_statuses: Vec<ContainerStatus>,
+    #[prost(string, optional, tag = "9")]
+    #[serde(skip_serializing_if = "no_text")]
+    pub qos_class: Option<String>,
+    #[prost(message, repeated, tag = "13")]
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub ephemeral_container_statuses: Vec<ContainerStatus>,
+    #[prost(string, optional, tag = "14")]
+    #[serde(skip_serializing_if = "no_text")]
+    pub resize: Option<String>,
+    #[prost(message, repeated, tag = "15")]
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub resource_claim_statuses: Vec<PodResourceClaimStatus>,
+}
+
+#[derive(Clone, PartialEq, Message, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PodCondition {
+    #[prost(string, optional, tag = "1")]
+    pub r#type: Option<String>,
+    #[prost(int64, optional, tag = "7")]
+    #[serde(skip_serializing_if = "no_count")]
+    pub observed_generation: Option<i64>,
+    #[prost(string, optional, tag = "2")]
+    pub status: Option<String>,
+    #[prost(message, optional, tag = "3")]
+    #[serde(skip_serializing_if = "no_time", serialize_with = "time")]
+    pub last_probe_time: Option<Time>,
+    #[prost(message, optional, tag = "4")]
+    #[serde(skip_serializing_if = "no_time", serialize_with = "time")]
+    pub last_transition_time: Option<Time>,
+    #[prost(string, optional, tag = "5")]
+    #[serde(skip_serializing_if = "no_text")]
+    pub reason: Option<String>,
+    #[prost(string, optional, tag = "6")]
+    #[serde(skip_serializing_if = "no_text")]
+    pub message: Option<String>,
+}
+
+/// ContainerStatus without the volume mounts (12) and the user (13), which the cache drops.
+#[derive(Clone, PartialEq, Message, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ContainerStatus {
+    #[prost(string, optional, tag = "1")]
+    pub name: Option<String>,
+    #[prost(message, optional, tag = "2")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub state: Option<ContainerState>,
+    #[prost(message, optional, tag = "3")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_state: Option<ContainerState>,
+    #[prost(bool, optional, tag = "4")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ready: Option<bool>,
+    #[prost(int32, optional, tag = "5")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub restart_count: Option<i32>,
+    #[prost(string, optional, tag = "6")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    #[prost(string, optional, tag = "7")]
+    #[serde(rename = "imageID", skip_serializing_if = "Option::is_none")]
+    pub image_id: Option<String>,
+    #[prost(string, optional, tag = "8")]
+    #[serde(rename = "containerID", skip_serializing_if = "no_text")]
+    pub container_id: Option<String>,
+    #[prost(bool, optional, tag = "9")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub started: Option<bool>,
+    #[prost(btree_map = "string, message", tag = "10")]
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub allocated_resources: BTreeMap<String, Quantity>,
+    #[prost(message, optional, tag = "11")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceRequirements>,
+    #[prost(message, repeated, tag = "14")]
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub allocated_resources_status: Vec<ResourceStatus>,
+    #[prost(string, optional, tag = "15")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stop_signal: Option<String>,
+}
+
+#[derive(Clone, PartialEq, Message, Serialize)]
+pub struct ContainerState {
+    #[prost(message, optional, tag = "1")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub waiting: Option<ContainerStateWaiting>,
+    #[prost(message, optional, tag = "2")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub running: Option<ContainerStateRunning>,
+    #[prost(message, optional, tag = "3")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub terminated: Option<ContainerStateTerminated>,
+}
+
+#[derive(Clone, PartialEq, Message, Serialize)]
+pub struct ContainerStateWaiting {
+    #[prost(string, optional, tag = "1")]
+    #[serde(skip_serializing_if = "no_text")]
+    pub reason: Option<String>,
+    #[prost(string, optional, tag = "2")]
+    #[serde(skip_serializing_if = "no_text")]
+    pub message: Option<String>,
+}
+
+#[derive(Clone, PartialEq, Message, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ContainerStateRunning {
+    #[prost(message, optional, tag = "1")]
+    #[serde(skip_serializing_if = "no_time", serialize_with = "time")]
+    pub started_at: Option<Time>,
+}
+
+#[derive(Clone, PartialEq, Message, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ContainerStateTerminated {
+    #[prost(int32, optional, tag = "1")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    #[prost(int32, optional, tag = "2")]
+    #[serde(skip_serializing_if = "no_signal")]
+    pub signal: Option<i32>,
+    #[prost(string, optional, tag = "3")]
+    #[serde(skip_serializing_if = "no_text")]
+    pub reason: Option<String>,
+    #[prost(string, optional, tag = "4")]
+    #[serde(skip_serializing_if = "no_text")]
+    pub message: Option<String>,
+    #[prost(message, optional, tag = "5")]
+    #[serde(skip_serializing_if = "no_time", serialize_with = "time")]
+    pub started_at: Option<Time>,
+    #[prost(message, optional, tag = "6")]
+    #[serde(skip_serializing_if = "no_time", serialize_with = "time")]
+    pub finished_at: Option<Time>,
+    #[prost(string, optional, tag = "7")]
+    #[serde(rename = "containerID", skip_serializing_if = "no_text")]
+    pub container_id: Option<String>,
+}
+
+#[derive(Clone, PartialEq, Message, Serialize)]
+pub struct ResourceStatus {
+    #[prost(string, optional, tag = "1")]
+    pub name: Option<String>,
+    #[prost(message, repeated, tag = "2")]
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub resources: Vec<ResourceHealth>,
+}
+
+#[derive(Clone, PartialEq, Message, Serialize)]
+pub struct ResourceHealth {
+    #[prost(string, optional, tag = "1")]
+    #[serde(rename = "resourceID")]
+    pub resource_id: Option<String>,
+    #[prost(string, optional, tag = "2")]
+    #[serde(skip_serializing_if = "no_text")]
+    pub health: Option<String>,
+}
+
+#[derive(Clone, PartialEq, Message, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PodResourceClaimStatus {
+    #[prost(string, optional, tag = "1")]
+    pub name: Option<String>,
+    #[prost(string, optional, tag = "2")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resource_claim_name: Option<String>,
+}
+
+// The envelopes: `runtime.Unknown` around every object, lists, watch events and statuses.
+
+#[derive(Clone, PartialEq, Message)]
+pub struct Unknown {
+    #[prost(message, optional, tag = "1")]
+    pub type_meta: Option<TypeMeta>,
+    #[prost(bytes = "bytes", optional, tag = "2")]
+    pub raw: Option<Bytes>,
+}
+
+#[derive(Clone, PartialEq, Message)]
+pub struct TypeMeta {
+    #[prost(string, optional, tag = "1")]
+    pub api_version: Option<String>,
+    #[prost(string, optional, tag = "2")]
+    pub kind: Option<String>,
+}
+
+#[derive(Clone, PartialEq, Message)]
+pub struct WatchEvent {
+    #[prost(string, optional, tag = "1")]
+    pub r#type: Option<String>,
+    #[prost(message, optional, tag = "2")]
+    pub object: Option<RawExtension>,
+}
+
+#[derive(Clone, PartialEq, Message)]
+pub struct RawExtension {
+    #[prost(bytes = "bytes", optional, tag = "1")]
+    pub raw: Option<Bytes>,
+}
+
+#[derive(Clone, PartialEq, Message)]
+pub struct PodList {
+    #[prost(message, optional, tag = "1")]
+    pub metadata: Option<ListMeta>,
+    #[prost(message, repeated, tag = "2")]
+    pub items: Vec<Pod>,
+}
+
+#[derive(Clone, PartialEq, Message, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ListMeta {
+    #[prost(string, optional, tag = "2")]
+    #[serde(skip_serializing_if = "no_text")]
+    pub resource_version: Option<String>,
+    #[prost(string, optional, tag = "3")]
+    #[serde(skip_serializing_if = "no_text")]
+    pub r#continue: Option<String>,
+    #[prost(int64, optional, tag = "4")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub remaining_item_count: Option<i64>,
+}
+
+#[derive(Clone, PartialEq, Message, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Status {
+    #[prost(string, optional, tag = "2")]
+    #[serde(skip_serializing_if = "no_text")]
+    pub status: Option<String>,
+    #[prost(string, optional, tag = "3")]
+    #[serde(skip_serializing_if = "no_text")]
+    pub message: Option<String>,
+    #[prost(string, optional, tag = "4")]
+    #[serde(skip_serializing_if = "no_text")]
+    pub reason: Option<String>,
+    #[prost(message, optional, tag = "5")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub details: Option<StatusDetails>,
+    #[prost(int32, optional, tag = "6")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub code: Option<i32>,
+}
+
+#[derive(Clone, PartialEq, Message, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StatusDetails {
+    #[prost(string, optional, tag = "1")]
+    #[serde(skip_serializing_if = "no_text")]
+    pub name: Option<String>,
+    #[prost(string, optional, tag = "2")]
+    #[serde(skip_serializing_if = "no_text")]
+    pub group: Option<String>,
+    #[prost(string, optional, tag = "3")]
+    #[serde(skip_serializing_if = "no_text")]
+    pub kind: Option<String>,
+    #[prost(string, optional, tag = "6")]
+    #[serde(skip_serializing_if = "no_text")]
+    pub uid: Option<String>,
+    #[prost(int32, optional, tag = "5")]
+    #[serde(skip_serializing_if = "no_signal")]
+    pub retry_after_seconds: Option<i32>,
+}
+
+/// Why a protobuf response could not be read: the watch ends with this error (kube's watcher
+/// then backs off and lists again), a list fails with it.
+#[derive(Debug, thiserror::Error)]
+pub enum TranscodeError {
+    #[error("protobuf response without the k8s magic prefix")]
+    NoMagic,
+    #[error("protobuf response of kind {0:?}, expected a Pod, PodList or Status")]
+    UnexpectedKind(String),
+    #[error("undecodable protobuf: {0}")]
+    Decode(#[from] prost::DecodeError),
+    #[error("writing JSON: {0}")]
+    Json(#[from] serde_json::Error),
+    #[error("a watch frame of {0} bytes is cut short")]
+    Truncated(usize),
+}
+
+/// Writes `object` as JSON with its apiVersion and kind first (kube reads a bookmark's).
+fn typed_json<T: Serialize>(api_version: &str, kind: &str, object: &T, out: &mut Vec<u8>) -> Result<(), TranscodeError> {
+    out.extend_from_slice(b"{\"apiVersion\":");
+    serde_json::to_writer(&mut *out, api_version)?;
+    out.extend_from_slice(b",\"kind\":");
+    serde_json::to_writer(&mut *out, kind)?;
+    let fields_at = out.len();
+    serde_json::to_writer(&mut *out, object)?;
+    // The object's own `{` becomes the separator; `{}` leaves only the closing brace.
+    if out.len() - fields_at == 2 {
+        out.truncate(fields_at);
+        out.push(b'}');
+    } else {
+        out[fields_at] = b',';
+    }
+    Ok(())
+}
+
+/// Writes one object (`k8s\0` + `runtime.Unknown`) as JSON into `out`.
+fn object_json(mut envelope: Bytes, out: &mut Vec<u8>) -> Result<(), TranscodeError> {
+    if !envelope.starts_with(MAGIC) {
+        return Err(TranscodeError::NoMagic);
+    }
+    envelope.advance(MAGIC.len());
+    let unknown = Unknown::decode(envelope)?;
+    let meta = unknown.type_meta.unwrap_or_default();
+    let api_version = meta.api_version.as_deref().unwrap_or("v1");
+    let kind = meta.kind.unwrap_or_default();
+    let raw = unknown.raw.unwrap_or_default();
+    match kind.as_str() {
+        "Pod" => {
+            let pod = Pod::decode(raw)?;
+            typed_json(api_version, &kind, &pod, out)?;
+        }
+        "PodList" => {
+            let list = PodList::decode(raw)?;
+            #[derive(Serialize)]
+            struct List<'a> {
+                #[serde(rename = "apiVersion")]
+                api_version: &'a str,
+                kind: &'a str,
+                metadata: &'a ListMeta,
+                items: &'a [Pod],
+            }
+            let metadata = list.metadata.unwrap_or_default();
+            serde_json::to_writer(out, &List { api_version, kind: &kind, metadata: &metadata, items: &list.items })?;
+        }
+        "Status" => {
+            let status = Status::decode(raw)?;
+            typed_json(api_version, &kind, &status, out)?;
+        }
+        _ => return Err(TranscodeError::UnexpectedKind(kind)),
+    }
+    Ok(())
+}
+
+/// Writes one watch event (a `metav1.WatchEvent`, its object enveloped) as one JSON line.
+fn watch_event_json(frame: Bytes, out: &mut Vec<u8>) -> Result<(), TranscodeError> {
+    let event = WatchEvent::decode(frame)?;
+    out.extend_from_slice(b"{\"type\":");
+    serde_json::to_writer(&mut *out, event.r#type.as_deref().unwrap_or_default())?;
+    out.extend_from_slice(b",\"object\":");
+    object_json(event.object.and_then(|o| o.raw).unwrap_or_default(), out)?;
+    out.extend_from_slice(b"}\n");
+    Ok(())
+}
+
+/// The complete frames at the front of `buffered` (each a 4-byte big-endian length and that
+/// many bytes), as JSON lines; a frame not yet complete stays buffered.
+fn watch_lines(buffered: &mut BytesMut) -> Result<Vec<u8>, TranscodeError> {
+    let mut out = Vec::new();
+    while buffered.len() >= 4 {
+        let len = u32::from_be_bytes([buffered[0], buffered[1], buffered[2], buffered[3]]) as usize;
+        if buffered.len() < 4 + len {
+            break;
+        }
+        buffered.advance(4);
+        watch_event_json(buffered.split_to(len).freeze(), &mut out)?;
+    }
+    Ok(out)
+}
+
+/// A response body of JSON transcoded from protobuf.
+pub type TranscodedBody = UnsyncBoxBody<Bytes, BoxError>;
+
+/// A watch stream's frames as JSON lines, as they arrive.
+fn transcode_watch<B>(body: B) -> TranscodedBody
+where
+    B: hyper::body::Body<Data = Bytes> + Send + Unpin + 'static,
+    B::Error: Into<BoxError>,
+{
+    let lines = futures::stream::try_unfold((body, BytesMut::new()), |(mut body, mut buffered)| async move {
+        loop {
+            let Some(frame) = body.frame().await else {
+                if buffered.is_empty() {
+                    return Ok(None);
+                }
+                return Err(BoxError::from(TranscodeError::Truncated(buffered.len())));
+            };
+            let Ok(data) = frame.map_err(Into::into)?.into_data() else { continue };
+            buffered.extend_from_slice(&data);
+            let lines = watch_lines(&mut buffered)?;
+            if !lines.is_empty() {
+                return Ok(Some((hyper::body::Frame::data(Bytes::from(lines)), (body, buffered))));
+            }
+        }
+    });
+    UnsyncBoxBody::new(http_body_util::StreamBody::new(lines))
+}
+
+/// A list (or a status) as one JSON document, once the whole body has arrived.
+fn transcode_object<B>(body: B) -> TranscodedBody
+where
+    B: hyper::body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    let json = futures::stream::once(async move {
+        let bytes = body.collect().await.map_err(Into::into)?.to_bytes();
+        let mut out = Vec::new();
+        object_json(bytes, &mut out)?;
+        Ok::<_, BoxError>(hyper::body::Frame::data(Bytes::from(out)))
+    });
+    UnsyncBoxBody::new(http_body_util::StreamBody::new(json))
+}
+
+/// Whether `path` is the pods collection, of one namespace or of all.
+fn is_pod_collection(path: &str) -> bool {
+    let rest = path.strip_prefix("/api/v1/").unwrap_or_default();
+    rest == "pods"
+        || rest.strip_prefix("namespaces/").and_then(|r| r.split_once('/')).is_some_and(|(ns, tail)| !ns.is_empty() && tail == "pods")
+}
+
+/// Asks for protobuf on GETs of the pods collection and hands kube their JSON (see the module);
+/// not `enabled`, it passes every request and response through as they are.
+#[derive(Clone, Copy, Debug)]
+pub struct PodsInProtobufLayer {
+    pub enabled: bool,
+}
+
+impl<S> Layer<S> for PodsInProtobufLayer {
+    type Service = PodsInProtobuf<S>;
+
+    fn layer(&self, inner: S) -> PodsInProtobuf<S> {
+        PodsInProtobuf { inner, enabled: self.enabled }
+    }
+}
+
+#[derive(Clone)]
+pub struct PodsInProtobuf<S> {
+    inner: S,
+    enabled: bool,
+}
+
+type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+
+impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for PodsInProtobuf<S>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>>,
+    S::Future: Send + 'static,
+    ResBody: hyper::body::Body<Data = Bytes> + Send + Unpin + 'static,
+    ResBody::Error: Into<BoxError>,
+{
+    type Response = Response<TranscodedBody>;
+    type Error = S::Error;
+    type Future = BoxFuture<Result<Self::Response, Self::Error>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut req: Request<ReqBody>) -> Self::Future {
+        let pods = self.enabled && req.method() == http::Method::GET && is_pod_collection(req.uri().path());
+        if pods {
+            req.headers_mut().insert(header::ACCEPT, http::HeaderValue::from_static(ACCEPT));
+        }
+        let res = self.inner.call(req);
+        Box::pin(async move {
+            let res = res.await?;
+            let protobuf = pods
+                && res
+                    .headers()
+                    .get(header::CONTENT_TYPE)
+                    .and_then(|v| v.to_str().ok())
+                    .is_some_and(|t| t.starts_with(PROTOBUF_CONTENT_TYPE));
+            if !protobuf {
+                return Ok(res.map(|b| UnsyncBoxBody::new(b.map_err(Into::into))));
+            }
+            let watch = res.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).is_some_and(|t| t.contains("stream=watch"));
+            let (mut parts, body) = res.into_parts();
+            parts.headers.insert(header::CONTENT_TYPE, http::HeaderValue::from_static("application/json"));
+            parts.headers.remove(header::CONTENT_LENGTH);
+            let body = if watch { transcode_watch(body) } else { transcode_object(body) };
+            Ok(Response::from_parts(parts, body))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn enveloped(kind: &str, raw: Vec<u8>) -> Vec<u8> {
+        let unknown =
+            Unknown { type_meta: Some(TypeMeta { api_version: Some("v1".into()), kind: Some(kind.into()) }), raw: Some(raw.into()) };
+        [MAGIC, &unknown.encode_to_vec()].concat()
+    }
+
+    fn frame(kind: &str, event: &str, raw: Vec<u8>) -> Vec<u8> {
+        let ev = WatchEvent { r#type: Some(event.into()), object: Some(RawExtension { raw: Some(enveloped(kind, raw).into()) }) };
+        let bytes = ev.encode_to_vec();
+        [&(bytes.len() as u32).to_be_bytes()[..], &bytes].concat()
+    }
+
+    #[test]
+    fn only_the_pods_collection_is_read_in_protobuf() {
+        assert!(is_pod_collection("/api/v1/pods"));
+        assert!(is_pod_collection("/api/v1/namespaces/default/pods"));
+        assert!(!is_pod_collection("/api/v1/namespaces/default/pods/web-1"));
+        assert!(!is_pod_collection("/api/v1/namespaces/default/pods/web-1/status"));
+        assert!(!is_pod_collection("/api/v1/namespaces//pods"));
+        assert!(!is_pod_collection("/api/v1/namespaces/default/persistentvolumeclaims"));
+        assert!(!is_pod_collection("/apis/apps.kruise.io/v1alpha1/namespaces/default/clonesets"));
+    }
+
+    #[test]
+    fn frames_become_lines_only_when_whole() {
+        let pod = Pod {
+            metadata: Some(ObjectMeta { name: Some("web-1".into()), resource_version: Some("7".into()), ..Default::default() }),
+            ..Default::default()
+        };
+        let bookmark = Pod {
+            metadata: Some(ObjectMeta {
+                resource_version: Some("9".into()),
+                annotations: [("k8s.io/initial-events-end".to_string(), "true".to_string())].into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let gone = Status { status: Some("Failure".into()), reason: Some("Expired".into()), code: Some(410), ..Default::default() };
+        let stream = [
+            frame("Pod", "ADDED", pod.encode_to_vec()),
+            frame("Pod", "BOOKMARK", bookmark.encode_to_vec()),
+            frame("Status", "ERROR", gone.encode_to_vec()),
+        ]
+        .concat();
+        let mut buffered = BytesMut::new();
+        let mut out = Vec::new();
+        // Fed a byte at a time: a line appears only once its frame is complete.
+        for b in &stream {
+            buffered.extend_from_slice(&[*b]);
+            out.extend(watch_lines(&mut buffered).unwrap());
+        }
+        assert!(buffered.is_empty());
+        let lines: Vec<&str> = std::str::from_utf8(&out).unwrap().lines().collect();
+        assert_eq!(
+            lines,
+            [
+                r#"{"type":"ADDED","object":{"apiVersion":"v1","kind":"Pod","metadata":{"name":"web-1","resourceVersion":"7"}}}"#,
+                r#"{"type":"BOOKMARK","object":{"apiVersion":"v1","kind":"Pod","metadata":{"resourceVersion":"9","annotations":{"k8s.io/initial-events-end":"true"}}}}"#,
+                r#"{"type":"ERROR","object":{"apiVersion":"v1","kind":"Status","status":"Failure","reason":"Expired","code":410}}"#,
+            ]
+        );
+        // kube reads each as a watch event.
+        use crate::controller::wire_pod::WirePod;
+        use kube::core::WatchEvent as Event;
+        assert!(
+            matches!(serde_json::from_str::<Event<WirePod>>(lines[0]).unwrap(), Event::Added(p) if p.0.metadata.name.as_deref() == Some("web-1"))
+        );
+        assert!(
+            matches!(serde_json::from_str::<Event<WirePod>>(lines[1]).unwrap(), Event::Bookmark(b) if b.metadata.resource_version == "9")
+        );
+        assert!(matches!(serde_json::from_str::<Event<WirePod>>(lines[2]).unwrap(), Event::Error(e) if e.code == 410));
+    }
+
+    #[test]
+    fn a_list_keeps_its_resource_version_and_continue_token() {
+        let list = PodList {
+            metadata: Some(ListMeta {
+                resource_version: Some("12".into()),
+                r#continue: Some("next".into()),
+                remaining_item_count: Some(3),
+            }),
+            items: vec![Pod::default()],
+        };
+        let mut out = Vec::new();
+        object_json(enveloped("PodList", list.encode_to_vec()).into(), &mut out).unwrap();
+        let list: kube::core::ObjectList<crate::controller::wire_pod::WirePod> = serde_json::from_slice(&out).unwrap();
+        assert_eq!(list.metadata.resource_version.as_deref(), Some("12"));
+        assert_eq!(list.metadata.continue_.as_deref(), Some("next"));
+        assert_eq!(list.items.len(), 1);
+    }
+
+    #[test]
+    fn what_is_not_a_pod_list_or_status_is_an_error() {
+        let mut out = Vec::new();
+        assert!(
+            matches!(object_json(enveloped("Secret", vec![]).into(), &mut out), Err(TranscodeError::UnexpectedKind(k)) if k == "Secret")
+        );
+        assert!(matches!(object_json(Bytes::from_static(b"{\"kind\":\"Pod\"}"), &mut out), Err(TranscodeError::NoMagic)));
+    }
+
+    #[test]
+    fn go_zero_times_and_empty_strings_are_left_out_as_go_json_leaves_them() {
+        let condition = PodCondition {
+            r#type: Some("Ready".into()),
+            status: Some("True".into()),
+            last_probe_time: Some(Time { seconds: None }),
+            last_transition_time: Some(Time { seconds: Some(1_764_000_000) }),
+            reason: Some(String::new()),
+            observed_generation: Some(0),
+            message: None,
+        };
+        assert_eq!(
+            serde_json::to_string(&condition).unwrap(),
+            r#"{"type":"Ready","status":"True","lastTransitionTime":"2025-11-24T16:00:00Z"}"#
+        );
+    }
+}
