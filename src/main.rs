@@ -441,6 +441,15 @@ mod tests {
     }
 
     #[test]
+    fn pods_are_read_in_protobuf_unless_json_is_asked_for() {
+        let protobuf = |args: &[&str]| parse(args).map(|(cli, _)| cli.run.pods_in_protobuf());
+        assert!(protobuf(&[]).unwrap());
+        assert!(protobuf(&["--kube-api-content-type=application/vnd.kubernetes.protobuf"]).unwrap());
+        assert!(!protobuf(&["--kube-api-content-type=application/json"]).unwrap());
+        assert!(protobuf(&["--kube-api-content-type=application/yaml"]).is_err());
+    }
+
+    #[test]
     fn the_resize_subresource_is_served_from_kubernetes_1_32() {
         assert!(has_resize_subresource("1", "32") && has_resize_subresource("1", "36+") && has_resize_subresource("2", "0"));
         assert!(!has_resize_subresource("1", "31") && !has_resize_subresource("1", "") && !has_resize_subresource("", "33"));

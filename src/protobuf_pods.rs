@@ -10,9 +10,10 @@
 //! JSON, which kube's watcher decodes as usual. Lists, watch events, bookmarks and error
 //! statuses keep their JSON shape, so kube's list/watch/relist logic is unchanged.
 //!
-//! A response the apiserver sends as JSON (an apiserver or proxy without protobuf) passes
-//! through untouched. Only pods are read so: with managedFields, they are nearly all of the
-//! bytes a large cluster sends.
+//! Kruise's manager does the same: controller-runtime (v0.20, `apiutil.createRestConfig`) reads
+//! every built-in kind in protobuf. Here only pods are: with managedFields they are nearly all the
+//! bytes a large cluster sends. A response the apiserver sends as JSON (an apiserver or proxy
+//! without protobuf) passes through untouched.
 //!
 //! The messages below are the subset of `k8s.io/api/core/v1/generated.proto` and
 //! `k8s.io/apimachinery/.../generated.proto` the cache reads, with their field numbers. Each

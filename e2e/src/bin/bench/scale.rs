@@ -136,7 +136,7 @@ impl Bench {
     /// Stops the controller and starts a fresh one (ours with `flags`) over `count` converged
     /// CloneSets: the time until it has reconciled them all and is idle, and what it did on the
     /// way (`extra`): its writes, reads, memory and CPU, and kube-apiserver's memory before and
-    /// at its peak while it served the caches' lists.
+    /// at its peak and its CPU while it served the caches' lists.
     async fn restart(
         &self,
         ns: &str,
@@ -148,7 +148,7 @@ impl Bench {
     ) -> anyhow::Result<(f64, BTreeMap<String, f64>, Ctl)> {
         let apiserver_pid = self.apiserver_pid();
         let sent_before = self.apiserver_bytes_sent().await.ok();
-        let apiserver_before = apiserver_pid.and_then(|pid| proc_reading(pid).ok()).map(|(rss, _, _)| rss);
+        let apiserver_before = apiserver_pid.and_then(|pid| proc_reading(pid).ok());
         let (stop_sampling, sampled) = tokio::sync::oneshot::channel::<()>();
         let sampler = apiserver_pid.map(|pid| tokio::spawn(peak_rss(pid, sampled)));
         let t0 = Instant::now();
@@ -179,6 +179,10 @@ impl Bench {
             tokio::time::sleep(POLL).await;
         };
         let sent = self.apiserver_bytes_sent().await.ok().zip(sent_before).map(|(after, before)| after - before);
+        let apiserver_cpu = apiserver_pid
+            .and_then(|pid| proc_reading(pid).ok())
+            .zip(apiserver_before)
+            .map(|((_, _, after), (_, _, before))| after - before);
         let converged = w.sets.store.state().iter().all(|cs| observed(cs, 0, |s| converged(s, cs.spec.replicas.unwrap_or(1), false)));
         let _ = stop_sampling.send(());
         let apiserver_peak = match sampler {
@@ -200,7 +204,9 @@ impl Bench {
         ]
         .map(|(k, v)| (k.to_string(), v))
         .into();
-        extra.extend(apiserver_before.map(|b| ("apiserver_rss_before_mib".to_string(), mib(b))));
+        extra.extend(apiserver_before.map(|(rss, _, _)| ("apiserver_rss_before_mib".to_string(), mib(rss))));
+        // Its CPU until the controller was idle: mostly encoding the caches' lists.
+        extra.extend(apiserver_cpu.map(|ticks| ("apiserver_cpu_s".to_string(), ticks_to_s(ticks))));
         extra.extend(apiserver_peak.map(|p| ("apiserver_peak_rss_mib".to_string(), mib(p))));
         // Everything the apiserver sent until the controller was idle: mostly the caches' lists.
         extra.extend(sent.map(|b| ("apiserver_sent_mib".to_string(), mib(b as u64))));
@@ -363,10 +369,15 @@ impl Bench {
             eprintln!("bench: large: no restart of the external controller (BENCH_EXTERNAL_RESTART is not set)");
             ctl
         } else {
-            // Ours twice: with paged lists, then as it starts by default (streaming lists where
-            // the apiserver serves them), so the two cold starts are measured side by side.
+            // Ours three times: with paged lists, with pods read as JSON, then as it starts by
+            // default (streaming lists where the apiserver serves them, pods in protobuf), so the
+            // cold starts are measured side by side.
             let restarts: &[(&str, &[&str])] = match ctl {
-                Ctl::Ours(_) => &[("large: restart, paged lists", &["--streaming-lists=false"]), ("large: restart", &[])],
+                Ctl::Ours(_) => &[
+                    ("large: restart, paged lists", &["--streaming-lists=false"]),
+                    ("large: restart, pods as JSON", &["--kube-api-content-type=application/json"]),
+                    ("large: restart", &[]),
+                ],
                 Ctl::External(_) => &[("large: restart", &[])],
             };
             let mut ctl = ctl;
