@@ -36,19 +36,21 @@ pub enum UpdateRevisionPlan {
 
 /// Chooses the update revision for `candidate_data` (the defaulted template's revision data)
 /// among `sorted` (oldest first). `stored_data` is the revision data of the template as stored:
-/// Kruise's webhook defaults a template only when it is created or changed, so when no revision
-/// has the defaulted data but the newest one has the stored template exactly (made without
-/// defaults: by `TemplateNoDefaults`, or by a version of this operator that did not default),
-/// that template has not changed since and the newest revision stays the update revision.
+/// Kruise's webhook defaults a template only when it is created or changed, so a newest revision
+/// made from the stored template exactly (without defaults: by `TemplateNoDefaults`, by a version
+/// of this operator that did not default, or by Kruise's manager over a template this operator
+/// stored) is the update revision, as it is for Kruise's controller, which hashes the stored
+/// template. Only when the newest revision has neither is an older one rolled back to: else a
+/// CloneSet Kruise's manager ran over after this operator would be rolled back to this operator's
+/// defaulted revision, every pod recreated (as was seen with kruise-manager v1.9.0).
 pub fn plan_update_revision(sorted: &[RevisionView], candidate_data: &[u8], stored_data: &[u8]) -> UpdateRevisionPlan {
     let next = sorted.last().map_or(1, |r| r.revision + 1);
+    if let Some(newest) = sorted.last().filter(|r| r.data == candidate_data || r.data == stored_data) {
+        return UpdateRevisionPlan::Existing { name: newest.name.clone() };
+    }
     match sorted.iter().rposition(|r| r.data == candidate_data) {
-        Some(i) if i == sorted.len() - 1 => UpdateRevisionPlan::Existing { name: sorted[i].name.clone() },
         Some(i) => UpdateRevisionPlan::Reuse { name: sorted[i].name.clone(), revision: next },
-        None => match sorted.last() {
-            Some(newest) if newest.data == stored_data => UpdateRevisionPlan::Existing { name: newest.name.clone() },
-            _ => UpdateRevisionPlan::Create { revision: next },
-        },
+        None => UpdateRevisionPlan::Create { revision: next },
     }
 }
 
@@ -75,6 +77,19 @@ mod tests {
     }
 
     #[test]
+    fn a_newest_revision_kruise_made_from_the_stored_template_is_kept_not_rolled_back() {
+        // Made by this operator from the defaulted template ("defaulted"), then by Kruise's
+        // manager from the template as stored ("stored"): the pods are at the newest, and
+        // Kruise's controller would keep it. Rolling back to "a" would recreate every pod.
+        let revs = [rev("a", 1, "defaulted"), rev("b", 2, "stored")];
+        assert_eq!(plan_update_revision(&revs, b"defaulted", b"stored"), UpdateRevisionPlan::Existing { name: "b".into() });
+        // A template changed since is a new revision, or a rollback where one matches.
+        assert_eq!(plan_update_revision(&revs, b"new defaulted", b"new stored"), UpdateRevisionPlan::Create { revision: 3 });
+        let revs = [rev("a", 1, "defaulted"), rev("b", 2, "stored"), rev("c", 3, "other")];
+        assert_eq!(plan_update_revision(&revs, b"defaulted", b"stored"), UpdateRevisionPlan::Reuse { name: "a".into(), revision: 4 });
+    }
+
+    #[test]
     fn an_older_equal_revision_is_bumped_on_rollback() {
         let revs = [rev("a", 1, "x"), rev("b", 2, "y"), rev("c", 3, "z")];
         assert_eq!(plan_update_revision(&revs, b"x", b"x"), UpdateRevisionPlan::Reuse { name: "a".into(), revision: 4 });
@@ -97,9 +112,13 @@ mod tests {
         // it is a change, and gets the defaulted revision.
         let revs = [rev("undefaulted", 1, "s"), rev("newer", 2, "t")];
         assert_eq!(plan_update_revision(&revs, b"s+defaults", b"s"), UpdateRevisionPlan::Create { revision: 3 });
-        // The defaulted revision wins whenever it exists.
+        // The newest, made from the stored template, is kept even where an older revision has the
+        // defaulted one: Kruise's controller, which hashes the stored template, keeps it too.
         let revs = [rev("defaulted", 1, "s+defaults"), rev("undefaulted", 2, "s")];
-        assert_eq!(plan_update_revision(&revs, b"s+defaults", b"s"), UpdateRevisionPlan::Reuse { name: "defaulted".into(), revision: 3 });
+        assert_eq!(plan_update_revision(&revs, b"s+defaults", b"s"), UpdateRevisionPlan::Existing { name: "undefaulted".into() });
+        // Once the newest has neither, the defaulted one is rolled back to.
+        let revs = [rev("defaulted", 1, "s+defaults"), rev("undefaulted", 2, "s"), rev("newer", 3, "t")];
+        assert_eq!(plan_update_revision(&revs, b"s+defaults", b"s"), UpdateRevisionPlan::Reuse { name: "defaulted".into(), revision: 4 });
     }
 
     #[test]
