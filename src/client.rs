@@ -8,12 +8,10 @@
 //! The stack, outermost first:
 //!
 //! ```text
-//! Client (kube's own Buffer) → PodsInProtobuf → Retry (429/503/504, kube's server_retry policy)
+//! Client (kube's own Buffer) → PodsInProtobuf (protobuf_pods.rs) → Retry (429/503/504, server_retry)
 //!   → Throttle (token bucket + request metric) → ConcurrencyLimit ([`MAX_REQUESTS_IN_FLIGHT`])
 //!   → Buffer → kube's default stack without its retry
 //! ```
-//!
-//! and, outermost, pod lists and watches read in protobuf ([`crate::protobuf_pods`]).
 //!
 //! kube's retry normally sits inside its stack, below anything added with
 //! [`ClientBuilder::with_layer`]; it is moved above the throttle so that every attempt, retries
