@@ -8,7 +8,9 @@
 //! watches; a single pod is still read as JSON) and rewrites the response: each pod is decoded
 //! (only the fields below, the rest, managedFields first, is skipped unread) and written back as
 //! JSON, which kube's watcher decodes as usual. Lists, watch events, bookmarks and error
-//! statuses keep their JSON shape, so kube's list/watch/relist logic is unchanged.
+//! statuses keep their JSON shape, so kube's list/watch/relist logic is unchanged. Every pod
+//! list or watch made through the client is read so and holds only those fields (the pod cache
+//! is the only one in this crate); a reader that needs a whole pod GETs it by name.
 //!
 //! Kruise's manager does the same: controller-runtime (v0.20, `apiutil.createRestConfig`) reads
 //! every built-in kind in protobuf. Here only pods are: with managedFields they are nearly all the
