@@ -835,16 +835,11 @@ where
         let res = self.inner.call(req);
         Box::pin(async move {
             let res = res.await?;
-            let protobuf = pods
-                && res
-                    .headers()
-                    .get(header::CONTENT_TYPE)
-                    .and_then(|v| v.to_str().ok())
-                    .is_some_and(|t| t.starts_with(PROTOBUF_CONTENT_TYPE));
-            if !protobuf {
+            let content_type = res.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or_default();
+            if !(pods && content_type.starts_with(PROTOBUF_CONTENT_TYPE)) {
                 return Ok(res.map(|b| UnsyncBoxBody::new(b.map_err(Into::into))));
             }
-            let watch = res.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).is_some_and(|t| t.contains("stream=watch"));
+            let watch = content_type.contains("stream=watch");
             let (mut parts, body) = res.into_parts();
             parts.headers.insert(header::CONTENT_TYPE, http::HeaderValue::from_static("application/json"));
             parts.headers.remove(header::CONTENT_LENGTH);
