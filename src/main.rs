@@ -48,7 +48,8 @@ enum Command {
     /// Print the ValidatingAdmissionPolicy (and binding) that enforces the
     /// `policy.kruise.io/delete-protection` label (Kruise's ResourcesDeletionProtection gate).
     DeletionProtectionPolicy,
-    /// Take CloneSets over from OpenKruise's Helm release (see the README's "Migrating from Kruise").
+    /// Take CloneSets over from OpenKruise's Helm release, or with --to-kruise give them back (see
+    /// the README's "Migrating from Kruise (and going back)").
     Migrate(MigrateArgs),
 }
 
@@ -58,16 +59,26 @@ struct MigrateArgs {
     /// Print what would change and change nothing.
     #[arg(long = "dry-run")]
     dry_run: bool,
-    /// The Helm release of this chart that takes the CRD over (`helm install <name>`).
-    #[arg(long = "release-name", default_value = "cloneset-operator")]
-    release_name: String,
+    /// Go back: once this operator has stopped, store every CloneSet's template with Kruise's
+    /// defaults (so Kruise's manager keeps its revision) and give the CRD to Kruise's release.
+    /// With --namespace, only that namespace's CloneSets, and the CRD left as it is.
+    #[arg(long = "to-kruise")]
+    to_kruise: bool,
+    /// With --to-kruise, the namespace of this operator's leader-election Lease (its chart's
+    /// `installation.namespace`).
+    #[arg(long = "operator-namespace", default_value = "cloneset-system")]
+    operator_namespace: String,
+    /// The Helm release that takes the CRD over (`helm install <name>`): this chart's, or with
+    /// --to-kruise Kruise's [default: cloneset-operator; with --to-kruise, kruise].
+    #[arg(long = "release-name")]
+    release_name: Option<String>,
     /// The namespace of that release (`helm install --namespace`).
     #[arg(long = "release-namespace", default_value = "default")]
     release_namespace: String,
     /// Kruise's installation namespace (its chart's `installation.namespace`).
     #[arg(long = "kruise-namespace", default_value = "kruise-system")]
     kruise_namespace: String,
-    /// How long to wait for Kruise's leader-election Lease to lapse.
+    /// How long to wait for the leader-election Lease (Kruise's; with --to-kruise, this operator's) to lapse.
     #[arg(long = "lease-timeout", default_value = "2m", value_parser = parse_duration)]
     lease_timeout: Duration,
 }
@@ -297,7 +308,7 @@ async fn main() -> anyhow::Result<()> {
             print!("{}", crd::generated_deletion_protection_file()?);
             Ok(())
         }
-        Command::Migrate(args) => migrate(args).await,
+        Command::Migrate(args) => migrate(args, cli.run.namespace, cli.run.leader_election_id).await,
     }
 }
 
@@ -387,12 +398,30 @@ fn log_gates(settings: &GateSettings) {
     }
 }
 
-async fn migrate(args: MigrateArgs) -> anyhow::Result<()> {
+async fn migrate(args: MigrateArgs, namespace: String, leader_election_id: String) -> anyhow::Result<()> {
     use cloneset_operator::migrate::{self, Release, apply};
     let kube_config = kube::Config::infer().await.context("no usable Kubernetes configuration (set KUBECONFIG or a current context)")?;
     let client = kube::Client::try_from(kube_config).context("building the Kubernetes client")?;
+    if args.to_kruise {
+        let opts = apply::ToKruiseOptions {
+            target: Release { name: args.release_name.unwrap_or_else(|| "kruise".into()), namespace: args.release_namespace },
+            operator_lease_namespace: args.operator_namespace,
+            operator_lease_name: leader_election_id,
+            namespace: Some(namespace).filter(|n| !n.is_empty()),
+            dry_run: args.dry_run,
+            lease_timeout: args.lease_timeout,
+        };
+        let prefix = if opts.dry_run { "migrate --to-kruise (dry run): " } else { "migrate --to-kruise: " };
+        let steps = apply::run_to_kruise(&client, &opts, &mut |line| println!("{prefix}{line}")).await?;
+        match (migrate::changes(&steps), opts.dry_run) {
+            (0, _) => println!("{prefix}nothing to change: ready for Kruise's manager"),
+            (n, true) => println!("{prefix}{n} change(s) to make; run again without --dry-run"),
+            (n, false) => println!("{prefix}done, {n} change(s); now start Kruise's manager (`helm upgrade {}` ...)", opts.target.name),
+        }
+        return Ok(());
+    }
     let opts = apply::Options {
-        target: Release { name: args.release_name, namespace: args.release_namespace },
+        target: Release { name: args.release_name.unwrap_or_else(|| "cloneset-operator".into()), namespace: args.release_namespace },
         kruise_namespace: args.kruise_namespace,
         dry_run: args.dry_run,
         lease_timeout: args.lease_timeout,
@@ -447,6 +476,19 @@ mod tests {
         assert!(protobuf(&["--kube-api-content-type=application/vnd.kubernetes.protobuf"]).unwrap());
         assert!(!protobuf(&["--kube-api-content-type=application/json"]).unwrap());
         assert!(protobuf(&["--kube-api-content-type=application/yaml"]).is_err());
+    }
+
+    #[test]
+    fn migrate_to_kruise_takes_the_namespace_and_kruises_release() {
+        let (cli, _) = parse(&["migrate", "--to-kruise", "--namespace=shop", "--dry-run"]).unwrap();
+        let Some(Command::Migrate(args)) = cli.command else { panic!("not migrate") };
+        assert!(args.to_kruise && args.dry_run);
+        assert_eq!(cli.run.namespace, "shop");
+        assert_eq!((args.release_name, args.operator_namespace.as_str()), (None, "cloneset-system"));
+        let (cli, _) = parse(&["migrate"]).unwrap();
+        let Some(Command::Migrate(args)) = cli.command else { panic!("not migrate") };
+        assert!(!args.to_kruise);
+        assert_eq!(cli.run.namespace, "", "every namespace");
     }
 
     #[test]

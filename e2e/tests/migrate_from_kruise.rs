@@ -392,7 +392,52 @@ async fn migrate_hands_a_kruise_helm_install_over_without_restarting_a_pod() {
     .unwrap_or_else(|e| panic!("rollout: {e:#}\n{}", operator.log_tail(40)));
     assert_eq!(done.status.unwrap().update_revision, "canary-568d47f6b7", "rolled out to Kruise's update revision");
     assert_eq!(revision_uids(&revs).await, revs_before, "the rollout reused Kruise's revision");
+
+    // Going back. A CloneSet created under this operator has its template stored as written.
+    let mut fresh = e2e::workload::manifest("fresh", 2, "nginx:1.27", json!({}));
+    fresh.spec.template.spec.as_mut().unwrap().containers[0].ports =
+        Some(vec![serde_json::from_value(json!({"containerPort": 8080})).unwrap()]);
+    clonesets.create(&PostParams::default(), &fresh).await.unwrap();
+    watch_until(&clonesets, "fresh", T, |cs: &CloneSet| cs.status.as_ref().is_some_and(|s| s.updated_ready_replicas == 2))
+        .await
+        .unwrap_or_else(|e| panic!("fresh: {e:#}\n{}", operator.log_tail(40)));
+    wait_until(T, "no pod left terminating from the rollout", || async {
+        Ok(pods.list(&ListParams::default()).await?.items.iter().all(|p| p.metadata.deletion_timestamp.is_none()))
+    })
+    .await
+    .unwrap();
     drop(operator);
+    let pods_before = pod_identities(&pods).await;
+    let revs_before = revision_uids(&revs).await;
+    let back = run_ok(op.clone(), &["migrate", "--to-kruise"], &kc).await;
+    println!("migrate --to-kruise:\n{back}");
+    for expected in [
+        format!("CloneSet {NS}/canary: template already hashes to update revision canary-568d47f6b7"),
+        format!("CloneSet {NS}/fresh: stored its template with Kruise's defaults; Kruise's manager keeps update revision"),
+        "gave CRD clonesets.apps.kruise.io to Helm release default/kruise, with helm.sh/resource-policy=keep".to_string(),
+    ] {
+        assert!(back.contains(&expected), "migrate --to-kruise lacks {expected:?}:\n{back}");
+    }
+    // Kruise's chart adopts the CRD again (its namespace, deleted with its release, gone first).
+    wait_until(T, "kruise-system deleted", || async { Ok(namespaces.get_opt("kruise-system").await?.is_none()) }).await.unwrap();
+    run_ok(helm.clone(), &["install", "kruise", &kruise_chart, "--namespace", "default"], &kc).await;
+    let crd = crds.get(CRD).await.unwrap();
+    assert_eq!(crd.annotations().get("meta.helm.sh/release-name").map(String::as_str), Some("kruise"));
+    assert!(!columns(&crd).contains(&"UPDATED_AVAILABLE".to_string()), "Kruise's chart did not take the CRD back");
+    // Kruise's rule (the stored template hashed, here by `TemplateNoDefaults`) keeps every revision and pod.
+    let opts = OperatorOptions { args: vec!["--feature-gates=TemplateNoDefaults=true".into()], kubeconfig: Some(kc.clone()) };
+    let kruises_rule = Operator::start_with(NS, opts).await.unwrap();
+    wait_until(T, "both CloneSets reconciled and the queue empty", || async {
+        Ok(e2e::bench::reconciled_and_idle(&kruises_rule.metrics().await?, 2.0))
+    })
+    .await
+    .unwrap();
+    let writes = e2e::bench::Requests::from_metrics(&kruises_rule.metrics().await.unwrap());
+    let pod_writes = writes.pod_create + writes.pod_patch + writes.pod_update + writes.pod_delete + writes.pod_status;
+    assert_eq!((pod_writes, writes.other_writes), (0.0, 0.0), "{writes:?}\n{}", kruises_rule.log_tail(30));
+    assert_eq!(pod_identities(&pods).await, pods_before, "a pod was replaced or restarted going back");
+    assert_eq!(revision_uids(&revs).await, revs_before, "a revision was created going back");
+    drop(kruises_rule);
     drop(cluster);
 }
 

@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration};
-use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::apps::v1::{ControllerRevision, Deployment};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -16,7 +16,10 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt as _};
 
+use super::to_kruise::{self, TemplatePlan};
 use super::*;
+use crate::api::CloneSet;
+use crate::core::gojson;
 
 /// What `cloneset-operator migrate` was asked to do.
 #[derive(Clone, Debug)]
@@ -61,7 +64,11 @@ pub async fn run(client: &Client, opts: &Options, say: &mut dyn FnMut(&str)) -> 
         }
     }
     let state = wait_for_kruise_lease(client, opts, &mut |l| record(&mut steps, false, l.to_string())).await?;
-    record(&mut steps, false, format!("Kruise's Lease {}/{KRUISE_LEASE_NAME}: {}", opts.kruise_namespace, describe(&state)));
+    record(
+        &mut steps,
+        false,
+        format!("Kruise's Lease {}/{KRUISE_LEASE_NAME}: {}", opts.kruise_namespace, describe(&state, "Kruise's manager")),
+    );
 
     let write = if opts.dry_run { PatchParams::default().dry_run() } else { PatchParams::default() };
     let replace = PostParams { dry_run: opts.dry_run, field_manager: None };
@@ -149,6 +156,138 @@ pub async fn run(client: &Client, opts: &Options, say: &mut dyn FnMut(&str)) -> 
     Ok(steps)
 }
 
+/// What `cloneset-operator migrate --to-kruise` was asked to do.
+#[derive(Clone, Debug)]
+pub struct ToKruiseOptions {
+    /// Kruise's Helm release, given the CRD back.
+    pub target: Release,
+    /// This operator's leader-election Lease (`<namespace>`, `<name>`): it must not be held.
+    pub operator_lease_namespace: String,
+    pub operator_lease_name: String,
+    /// Only CloneSets in this namespace; all when `None`.
+    pub namespace: Option<String>,
+    /// Change nothing; say what would change (writes are sent as server-side dry runs).
+    pub dry_run: bool,
+    /// How long to wait for this operator's Lease to lapse.
+    pub lease_timeout: Duration,
+}
+
+/// Prepares the cluster for Kruise's manager (see [`super::to_kruise`]): once this operator no
+/// longer leads, stores each CloneSet's template as Kruise's webhook would have, then gives the CRD
+/// to Kruise's release. Every CloneSet is tried; the ones that failed make the error (run again).
+pub async fn run_to_kruise(client: &Client, opts: &ToKruiseOptions, say: &mut dyn FnMut(&str)) -> Result<Vec<Step>, MigrateError> {
+    let mut steps = Vec::new();
+    let mut record = |steps: &mut Vec<Step>, done: bool, line: String| {
+        say(&line);
+        steps.push(Step { done, line });
+    };
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let crd = crds.get_opt(CRD_NAME).await?.ok_or(MigrateError::NoCrd)?;
+
+    // 1. This operator must have stopped, or it would reconcile beside Kruise's manager.
+    let lease = LeaseRef { namespace: &opts.operator_lease_namespace, name: &opts.operator_lease_name, whose: "this operator's" };
+    let state = wait_for_lease(client, &lease, opts.dry_run, opts.lease_timeout, &mut |l| record(&mut steps, false, l.to_string()))
+        .await?
+        .map_err(|(holder, waited)| MigrateError::OperatorStillLeads {
+            lease: format!("{}/{}", lease.namespace, lease.name),
+            holder,
+            waited,
+        })?;
+    if let LeaseState::Held { .. } = state {
+        record(
+            &mut steps,
+            false,
+            format!("this operator's Lease {}/{} is held: the real run waits for it to lapse", lease.namespace, lease.name),
+        );
+    } else {
+        record(
+            &mut steps,
+            false,
+            format!("this operator's Lease {}/{}: {}", lease.namespace, lease.name, describe(&state, "the operator")),
+        );
+    }
+
+    // 2. Templates as Kruise's webhook stores them.
+    let clonesets: Api<CloneSet> = match &opts.namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
+    let write = if opts.dry_run { PatchParams::default().dry_run() } else { PatchParams::default() };
+    let mut failed = Vec::new();
+    let mut listed = clonesets.list(&ListParams::default()).await?.items;
+    listed.sort_by_key(|cs| (cs.namespace().unwrap_or_default(), cs.name_any()));
+    for cs in &listed {
+        let ns = cs.namespace().unwrap_or_default();
+        let name = format!("{ns}/{}", cs.name_any());
+        if cs.metadata.deletion_timestamp.is_some() {
+            record(&mut steps, false, format!("CloneSet {name}: being deleted, left alone"));
+            continue;
+        }
+        let update_revision = cs.status.as_ref().map(|s| s.update_revision.clone()).filter(|r| !r.is_empty());
+        let revisions: Api<ControllerRevision> = Api::namespaced(client.clone(), &ns);
+        let data = match &update_revision {
+            Some(r) => revisions.get_opt(r).await?.and_then(|r| r.data).map(|d| gojson::encode_value(&d.0)),
+            None => None,
+        };
+        let stored = serde_json::to_value(&cs.spec.template)
+            .map_err(|e| MigrateError::Template { cloneset: name.clone(), reason: e.to_string() })?;
+        let revision_name = update_revision.as_deref().unwrap_or("(none)");
+        match to_kruise::plan_template(&stored, data.as_deref()) {
+            TemplatePlan::Keep => {
+                record(&mut steps, false, format!("CloneSet {name}: template already hashes to update revision {revision_name}"))
+            }
+            TemplatePlan::NewRevisionAnyway => record(
+                &mut steps,
+                false,
+                format!(
+                    "CloneSet {name}: warning: its template changed after update revision {revision_name} was made; \
+                     Kruise's manager will make a new revision and roll, as this operator would have"
+                ),
+            ),
+            TemplatePlan::Write { template, keeps_revision } => {
+                let resource_version = cs.resource_version().unwrap_or_default();
+                let patch = to_kruise::template_patch(&resource_version, &template);
+                let outcome = if keeps_revision {
+                    format!("Kruise's manager keeps update revision {revision_name}")
+                } else {
+                    format!(
+                        "warning: its template changed after update revision {revision_name} was made; Kruise's manager \
+                         will make a new revision and roll, as this operator would have"
+                    )
+                };
+                match Api::<CloneSet>::namespaced(client.clone(), &ns).patch(&cs.name_any(), &write, &Patch::<()>::Json(patch)).await {
+                    Ok(_) => {
+                        let v = verb(opts.dry_run, "stored", "store");
+                        record(&mut steps, true, format!("CloneSet {name}: {v} its template with Kruise's defaults; {outcome}"));
+                    }
+                    Err(e) => {
+                        record(&mut steps, false, format!("CloneSet {name}: error: its template was not written ({e}); run again"));
+                        failed.push(name);
+                    }
+                }
+            }
+        }
+    }
+
+    // 3. The CRD back to Kruise's release, so `helm upgrade` of it adopts the CRD again. A run
+    // over one namespace leaves the cluster-wide CRD as it is.
+    match crd_ownership_patch(&crd.metadata, &opts.target) {
+        _ if opts.namespace.is_some() => {
+            record(&mut steps, false, format!("CRD {CRD_NAME} left as it is: --namespace prepares that namespace's CloneSets only"))
+        }
+        Some(patch) => {
+            crds.patch(CRD_NAME, &write, &Patch::Merge(&patch)).await?;
+            let v = verb(opts.dry_run, "gave", "give");
+            record(&mut steps, true, format!("{v} CRD {CRD_NAME} to Helm release {}, with helm.sh/resource-policy=keep", opts.target));
+        }
+        None => record(&mut steps, false, format!("CRD {CRD_NAME} already belongs to Helm release {} and is kept", opts.target)),
+    }
+    if !failed.is_empty() {
+        return Err(MigrateError::TemplatesNotWritten { clonesets: failed });
+    }
+    Ok(steps)
+}
+
 fn record_cut(
     steps: &mut Vec<Step>,
     record: &mut impl FnMut(&mut Vec<Step>, bool, String),
@@ -165,24 +304,46 @@ fn record_cut(
     }
 }
 
-fn describe(state: &LeaseState) -> String {
+fn describe(state: &LeaseState, manager: &str) -> String {
     match state {
-        LeaseState::Absent => "absent (Kruise's manager is not running)".into(),
-        LeaseState::Released => "released (Kruise's manager stopped)".into(),
-        LeaseState::Lapsed => "lapsed (Kruise's manager stopped)".into(),
+        LeaseState::Absent => format!("absent ({manager} is not running)"),
+        LeaseState::Released => format!("released ({manager} stopped)"),
+        LeaseState::Lapsed => format!("lapsed ({manager} stopped)"),
         LeaseState::Held { holder, at_most } => format!("held by {holder} (for at most {}s more unless renewed)", at_most.as_secs()),
     }
 }
 
-/// Polls Kruise's Lease until it is no longer held (client-go's rule: the same record for a
-/// whole lease duration on our clock). A dry run looks once and does not wait.
+/// Polls Kruise's Lease until it is no longer held; see [`wait_for_lease`].
 async fn wait_for_kruise_lease(client: &Client, opts: &Options, say: &mut dyn FnMut(&str)) -> Result<LeaseState, MigrateError> {
-    let leases: Api<Lease> = Api::namespaced(client.clone(), &opts.kruise_namespace);
+    let lease = LeaseRef { namespace: &opts.kruise_namespace, name: KRUISE_LEASE_NAME, whose: "Kruise's" };
+    wait_for_lease(client, &lease, opts.dry_run, opts.lease_timeout, say)
+        .await?
+        .map_err(|(holder, waited)| MigrateError::KruiseStillLeads { holder, waited })
+}
+
+/// A leader-election Lease and whose it is, in the words the command prints.
+struct LeaseRef<'a> {
+    namespace: &'a str,
+    name: &'a str,
+    whose: &'a str,
+}
+
+/// Polls a Lease until it is no longer held (client-go's rule: the same record for a whole lease
+/// duration on our clock). A dry run looks once and does not wait. `Ok(Err((holder, waited)))`
+/// when it is still held after `timeout`.
+async fn wait_for_lease(
+    client: &Client,
+    lease_ref: &LeaseRef<'_>,
+    dry_run: bool,
+    timeout: Duration,
+    say: &mut dyn FnMut(&str),
+) -> Result<Result<LeaseState, (String, Duration)>, MigrateError> {
+    let leases: Api<Lease> = Api::namespaced(client.clone(), lease_ref.namespace);
     let started = tokio::time::Instant::now();
     let mut seen: Option<(String, tokio::time::Instant)> = None;
     let mut announced = false;
     loop {
-        let lease = leases.get_opt(KRUISE_LEASE_NAME).await?;
+        let lease = leases.get_opt(lease_ref.name).await?;
         let version = lease.as_ref().and_then(|l| l.resource_version()).unwrap_or_default();
         let now = tokio::time::Instant::now();
         let since = match &seen {
@@ -193,18 +354,20 @@ async fn wait_for_kruise_lease(client: &Client, opts: &Options, say: &mut dyn Fn
             }
         };
         let state = lease_state(lease.as_ref().and_then(|l| l.spec.as_ref()), now - since, Timestamp::now());
-        let LeaseState::Held { holder, at_most } = &state else { return Ok(state) };
-        if opts.dry_run {
-            return Ok(state);
+        let LeaseState::Held { holder, at_most } = &state else { return Ok(Ok(state)) };
+        if dry_run {
+            return Ok(Ok(state));
         }
-        if started.elapsed() >= opts.lease_timeout {
-            return Err(MigrateError::KruiseStillLeads { holder: holder.clone(), waited: started.elapsed() });
+        if started.elapsed() >= timeout {
+            return Ok(Err((holder.clone(), started.elapsed())));
         }
         if !announced {
             say(&format!(
-                "waiting up to {}s for Kruise's Lease {}/{KRUISE_LEASE_NAME} (held by {holder}) to lapse",
-                opts.lease_timeout.as_secs(),
-                opts.kruise_namespace
+                "waiting up to {}s for {} Lease {}/{} (held by {holder}) to lapse",
+                timeout.as_secs(),
+                lease_ref.whose,
+                lease_ref.namespace,
+                lease_ref.name
             ));
             announced = true;
         }

@@ -13,9 +13,12 @@
 //! - Kruise's manager restores its webhook configurations from their `template` annotation while it
 //!   runs, so they can only be edited once its leader-election Lease has lapsed.
 //!
+//! `migrate --to-kruise` goes back: see [`to_kruise`].
+//!
 //! This module holds the decisions (pure, tested without a cluster); [`apply`] is the IO.
 
 pub mod apply;
+pub mod to_kruise;
 
 use std::io::{Read as _, Write as _};
 use std::time::Duration;
@@ -64,6 +67,15 @@ pub enum MigrateError {
          {KRUISE_MANAGER_DEPLOYMENT} --replicas=0"
     )]
     KruiseManagerScaledUp { replicas: i32 },
+    #[error(
+        "this operator still leads (Lease {lease} held by {holder:?}) after waiting {waited:?}; stop it first: \
+         kubectl -n <its namespace> scale deployment cloneset-operator --replicas=0"
+    )]
+    OperatorStillLeads { lease: String, holder: String, waited: Duration },
+    #[error("CloneSet {cloneset}: its template cannot be read: {reason}")]
+    Template { cloneset: String, reason: String },
+    #[error("{} CloneSet template(s) not written ({}); Kruise's manager would roll them: run again before starting it", clonesets.len(), clonesets.join(", "))]
+    TemplatesNotWritten { clonesets: Vec<String> },
     #[error("Helm release record {secret}: {reason}")]
     ReleaseRecord { secret: String, reason: String },
     #[error(transparent)]
