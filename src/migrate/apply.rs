@@ -249,6 +249,8 @@ pub async fn run_to_kruise(client: &Client, opts: &ToKruiseOptions, say: &mut dy
                 let patch = to_kruise::template_patch(&resource_version, &template);
                 let outcome = if keeps_revision {
                     format!("Kruise's manager keeps update revision {revision_name}")
+                } else if data.is_none() {
+                    format!("it has no update revision ({revision_name} not found): Kruise's manager will make one")
                 } else {
                     format!(
                         "warning: its template changed after update revision {revision_name} was made; Kruise's manager \
