@@ -61,13 +61,11 @@ struct MigrateArgs {
     dry_run: bool,
     /// Go back: once this operator has stopped, store every CloneSet's template with Kruise's
     /// defaults (so Kruise's manager keeps its revision) and give the CRD to Kruise's release.
-    /// With --namespace, only that namespace's CloneSets, and the CRD left as it is.
+    /// With --namespace, only that namespace's CloneSets, and the CRD left as it is. This
+    /// operator's Lease is looked for in --leader-election-namespace (default here:
+    /// cloneset-system, its chart's `installation.namespace`) under --leader-election-id.
     #[arg(long = "to-kruise")]
     to_kruise: bool,
-    /// With --to-kruise, the namespace of this operator's leader-election Lease (its chart's
-    /// `installation.namespace`).
-    #[arg(long = "operator-namespace", default_value = "cloneset-system")]
-    operator_namespace: String,
     /// The Helm release that takes the CRD over (`helm install <name>`): this chart's, or with
     /// --to-kruise Kruise's [default: cloneset-operator; with --to-kruise, kruise].
     #[arg(long = "release-name")]
@@ -76,7 +74,7 @@ struct MigrateArgs {
     #[arg(long = "release-namespace", default_value = "default")]
     release_namespace: String,
     /// Kruise's installation namespace (its chart's `installation.namespace`).
-    #[arg(long = "kruise-namespace", default_value = "kruise-system")]
+    #[arg(long = "kruise-namespace", default_value = "kruise-system", conflicts_with = "to_kruise")]
     kruise_namespace: String,
     /// How long to wait for the leader-election Lease (Kruise's; with --to-kruise, this operator's) to lapse.
     #[arg(long = "lease-timeout", default_value = "2m", value_parser = parse_duration)]
@@ -308,7 +306,7 @@ async fn main() -> anyhow::Result<()> {
             print!("{}", crd::generated_deletion_protection_file()?);
             Ok(())
         }
-        Command::Migrate(args) => migrate(args, cli.run.namespace, cli.run.leader_election_id).await,
+        Command::Migrate(args) => migrate(args, cli.run).await,
     }
 }
 
@@ -398,14 +396,28 @@ fn log_gates(settings: &GateSettings) {
     }
 }
 
-async fn migrate(args: MigrateArgs, namespace: String, leader_election_id: String) -> anyhow::Result<()> {
+/// The operator's namespace in its chart by default (`installation.namespace`), where `migrate
+/// --to-kruise` looks for its Lease unless `--leader-election-namespace` says otherwise.
+const CHART_NAMESPACE: &str = "cloneset-system";
+
+async fn migrate(args: MigrateArgs, run: RunArgs) -> anyhow::Result<()> {
     use cloneset_operator::migrate::{self, Release, apply};
-    let kube_config = kube::Config::infer().await.context("no usable Kubernetes configuration (set KUBECONFIG or a current context)")?;
+    if !args.to_kruise && !run.namespace.is_empty() {
+        anyhow::bail!(
+            "--namespace={}: only `migrate --to-kruise` works on one namespace; `migrate` takes the whole CRD over",
+            run.namespace
+        );
+    }
+    let kube_config = kube_config(&run.kubeconfig).await?;
     let client = kube::Client::try_from(kube_config).context("building the Kubernetes client")?;
     if args.to_kruise {
+        let lease_namespace =
+            if run.leader_election_namespace.is_empty() { CHART_NAMESPACE.to_string() } else { run.leader_election_namespace };
+        let namespace = run.namespace;
+        let leader_election_id = run.leader_election_id;
         let opts = apply::ToKruiseOptions {
             target: Release { name: args.release_name.unwrap_or_else(|| "kruise".into()), namespace: args.release_namespace },
-            operator_lease_namespace: args.operator_namespace,
+            operator_lease_namespace: lease_namespace,
             operator_lease_name: leader_election_id,
             namespace: Some(namespace).filter(|n| !n.is_empty()),
             dry_run: args.dry_run,
@@ -484,11 +496,12 @@ mod tests {
         let Some(Command::Migrate(args)) = cli.command else { panic!("not migrate") };
         assert!(args.to_kruise && args.dry_run);
         assert_eq!(cli.run.namespace, "shop");
-        assert_eq!((args.release_name, args.operator_namespace.as_str()), (None, "cloneset-system"));
+        assert_eq!((args.release_name, cli.run.leader_election_namespace.as_str()), (None, ""));
         let (cli, _) = parse(&["migrate"]).unwrap();
         let Some(Command::Migrate(args)) = cli.command else { panic!("not migrate") };
         assert!(!args.to_kruise);
         assert_eq!(cli.run.namespace, "", "every namespace");
+        assert!(parse(&["migrate", "--to-kruise", "--kruise-namespace=x"]).is_err(), "Kruise's namespace means nothing going back");
     }
 
     #[test]

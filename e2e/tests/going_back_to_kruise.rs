@@ -26,7 +26,7 @@ async fn migrate_to_kruise(ns: &str, extra: &[&str]) -> Output {
     let bin = e2e::cluster::sibling_binary("cloneset-operator").unwrap();
     let kubeconfig = e2e::testenv::kubeconfig().await.unwrap();
     let mut args: Vec<String> =
-        vec!["migrate".into(), "--to-kruise".into(), format!("--namespace={ns}"), format!("--operator-namespace={ns}")];
+        vec!["migrate".into(), "--to-kruise".into(), format!("--namespace={ns}"), format!("--leader-election-namespace={ns}")];
     args.extend(extra.iter().map(|s| s.to_string()));
     tokio::task::spawn_blocking(move || Command::new(bin).args(&args).env("KUBECONFIG", kubeconfig).stdin(Stdio::null()).output().unwrap())
         .await

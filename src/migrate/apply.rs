@@ -199,6 +199,16 @@ pub async fn run_to_kruise(client: &Client, opts: &ToKruiseOptions, say: &mut dy
             false,
             format!("this operator's Lease {}/{} is held: the real run waits for it to lapse", lease.namespace, lease.name),
         );
+    } else if state == LeaseState::Absent {
+        record(
+            &mut steps,
+            false,
+            format!(
+                "warning: no Lease {}/{}: if this operator runs elsewhere (another --leader-election-namespace, or \
+                 without leader election), stop it before starting Kruise's manager",
+                lease.namespace, lease.name
+            ),
+        );
     } else {
         record(
             &mut steps,
@@ -225,17 +235,34 @@ pub async fn run_to_kruise(client: &Client, opts: &ToKruiseOptions, say: &mut dy
         }
         let update_revision = cs.status.as_ref().map(|s| s.update_revision.clone()).filter(|r| !r.is_empty());
         let revisions: Api<ControllerRevision> = Api::namespaced(client.clone(), &ns);
-        let data = match &update_revision {
-            Some(r) => revisions.get_opt(r).await?.and_then(|r| r.data).map(|d| gojson::encode_value(&d.0)),
-            None => None,
+        let read = match &update_revision {
+            Some(r) => revisions.get_opt(r).await.map(|r| r.and_then(|r| r.data).map(|d| gojson::encode_value(&d.0))),
+            None => Ok(None),
         };
-        let stored = serde_json::to_value(&cs.spec.template)
-            .map_err(|e| MigrateError::Template { cloneset: name.clone(), reason: e.to_string() })?;
+        let stored = serde_json::to_value(&cs.spec.template);
+        let (data, stored) = match (read, stored) {
+            (Ok(data), Ok(stored)) => (data, stored),
+            (Err(e), _) => {
+                record(&mut steps, false, format!("CloneSet {name}: error: its update revision cannot be read ({e}); run again"));
+                failed.push(name);
+                continue;
+            }
+            (_, Err(e)) => {
+                record(&mut steps, false, format!("CloneSet {name}: error: its template cannot be read ({e})"));
+                failed.push(name);
+                continue;
+            }
+        };
         let revision_name = update_revision.as_deref().unwrap_or("(none)");
         match to_kruise::plan_template(&stored, data.as_deref()) {
             TemplatePlan::Keep => {
                 record(&mut steps, false, format!("CloneSet {name}: template already hashes to update revision {revision_name}"))
             }
+            TemplatePlan::NewRevisionAnyway if data.is_none() => record(
+                &mut steps,
+                false,
+                format!("CloneSet {name}: template already has Kruise's defaults; no update revision yet: Kruise's manager will make one"),
+            ),
             TemplatePlan::NewRevisionAnyway => record(
                 &mut steps,
                 false,
@@ -250,7 +277,10 @@ pub async fn run_to_kruise(client: &Client, opts: &ToKruiseOptions, say: &mut dy
                 let outcome = if keeps_revision {
                     format!("Kruise's manager keeps update revision {revision_name}")
                 } else if data.is_none() {
-                    format!("it has no update revision ({revision_name} not found): Kruise's manager will make one")
+                    match &update_revision {
+                        Some(r) => format!("its update revision {r} is gone: Kruise's manager will make one"),
+                        None => "no update revision yet: Kruise's manager will make one".to_string(),
+                    }
                 } else {
                     format!(
                         "warning: its template changed after update revision {revision_name} was made; Kruise's manager \
@@ -272,8 +302,12 @@ pub async fn run_to_kruise(client: &Client, opts: &ToKruiseOptions, say: &mut dy
     }
 
     // 3. The CRD back to Kruise's release, so `helm upgrade` of it adopts the CRD again. A run
-    // over one namespace leaves the cluster-wide CRD as it is.
+    // over one namespace leaves the cluster-wide CRD as it is; after a failed write the CRD stays
+    // this operator's, so Helm refuses to reinstall Kruise until a run succeeds.
     match crd_ownership_patch(&crd.metadata, &opts.target) {
+        _ if !failed.is_empty() => {
+            record(&mut steps, false, format!("CRD {CRD_NAME} left as it is: {} CloneSet(s) not prepared", failed.len()))
+        }
         _ if opts.namespace.is_some() => {
             record(&mut steps, false, format!("CRD {CRD_NAME} left as it is: --namespace prepares that namespace's CloneSets only"))
         }

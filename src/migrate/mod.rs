@@ -69,12 +69,10 @@ pub enum MigrateError {
     KruiseManagerScaledUp { replicas: i32 },
     #[error(
         "this operator still leads (Lease {lease} held by {holder:?}) after waiting {waited:?}; stop it first: \
-         kubectl -n <its namespace> scale deployment cloneset-operator --replicas=0"
+         kubectl -n <its namespace> scale deployment <its release name> --replicas=0"
     )]
     OperatorStillLeads { lease: String, holder: String, waited: Duration },
-    #[error("CloneSet {cloneset}: its template cannot be read: {reason}")]
-    Template { cloneset: String, reason: String },
-    #[error("{} CloneSet template(s) not written ({}); Kruise's manager would roll them: run again before starting it", clonesets.len(), clonesets.join(", "))]
+    #[error("{} CloneSet(s) not prepared ({}); Kruise's manager would roll them: run again before starting it", clonesets.len(), clonesets.join(", "))]
     TemplatesNotWritten { clonesets: Vec<String> },
     #[error("Helm release record {secret}: {reason}")]
     ReleaseRecord { secret: String, reason: String },

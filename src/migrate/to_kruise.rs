@@ -114,6 +114,7 @@ mod tests {
         assert!(matches!(plan_template(&stored, None), TemplatePlan::Write { keeps_revision: false, .. }), "no revision yet");
         let defaulted = defaults::default_pod_template(&stored);
         assert_eq!(plan_template(&defaulted, Some(&old)), TemplatePlan::NewRevisionAnyway);
+        assert_eq!(plan_template(&defaulted, None), TemplatePlan::NewRevisionAnyway, "defaulted, no revision yet: nothing to write");
     }
 
     #[test]
