@@ -410,40 +410,40 @@ async fn migrate(args: MigrateArgs, run: RunArgs) -> anyhow::Result<()> {
     }
     let kube_config = kube_config(&run.kubeconfig).await?;
     let client = kube::Client::try_from(kube_config).context("building the Kubernetes client")?;
-    if args.to_kruise {
-        let lease_namespace =
-            if run.leader_election_namespace.is_empty() { CHART_NAMESPACE.to_string() } else { run.leader_election_namespace };
-        let namespace = run.namespace;
-        let leader_election_id = run.leader_election_id;
+    let dry_run = args.dry_run;
+    let (command, target) = if args.to_kruise {
+        ("migrate --to-kruise", args.release_name.unwrap_or_else(|| "kruise".into()))
+    } else {
+        ("migrate", args.release_name.unwrap_or_else(|| "cloneset-operator".into()))
+    };
+    let target = Release { name: target, namespace: args.release_namespace };
+    let prefix = if dry_run { format!("{command} (dry run): ") } else { format!("{command}: ") };
+    let mut say = |line: &str| println!("{prefix}{line}");
+    let (steps, done, next) = if args.to_kruise {
         let opts = apply::ToKruiseOptions {
-            target: Release { name: args.release_name.unwrap_or_else(|| "kruise".into()), namespace: args.release_namespace },
-            operator_lease_namespace: lease_namespace,
-            operator_lease_name: leader_election_id,
-            namespace: Some(namespace).filter(|n| !n.is_empty()),
-            dry_run: args.dry_run,
+            operator_lease_namespace: if run.leader_election_namespace.is_empty() {
+                CHART_NAMESPACE.to_string()
+            } else {
+                run.leader_election_namespace
+            },
+            operator_lease_name: run.leader_election_id,
+            namespace: Some(run.namespace).filter(|n| !n.is_empty()),
+            target,
+            dry_run,
             lease_timeout: args.lease_timeout,
         };
-        let prefix = if opts.dry_run { "migrate --to-kruise (dry run): " } else { "migrate --to-kruise: " };
-        let steps = apply::run_to_kruise(&client, &opts, &mut |line| println!("{prefix}{line}")).await?;
-        match (migrate::changes(&steps), opts.dry_run) {
-            (0, _) => println!("{prefix}nothing to change: ready for Kruise's manager"),
-            (n, true) => println!("{prefix}{n} change(s) to make; run again without --dry-run"),
-            (n, false) => println!("{prefix}done, {n} change(s); now start Kruise's manager (`helm upgrade {}` ...)", opts.target.name),
-        }
-        return Ok(());
-    }
-    let opts = apply::Options {
-        target: Release { name: args.release_name.unwrap_or_else(|| "cloneset-operator".into()), namespace: args.release_namespace },
-        kruise_namespace: args.kruise_namespace,
-        dry_run: args.dry_run,
-        lease_timeout: args.lease_timeout,
+        let steps = apply::run_to_kruise(&client, &opts, &mut say).await?;
+        let next = format!("now start Kruise's manager (`helm upgrade {}` ...)", opts.target.name);
+        (steps, "ready for Kruise's manager", next)
+    } else {
+        let opts = apply::Options { target, kruise_namespace: args.kruise_namespace, dry_run, lease_timeout: args.lease_timeout };
+        let steps = apply::run(&client, &opts, &mut say).await?;
+        (steps, "already migrated", format!("now `helm install {}` this chart", opts.target.name))
     };
-    let prefix = if opts.dry_run { "migrate (dry run): " } else { "migrate: " };
-    let steps = apply::run(&client, &opts, &mut |line| println!("{prefix}{line}")).await?;
-    match (migrate::changes(&steps), opts.dry_run) {
-        (0, _) => println!("{prefix}nothing to change: already migrated"),
+    match (migrate::changes(&steps), dry_run) {
+        (0, _) => println!("{prefix}nothing to change: {done}"),
         (n, true) => println!("{prefix}{n} change(s) to make; run again without --dry-run"),
-        (n, false) => println!("{prefix}done, {n} change(s); now `helm install {}` this chart", opts.target.name),
+        (n, false) => println!("{prefix}done, {n} change(s); {next}"),
     }
     Ok(())
 }

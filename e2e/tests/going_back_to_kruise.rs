@@ -48,8 +48,7 @@ async fn pod_uids(pods: &Api<Pod>) -> BTreeMap<String, String> {
 async fn created_under_this_operator(prefix: &str) -> (Env, String) {
     let mut e = env(prefix).await;
     let mut cs = manifest("web", REPLICAS, "nginx:1.27", json!({}));
-    let template = serde_json::to_value(&cs.spec.template).unwrap();
-    let mut template = template;
+    let mut template = serde_json::to_value(&cs.spec.template).unwrap();
     template["spec"]["containers"][0]["ports"] = json!([{"containerPort": 8080}]);
     template["spec"]["volumes"] = json!([{"name": "cfg", "configMap": {"name": "web"}}]);
     cs.spec.template = serde_json::from_value(template).unwrap();

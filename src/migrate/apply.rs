@@ -193,13 +193,7 @@ pub async fn run_to_kruise(client: &Client, opts: &ToKruiseOptions, say: &mut dy
             holder,
             waited,
         })?;
-    if let LeaseState::Held { .. } = state {
-        record(
-            &mut steps,
-            false,
-            format!("this operator's Lease {}/{} is held: the real run waits for it to lapse", lease.namespace, lease.name),
-        );
-    } else if state == LeaseState::Absent {
+    if state == LeaseState::Absent {
         record(
             &mut steps,
             false,
@@ -253,40 +247,19 @@ pub async fn run_to_kruise(client: &Client, opts: &ToKruiseOptions, say: &mut dy
                 continue;
             }
         };
-        let revision_name = update_revision.as_deref().unwrap_or("(none)");
+        let revision = update_revision.as_deref().unwrap_or_default();
         match to_kruise::plan_template(&stored, data.as_deref()) {
             TemplatePlan::Keep => {
-                record(&mut steps, false, format!("CloneSet {name}: template already hashes to update revision {revision_name}"))
+                record(&mut steps, false, format!("CloneSet {name}: template already hashes to update revision {revision}"))
             }
-            TemplatePlan::NewRevisionAnyway if data.is_none() => record(
-                &mut steps,
-                false,
-                format!("CloneSet {name}: template already has Kruise's defaults; no update revision yet: Kruise's manager will make one"),
-            ),
-            TemplatePlan::NewRevisionAnyway => record(
-                &mut steps,
-                false,
-                format!(
-                    "CloneSet {name}: warning: its template changed after update revision {revision_name} was made; \
-                     Kruise's manager will make a new revision and roll, as this operator would have"
-                ),
-            ),
+            TemplatePlan::NewRevisionAnyway => {
+                let outcome = to_kruise::revision_outcome(update_revision.as_deref(), data.is_some(), false);
+                record(&mut steps, false, format!("CloneSet {name}: template already has Kruise's defaults; {outcome}"))
+            }
             TemplatePlan::Write { template, keeps_revision } => {
                 let resource_version = cs.resource_version().unwrap_or_default();
                 let patch = to_kruise::template_patch(&resource_version, &template);
-                let outcome = if keeps_revision {
-                    format!("Kruise's manager keeps update revision {revision_name}")
-                } else if data.is_none() {
-                    match &update_revision {
-                        Some(r) => format!("its update revision {r} is gone: Kruise's manager will make one"),
-                        None => "no update revision yet: Kruise's manager will make one".to_string(),
-                    }
-                } else {
-                    format!(
-                        "warning: its template changed after update revision {revision_name} was made; Kruise's manager \
-                         will make a new revision and roll, as this operator would have"
-                    )
-                };
+                let outcome = to_kruise::revision_outcome(update_revision.as_deref(), data.is_some(), keeps_revision);
                 match Api::<CloneSet>::namespaced(client.clone(), &ns).patch(&cs.name_any(), &write, &Patch::<()>::Json(patch)).await {
                     Ok(_) => {
                         let v = verb(opts.dry_run, "stored", "store");

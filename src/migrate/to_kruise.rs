@@ -57,6 +57,21 @@ pub fn template_patch(resource_version: &str, template: &Value) -> json_patch::P
     .expect("a well-formed JSON patch")
 }
 
+/// What Kruise's manager will do with a CloneSet's update revision once its template is as
+/// Kruise's webhook stores it: `found` whether the revision was read, `kept` whether that template
+/// hashes to it.
+pub fn revision_outcome(update_revision: Option<&str>, found: bool, kept: bool) -> String {
+    match update_revision {
+        Some(r) if kept => format!("Kruise's manager keeps update revision {r}"),
+        Some(r) if found => format!(
+            "warning: its template changed after update revision {r} was made; Kruise's manager will make a new revision \
+             and roll, as this operator would have"
+        ),
+        Some(r) => format!("its update revision {r} is gone: Kruise's manager will make one"),
+        None => "no update revision yet: Kruise's manager will make one".to_string(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -115,6 +130,14 @@ mod tests {
         let defaulted = defaults::default_pod_template(&stored);
         assert_eq!(plan_template(&defaulted, Some(&old)), TemplatePlan::NewRevisionAnyway);
         assert_eq!(plan_template(&defaulted, None), TemplatePlan::NewRevisionAnyway, "defaulted, no revision yet: nothing to write");
+    }
+
+    #[test]
+    fn the_outcome_names_the_revision_kruise_keeps_or_why_it_makes_one() {
+        assert_eq!(revision_outcome(Some("web-1"), true, true), "Kruise's manager keeps update revision web-1");
+        assert!(revision_outcome(Some("web-1"), true, false).starts_with("warning: its template changed after update revision web-1"));
+        assert_eq!(revision_outcome(Some("web-1"), false, false), "its update revision web-1 is gone: Kruise's manager will make one");
+        assert_eq!(revision_outcome(None, false, false), "no update revision yet: Kruise's manager will make one");
     }
 
     #[test]
