@@ -11,7 +11,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
-use cloneset_operator::core::revision::{hash_revision, revision_data, revision_name};
+use cloneset_operator::core::defaults::default_volume_claim_templates;
+use cloneset_operator::core::revision::{hash_revision, revision_data, revision_name, volume_claim_templates_hash};
 use serde_json::Value;
 
 const GOLDEN_DIR: &str = "e2e/revision-golden";
@@ -90,6 +91,30 @@ fn our_encoding_matches_the_committed_go_vectors() {
     assert!(failures.is_empty(), "{} of {} vectors differ:\n{}", failures.len(), corpus.len(), failures.join("\n"));
 }
 
+/// `kruise.io/cloneset-volumeclaimtemplate-hash`, with and without the webhook's defaults, against
+/// `vct-vectors.jsonl`: a revision this operator writes must carry the hash Kruise would, or
+/// RecreatePodWhenChangeVCTInCloneSetGate recreates pods across a switch of managers.
+#[test]
+fn volume_claim_template_hashes_match_the_committed_go_vectors() {
+    let corpus = json_lines(&root().join(GOLDEN_DIR).join("vct-corpus.jsonl"));
+    let vectors = json_lines(&root().join(GOLDEN_DIR).join("vct-vectors.jsonl"));
+    assert_eq!(corpus.len(), vectors.len(), "vct-corpus.jsonl and vct-vectors.jsonl differ in length; regenerate the vectors");
+    let mut failures = Vec::new();
+    for (i, (entry, vector)) in corpus.iter().zip(&vectors).enumerate() {
+        let name = str_field(entry, "name");
+        assert_eq!(name, str_field(vector, "name"), "line {}: corpus and vectors are out of step", i + 1);
+        let templates = &entry["volumeClaimTemplates"];
+        let stored = volume_claim_templates_hash(templates);
+        let defaulted = volume_claim_templates_hash(&default_volume_claim_templates(templates));
+        for (what, ours, key) in [("as stored", stored, "hash"), ("defaulted", defaulted, "defaultedHash")] {
+            if ours != str_field(vector, key) {
+                failures.push(format!("line {} ({name}, {what}): {ours} != {}", i + 1, str_field(vector, key)));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{} hashes differ:\n{}", failures.len(), failures.join("\n"));
+}
+
 /// Finds `go`, honouring CLONESET_REQUIRE_GO.
 fn go_available() -> bool {
     let found = Command::new("go").arg("version").output().is_ok_and(|o| o.status.success());
@@ -130,17 +155,26 @@ fn go_reference_regenerates_the_committed_files() {
     let started = Instant::now();
     let schema_path = out_dir.join("gojson_podtemplate_schema.json");
     let vectors_path = out_dir.join("vectors.jsonl");
+    let vct_vectors_path = out_dir.join("vct-vectors.jsonl");
     let mut schema = go_command(&dir);
     schema.args(["run", ".", "schema"]);
     std::fs::write(&schema_path, run(schema, "go run . schema (in e2e/revision-golden)")).unwrap();
     let mut vectors = go_command(&dir);
     vectors.args(["run", ".", "vectors", "corpus.jsonl"]);
     std::fs::write(&vectors_path, run(vectors, "go run . vectors corpus.jsonl (in e2e/revision-golden)")).unwrap();
+    let mut vct_vectors = go_command(&dir);
+    vct_vectors.args(["run", ".", "vct-vectors", "vct-corpus.jsonl"]);
+    std::fs::write(&vct_vectors_path, run(vct_vectors, "go run . vct-vectors vct-corpus.jsonl (in e2e/revision-golden)")).unwrap();
     println!("go reference: schema and vectors regenerated in {:.2?}", started.elapsed());
 
     let regenerate = "regenerate with: cd e2e/revision-golden && GOTOOLCHAIN=local GOFLAGS=-mod=mod \
-                      go run . schema > ../../src/core/gojson_podtemplate_schema.json && go run . vectors corpus.jsonl > vectors.jsonl";
-    for (fresh, committed) in [(&schema_path, root().join(SCHEMA_FILE)), (&vectors_path, dir.join("vectors.jsonl"))] {
+                      go run . schema > ../../src/core/gojson_podtemplate_schema.json && go run . vectors corpus.jsonl > vectors.jsonl \
+                      && go run . vct-vectors vct-corpus.jsonl > vct-vectors.jsonl";
+    for (fresh, committed) in [
+        (&schema_path, root().join(SCHEMA_FILE)),
+        (&vectors_path, dir.join("vectors.jsonl")),
+        (&vct_vectors_path, dir.join("vct-vectors.jsonl")),
+    ] {
         let fresh_text = read(fresh);
         let committed_text = read(&committed);
         assert!(

@@ -785,10 +785,14 @@ async fn a_cloneset_kruise_made_is_taken_over_without_a_write() {
 /// Kruise's `RecreatePodWhenChangeVCTInCloneSetGate` (its e2e spec "CloneSet Update with
 /// VolumeClaimTemplate changes"): an image change that comes with a volumeClaimTemplates change
 /// recreates the pods under InPlaceIfPossible, with new instance ids and new PVCs of the new size;
-/// an image change alone afterwards is in place again.
+/// an image change alone afterwards is in place again. Revisions carry the
+/// `kruise.io/cloneset-volumeclaimtemplate-hash` Kruise v1.9.0 writes (from the Go reference), and
+/// a revision an earlier version of this operator hashed its own way still counts as unchanged
+/// templates, so an upgrade alone recreates nothing.
 #[tokio::test]
 async fn a_volume_claim_template_change_recreates_pods_under_the_vct_gate() {
-    let e = env_with("vctgate", &["--feature-gates=RecreatePodWhenChangeVCTInCloneSetGate=true"]).await;
+    const GATE: &str = "--feature-gates=RecreatePodWhenChangeVCTInCloneSetGate=true";
+    let mut e = env_with("vctgate", &[GATE]).await;
     let claim = |size: &str| json!({"metadata": {"name": "data"}, "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": size}}}});
     let spec = json!({"updateStrategy": {"type": "InPlaceIfPossible", "maxUnavailable": "100%"}, "volumeClaimTemplates": [claim("1Gi")]});
     e.create(&manifest("db", 2, "nginx:1.27", spec)).await;
@@ -799,6 +803,9 @@ async fn a_volume_claim_template_change_recreates_pods_under_the_vct_gate() {
         pods.iter().filter_map(|p| label(p, keys::CLONESET_INSTANCE_ID).map(str::to_string)).collect()
     };
     let first = e.active_pods("db").await;
+    // The claim is the Go reference's "one-data" (e2e/revision-golden/vct-corpus.jsonl).
+    let kruise_hash = kruise_vct_hash("one-data");
+    assert_eq!(update_revision_vct_hash(&e, "db").await, Some(kruise_hash.clone()), "the hash Kruise v1.9.0 writes for these claims");
 
     e.patch(
         "db",
@@ -826,6 +833,44 @@ async fn a_volume_claim_template_change_recreates_pods_under_the_vct_gate() {
     e.patch("db", new_image("nginx:1.29")).await;
     e.wait_status("db", "rolled out in place", |cs| rolled_out(cs, 2)).await;
     assert_eq!(uids(&e.active_pods("db").await), uids(&second), "an image change alone is in place");
+
+    // The pods' revision as an earlier version of this operator recorded it: its own hash of the
+    // same claims. A restart makes sure the caches hold it before the next update.
+    let cs = e.clonesets.get("db").await.unwrap();
+    let claims = serde_json::to_value(&cs.spec.volume_claim_templates).unwrap();
+    let legacy = cloneset_operator::core::revision::legacy_volume_claim_templates_hash(&claims);
+    assert_ne!(Some(legacy.clone()), update_revision_vct_hash(&e, "db").await);
+    let revs: Api<ControllerRevision> = e.ns.api();
+    let update_revision = cs.status.as_ref().map(|s| s.update_revision.clone()).unwrap();
+    revs.patch(
+        &update_revision,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"annotations": {keys::VOLUME_CLAIM_TEMPLATE_HASH: legacy}}})),
+    )
+    .await
+    .unwrap();
+    e.operator.stop();
+    e.operator = Operator::start(&e.ns.name, &[GATE]).await.unwrap();
+    e.patch("db", new_image("nginx:1.30")).await;
+    e.wait_status("db", "rolled out in place after the upgrade", |cs| rolled_out(cs, 2)).await;
+    assert_eq!(uids(&e.active_pods("db").await), uids(&second), "a revision with the earlier hash of the same claims: still in place");
+}
+
+/// Kruise v1.9.0's `kruise.io/cloneset-volumeclaimtemplate-hash` for a claim list of the Go
+/// reference's corpus (webhook defaults applied, as Kruise stores them).
+fn kruise_vct_hash(corpus_name: &str) -> String {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/revision-golden/vct-vectors.jsonl");
+    let text = std::fs::read_to_string(path).unwrap();
+    let vector: Value = text.lines().map(|l| serde_json::from_str::<Value>(l).unwrap()).find(|v| v["name"] == corpus_name).unwrap();
+    vector["defaultedHash"].as_str().unwrap().to_string()
+}
+
+/// The VCT hash annotation on the CloneSet's update revision.
+async fn update_revision_vct_hash(e: &Env, name: &str) -> Option<String> {
+    let cs = e.clonesets.get(name).await.unwrap();
+    let revision = cs.status.as_ref()?.update_revision.clone();
+    let revs: Api<ControllerRevision> = e.ns.api();
+    revs.get(&revision).await.unwrap().annotations().get(keys::VOLUME_CLAIM_TEMPLATE_HASH).cloned()
 }
 
 /// Whether the apiserver answers a streaming list (a watch with `sendInitialEvents`) with the

@@ -140,8 +140,7 @@ pub async fn reconcile(ctx: &Arc<Context>, key: &str) -> Result<Option<Duration>
         BTreeMap::new()
     };
     let revision_data: BTreeMap<String, Vec<u8>> = revs.sorted.iter().map(|r| (r.name.clone(), r.data.clone())).collect();
-    let revision_vct_hashes: BTreeMap<String, String> =
-        revs.sorted.iter().filter_map(|r| Some((r.name.clone(), r.vct_hash.clone()?))).collect();
+    let revision_vct_hashes = recorded_vct_hashes(&revs.sorted, &vct_hash(cs, ctx.config.gates.template_no_defaults), &legacy_vct_hash(cs));
     let input = SyncInput {
         cloneset: cs,
         revision_data: &revision_data,
@@ -302,25 +301,32 @@ fn template_of(data: &[u8]) -> Result<PodTemplateSpec, ReconcileError> {
     serde_json::from_value(v).map_err(|e| ReconcileError::Revision(e.to_string()))
 }
 
-/// The hash of the volumeClaimTemplates recorded on revisions (`""` without VCTs).
-fn vct_hash(cs: &CloneSet) -> String {
-    if cs.spec.volume_claim_templates.is_empty() {
-        return String::new();
-    }
-    let mut items: Vec<(String, serde_json::Value)> = cs
-        .spec
-        .volume_claim_templates
+/// The `kruise.io/cloneset-volumeclaimtemplate-hash` Kruise records on revisions (`""` without
+/// VCTs), over the templates as its webhook would have stored them.
+fn vct_hash(cs: &CloneSet, template_no_defaults: bool) -> String {
+    let stored = serde_json::to_value(&cs.spec.volume_claim_templates).unwrap_or_default();
+    let seen = if template_no_defaults { stored } else { crate::core::defaults::default_volume_claim_templates(&stored) };
+    revision::volume_claim_templates_hash(&seen)
+}
+
+/// The VCT hash this operator recorded before it hashed like Kruise.
+fn legacy_vct_hash(cs: &CloneSet) -> String {
+    revision::legacy_volume_claim_templates_hash(&serde_json::to_value(&cs.spec.volume_claim_templates).unwrap_or_default())
+}
+
+/// Revision name → its recorded VCT hash, for the update's "did the templates change" check. A
+/// revision carrying the legacy hash of the current templates had these templates, so it counts as
+/// carrying their current hash: an upgrade alone never makes RecreatePodWhenChangeVCTInCloneSetGate
+/// recreate pods.
+fn recorded_vct_hashes(revisions: &[RevisionView], current: &str, legacy_of_current: &str) -> BTreeMap<String, String> {
+    revisions
         .iter()
-        .map(|v| (v.metadata.name.clone().unwrap_or_default(), serde_json::to_value(&v.spec).unwrap_or_default()))
-        .collect();
-    items.sort_by(|a, b| a.0.cmp(&b.0));
-    let bytes = serde_json::to_vec(&items).unwrap_or_default();
-    let mut h: u32 = 0x811c9dc5;
-    for b in bytes {
-        h ^= u32::from(b);
-        h = h.wrapping_mul(0x01000193);
-    }
-    h.to_string()
+        .filter_map(|r| {
+            let recorded = r.vct_hash.as_deref()?;
+            let hash = if !legacy_of_current.is_empty() && recorded == legacy_of_current { current } else { recorded };
+            Some((r.name.clone(), hash.to_string()))
+        })
+        .collect()
 }
 
 /// §3.3: find or create the update revision; pick the current one.
@@ -339,7 +345,7 @@ async fn sync_revisions(ctx: &Context, cs: &CloneSet) -> Result<Revisions, Recon
         revision::revision_data(&crate::core::defaults::default_pod_template(&stored))
     };
     let mut collision_count = cs.status.as_ref().and_then(|s| s.collision_count).unwrap_or(0);
-    let vct = vct_hash(cs);
+    let vct = vct_hash(cs, ctx.config.gates.template_no_defaults);
 
     let update = match history::plan_update_revision(&sorted, &data, &stored_data) {
         UpdateRevisionPlan::Existing { name } => name,

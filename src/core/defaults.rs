@@ -53,6 +53,28 @@ pub fn default_pod_template(template: &Value) -> Value {
     template
 }
 
+/// The `volumeClaimTemplates` Kruise's webhook stores (same condition as the pod template's
+/// defaults): per claim, `SetDefaults_PersistentVolumeClaim` (`status.phase: Pending` when unset)
+/// and `SetDefaults_ResourceList` on `spec.resources.limits`, `spec.resources.requests` and
+/// `status.capacity` (rounded up to milli-units). Anything not a list of objects is returned as it is.
+pub fn default_volume_claim_templates(templates: &Value) -> Value {
+    let mut templates = templates.clone();
+    for claim in templates.as_array_mut().into_iter().flatten().filter_map(Value::as_object_mut) {
+        if let Some(resources) = object_mut(claim, "spec").and_then(|spec| object_mut(spec, "resources")) {
+            round_up_resource_list(resources, "limits");
+            round_up_resource_list(resources, "requests");
+        }
+        if !claim.get("status").is_some_and(Value::is_object) {
+            claim.insert("status".into(), json!({}));
+        }
+        if let Some(status) = object_mut(claim, "status") {
+            fill_string(status, "phase", "Pending");
+            round_up_resource_list(status, "capacity");
+        }
+    }
+    templates
+}
+
 /// Kruise's `SetDefaultPodSpec` on a pod spec (JSON), in place. A value of the wrong JSON type
 /// (which Kruise could not decode) is left as it is.
 pub fn set_default_pod_spec(spec: &mut Value) {

@@ -61,6 +61,21 @@ pub fn typed_round_trip_pod_template(template: &Value) -> Value {
     schema.convert(&schema.root, Some(template), Numbers::Exact).0
 }
 
+/// Go's `json.Marshal` of a value of the Go struct type `type_name` (for example
+/// `"k8s.io/api/core/v1.PersistentVolumeClaim"`, any struct in the schema) decoded from `input`:
+/// fields in declaration order, as a typed encode writes them, map keys sorted. `None` when the
+/// schema has no such type.
+///
+/// Known limit: raw fields (`managedFields[].fieldsV1`) are re-encoded with sorted keys, where Go
+/// writes the stored bytes.
+pub fn encode_typed(type_name: &str, input: &Value) -> Option<Vec<u8>> {
+    let schema = &*SCHEMA;
+    let index = *schema.by_name.get(type_name)?;
+    let mut out = Vec::new();
+    schema.write_typed(&mut out, &Kind::Struct(index), Some(input));
+    Some(out)
+}
+
 /// Go's `json.Marshal` of a generic value (`map[string]interface{}` and friends): object keys sorted
 /// bytewise, every number printed as a float64, strings escaped with HTML escaping.
 ///
@@ -183,11 +198,24 @@ pub fn quantity_rounded_up_to_milli(value: &Value) -> Option<String> {
 // Encoding generic values
 
 fn write_value(out: &mut Vec<u8>, value: &Value) {
+    write_json(out, value, &|out, n| out.extend_from_slice(format_float(number_as_f64(n)).as_bytes()));
+}
+
+/// Like [`write_value`], but integers keep every digit (a typed encode of int64 and uint64 fields).
+fn write_exact(out: &mut Vec<u8>, value: &Value) {
+    write_json(out, value, &|out, n| match n.is_i64() || n.is_u64() {
+        true => out.extend_from_slice(n.to_string().as_bytes()),
+        false => out.extend_from_slice(format_float(number_as_f64(n)).as_bytes()),
+    });
+}
+
+/// Go's encoding of generic JSON, with numbers written by `number`.
+fn write_json(out: &mut Vec<u8>, value: &Value, number: &dyn Fn(&mut Vec<u8>, &Number)) {
     match value {
         Value::Null => out.extend_from_slice(b"null"),
         Value::Bool(true) => out.extend_from_slice(b"true"),
         Value::Bool(false) => out.extend_from_slice(b"false"),
-        Value::Number(n) => out.extend_from_slice(format_float(number_as_f64(n)).as_bytes()),
+        Value::Number(n) => number(out, n),
         Value::String(s) => append_string(out, s),
         Value::Array(items) => {
             out.push(b'[');
@@ -195,26 +223,29 @@ fn write_value(out: &mut Vec<u8>, value: &Value) {
                 if i > 0 {
                     out.push(b',');
                 }
-                write_value(out, item);
+                write_json(out, item, number);
             }
             out.push(b']');
         }
-        Value::Object(map) => {
-            // serde_json's map is usually sorted already, but not with its preserve_order feature.
-            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
-            entries.sort_unstable_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
-            out.push(b'{');
-            for (i, (k, v)) in entries.into_iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
-                }
-                append_string(out, k);
-                out.push(b':');
-                write_value(out, v);
-            }
-            out.push(b'}');
-        }
+        Value::Object(map) => write_sorted_object(out, map, |out, v| write_json(out, v, number)),
     }
+}
+
+/// An object with its keys sorted bytewise (how Go encodes maps), each value written by `value`.
+fn write_sorted_object(out: &mut Vec<u8>, map: &Map<String, Value>, mut value: impl FnMut(&mut Vec<u8>, &Value)) {
+    // serde_json's map is usually sorted already, but not with its preserve_order feature.
+    let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+    entries.sort_unstable_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+    out.push(b'{');
+    for (i, (k, v)) in entries.into_iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        append_string(out, k);
+        out.push(b':');
+        value(out, v);
+    }
+    out.push(b'}');
 }
 
 /// The float64 Go's generic decode makes of a number (correctly rounded, like strconv.ParseFloat).
@@ -300,6 +331,8 @@ struct Field {
 struct Schema {
     root: Kind,
     structs: Vec<Vec<Field>>,
+    /// Go type name (`k8s.io/api/core/v1.PodSpec`) → index into `structs`.
+    by_name: HashMap<String, usize>,
 }
 
 #[derive(Deserialize)]
@@ -348,7 +381,56 @@ impl Schema {
             structs.push(fields);
         }
         let root = parse_kind(&raw.root, &index)?;
-        Ok(Schema { root, structs })
+        let by_name = index.into_iter().map(|(name, i)| (name.to_string(), i)).collect();
+        Ok(Schema { root, structs, by_name })
+    }
+
+    /// Like [`Schema::convert`] with exact numbers, but writes the encoding's bytes with struct
+    /// fields in declaration order, as `encoding/json` does for a typed value.
+    fn write_typed(&self, out: &mut Vec<u8>, kind: &Kind, input: Option<&Value>) {
+        match kind {
+            Kind::Struct(index) => {
+                let object = input.and_then(Value::as_object);
+                out.push(b'{');
+                let mut first = true;
+                for field in &self.structs[*index] {
+                    let value = object.and_then(|m| m.get(&field.name));
+                    if field.omit_empty && self.convert(&field.kind, value, Numbers::Exact).1 {
+                        continue;
+                    }
+                    if !first {
+                        out.push(b',');
+                    }
+                    first = false;
+                    append_string(out, &field.name);
+                    out.push(b':');
+                    self.write_typed(out, &field.kind, value);
+                }
+                out.push(b'}');
+            }
+            Kind::Ptr(elem) => match input {
+                None | Some(Value::Null) => out.extend_from_slice(b"null"),
+                Some(v) => self.write_typed(out, elem, Some(v)),
+            },
+            Kind::Slice(elem) => match input {
+                Some(Value::Array(items)) => {
+                    out.push(b'[');
+                    for (i, item) in items.iter().enumerate() {
+                        if i > 0 {
+                            out.push(b',');
+                        }
+                        self.write_typed(out, elem, Some(item));
+                    }
+                    out.push(b']');
+                }
+                _ => out.extend_from_slice(b"null"),
+            },
+            Kind::Map(elem) => match input {
+                Some(Value::Object(map)) => write_sorted_object(out, map, |out, v| self.write_typed(out, elem, Some(v))),
+                _ => out.extend_from_slice(b"null"),
+            },
+            leaf => write_exact(out, &self.convert(leaf, input, Numbers::Exact).0),
+        }
     }
 
     /// Decodes `input` (absent when `None`) into a Go value of kind `kind` and encodes it again.

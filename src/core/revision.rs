@@ -4,7 +4,8 @@
 //!   ([`super::gojson`]);
 //! * hash: FNV-1 (not 1a), 32 bits, over the data followed by the decimal collision count, printed
 //!   in decimal and safe-encoded digit by digit (k8s `history.HashControllerRevision`);
-//! * name: `<cloneset>-<hash>` with the CloneSet name cut to 223 bytes (`history.ControllerRevisionName`).
+//! * name: `<cloneset>-<hash>` with the CloneSet name cut to 223 bytes (`history.ControllerRevisionName`);
+//! * `kruise.io/cloneset-volumeclaimtemplate-hash`: [`volume_claim_templates_hash`].
 
 use serde_json::{Map, Value};
 
@@ -69,13 +70,73 @@ pub fn template_from_revision_data(data: &[u8]) -> Result<Value, RevisionDataErr
     }
 }
 
+/// The `kruise.io/cloneset-volumeclaimtemplate-hash` Kruise v1.9.0 writes on a revision for a
+/// CloneSet's `spec.volumeClaimTemplates` (as read from the apiserver; give it
+/// [`super::defaults::default_volume_claim_templates`] of them where Kruise's webhook would have
+/// defaulted them). `""` without templates; otherwise each template's name and spec only, stable-sorted
+/// by name, encoded as Go's `json.Marshal([]PersistentVolumeClaim)`, and that byte slice hashed with
+/// FNV-1a (32 bits) in the text Kubernetes' `DeepHashObject` prints for it (`([]uint8)[91 123 …]`),
+/// in decimal. Checked against Go in `tests/revision_golden.rs`.
+pub fn volume_claim_templates_hash(templates: &Value) -> String {
+    const PVC: &str = "k8s.io/api/core/v1.PersistentVolumeClaim";
+    let Some(templates) = templates.as_array().filter(|t| !t.is_empty()) else { return String::new() };
+    let mut claims: Vec<(String, Value)> = templates
+        .iter()
+        .map(|t| {
+            let name = t.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default().to_string();
+            let spec = t.get("spec").cloned().unwrap_or(Value::Null);
+            let claim = serde_json::json!({"metadata": {"name": name}, "spec": spec});
+            (name, claim)
+        })
+        .collect();
+    claims.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+    let mut json = vec![b'['];
+    for (i, (_, claim)) in claims.iter().enumerate() {
+        if i > 0 {
+            json.push(b',');
+        }
+        json.extend(gojson::encode_typed(PVC, claim).expect("the schema describes PersistentVolumeClaim"));
+    }
+    json.push(b']');
+    let printed: Vec<String> = json.iter().map(u8::to_string).collect();
+    let text = format!("([]uint8)[{}]", printed.join(" "));
+    fnv1a_32(text.as_bytes()).to_string()
+}
+
+/// The VCT hash this operator recorded on revisions before it hashed like Kruise (up to commit
+/// 66daf67): FNV-1a over serde's JSON of the (name, spec) pairs sorted by name, for
+/// templates as serde writes `Vec<PersistentVolumeClaim>`. Kept to recognise those revisions.
+pub fn legacy_volume_claim_templates_hash(templates: &Value) -> String {
+    let Some(templates) = templates.as_array().filter(|t| !t.is_empty()) else { return String::new() };
+    let mut items: Vec<(String, Value)> = templates
+        .iter()
+        .map(|t| {
+            let name = t.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default().to_string();
+            (name, t.get("spec").cloned().unwrap_or(Value::Null))
+        })
+        .collect();
+    items.sort_by(|a, b| a.0.cmp(&b.0));
+    fnv1a_32(&serde_json::to_vec(&items).unwrap_or_default()).to_string()
+}
+
+const FNV_OFFSET_BASIS: u32 = 0x811c_9dc5;
+const FNV_PRIME: u32 = 0x0100_0193;
+
+/// FNV-1a, 32 bits: xor, then multiply.
+fn fnv1a_32(bytes: &[u8]) -> u32 {
+    let mut hash = FNV_OFFSET_BASIS;
+    for byte in bytes {
+        hash ^= u32::from(*byte);
+        hash = hash.wrapping_mul(FNV_PRIME);
+    }
+    hash
+}
+
 /// FNV-1, 32 bits: multiply, then xor (FNV-1a does it the other way round).
 fn fnv1_32(parts: &[&[u8]]) -> u32 {
-    const OFFSET_BASIS: u32 = 0x811c_9dc5;
-    const PRIME: u32 = 0x0100_0193;
-    let mut hash = OFFSET_BASIS;
+    let mut hash = FNV_OFFSET_BASIS;
     for byte in parts.iter().flat_map(|p| p.iter()) {
-        hash = hash.wrapping_mul(PRIME);
+        hash = hash.wrapping_mul(FNV_PRIME);
         hash ^= u32::from(*byte);
     }
     hash
