@@ -140,7 +140,7 @@ pub async fn reconcile(ctx: &Arc<Context>, key: &str) -> Result<Option<Duration>
         BTreeMap::new()
     };
     let revision_data: BTreeMap<String, Vec<u8>> = revs.sorted.iter().map(|r| (r.name.clone(), r.data.clone())).collect();
-    let revision_vct_hashes = recorded_vct_hashes(&revs.sorted, &vct_hash(cs, ctx.config.gates.template_no_defaults), &legacy_vct_hash(cs));
+    let revision_vct_hashes = recorded_vct_hashes(&revs.sorted, &revs.vct_hash, &legacy_vct_hash(cs));
     let input = SyncInput {
         cloneset: cs,
         revision_data: &revision_data,
@@ -264,6 +264,8 @@ pub struct Revisions {
     pub sorted: Vec<RevisionView>,
     /// Templates by revision name, for building pods of either revision.
     pub templates: BTreeMap<String, PodTemplateSpec>,
+    /// The VCT hash of the CloneSet's current volumeClaimTemplates (what a new revision records).
+    pub vct_hash: String,
 }
 
 fn owned_revisions(ctx: &Context, cs: &CloneSet) -> Vec<Arc<CachedRevision>> {
@@ -411,7 +413,7 @@ async fn sync_revisions(ctx: &Context, cs: &CloneSet) -> Result<Revisions, Recon
             templates.insert(r.name.clone(), template_of(&r.data)?);
         }
     }
-    Ok(Revisions { update, current, collision_count, sorted, templates })
+    Ok(Revisions { update, current, collision_count, sorted, templates, vct_hash: vct })
 }
 
 /// §3.5: delete non-live revisions beyond `revisionHistoryLimit`, oldest first.

@@ -79,23 +79,14 @@ pub fn template_from_revision_data(data: &[u8]) -> Result<Value, RevisionDataErr
 /// in decimal. Checked against Go in `tests/revision_golden.rs`.
 pub fn volume_claim_templates_hash(templates: &Value) -> String {
     const PVC: &str = "k8s.io/api/core/v1.PersistentVolumeClaim";
-    let Some(templates) = templates.as_array().filter(|t| !t.is_empty()) else { return String::new() };
-    let mut claims: Vec<(String, Value)> = templates
-        .iter()
-        .map(|t| {
-            let name = t.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default().to_string();
-            let spec = t.get("spec").cloned().unwrap_or(Value::Null);
-            let claim = serde_json::json!({"metadata": {"name": name}, "spec": spec});
-            (name, claim)
-        })
-        .collect();
-    claims.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+    let Some(claims) = names_and_specs(templates) else { return String::new() };
     let mut json = vec![b'['];
-    for (i, (_, claim)) in claims.iter().enumerate() {
+    for (i, (name, spec)) in claims.into_iter().enumerate() {
         if i > 0 {
             json.push(b',');
         }
-        json.extend(gojson::encode_typed(PVC, claim).expect("the schema describes PersistentVolumeClaim"));
+        let claim = serde_json::json!({"metadata": {"name": name}, "spec": spec});
+        json.extend(gojson::encode_typed(PVC, &claim).expect("the schema describes PersistentVolumeClaim"));
     }
     json.push(b']');
     let printed: Vec<String> = json.iter().map(u8::to_string).collect();
@@ -107,16 +98,23 @@ pub fn volume_claim_templates_hash(templates: &Value) -> String {
 /// 66daf67): FNV-1a over serde's JSON of the (name, spec) pairs sorted by name, for
 /// templates as serde writes `Vec<PersistentVolumeClaim>`. Kept to recognise those revisions.
 pub fn legacy_volume_claim_templates_hash(templates: &Value) -> String {
-    let Some(templates) = templates.as_array().filter(|t| !t.is_empty()) else { return String::new() };
-    let mut items: Vec<(String, Value)> = templates
+    let Some(claims) = names_and_specs(templates) else { return String::new() };
+    fnv1a_32(&serde_json::to_vec(&claims).unwrap_or_default()).to_string()
+}
+
+/// Each claim template's name (`""` when missing) and spec (`null` when missing), stable-sorted by
+/// name bytewise; `None` without templates.
+fn names_and_specs(templates: &Value) -> Option<Vec<(String, Value)>> {
+    let templates = templates.as_array().filter(|t| !t.is_empty())?;
+    let mut claims: Vec<(String, Value)> = templates
         .iter()
         .map(|t| {
             let name = t.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default().to_string();
             (name, t.get("spec").cloned().unwrap_or(Value::Null))
         })
         .collect();
-    items.sort_by(|a, b| a.0.cmp(&b.0));
-    fnv1a_32(&serde_json::to_vec(&items).unwrap_or_default()).to_string()
+    claims.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+    Some(claims)
 }
 
 const FNV_OFFSET_BASIS: u32 = 0x811c_9dc5;
