@@ -63,9 +63,15 @@ pub async fn trim_periodically() {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Mutex;
+
+    /// The allocator's counts and RSS are the whole process's: the two tests here allocate and
+    /// free tens of MiB each, so running them side by side makes each see the other's burst.
+    static ONE_BURST_AT_A_TIME: Mutex<()> = Mutex::new(());
 
     #[test]
     fn a_freed_burst_is_given_back() {
+        let _alone = ONE_BURST_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
         // 64 MiB in small blocks, freed but for one block at the top of the heap, which keeps
         // free() from shrinking the heap by itself: without a trim all of it stays resident.
         let mut blocks: Vec<Vec<u8>> = (0..16 * 1024).map(|i| vec![(i % 251) as u8; 4096]).collect();
@@ -83,14 +89,23 @@ mod tests {
     fn usage_counts_what_is_held_and_what_was_freed() {
         #[cfg(all(target_os = "linux", target_env = "gnu"))]
         {
-            // Other test threads allocate too, so compare with a margin far above their noise.
-            let before = usage().unwrap();
-            let blocks: Vec<Vec<u8>> = (0..8 * 1024).map(|i| vec![(i % 251) as u8; 4096]).collect();
-            let held = usage().unwrap();
-            assert!(held.in_use >= before.in_use + 24 * 1024 * 1024, "{before:?} -> {held:?} with 32 MiB held");
-            drop(blocks);
-            let freed = usage().unwrap();
-            assert!(freed.in_use + 24 * 1024 * 1024 <= held.in_use, "{held:?} -> {freed:?} with 32 MiB freed");
+            let _alone = ONE_BURST_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+            // Other test threads allocate and free too, so compare with a margin far above their
+            // noise, and let one of three tries pass: a counter that never moves fails all three.
+            let mut tries = Vec::new();
+            for _ in 0..3 {
+                let before = usage().unwrap();
+                let blocks: Vec<Vec<u8>> = (0..8 * 1024).map(|i| vec![(i % 251) as u8; 4096]).collect();
+                let held = usage().unwrap();
+                drop(blocks);
+                let freed = usage().unwrap();
+                let margin = 24 * 1024 * 1024;
+                if held.in_use >= before.in_use + margin && freed.in_use + margin <= held.in_use {
+                    return;
+                }
+                tries.push((before, held, freed));
+            }
+            panic!("32 MiB held then freed was not counted: (before, held, freed) {tries:?}");
         }
         #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
         assert_eq!(usage(), None);
