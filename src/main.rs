@@ -111,8 +111,9 @@ struct RunArgs {
     /// where the apiserver serves one, else lists of 100 objects a page), `true` or `false`.
     #[arg(global = true, long = "streaming-lists", default_value = "auto", value_parser = config::InitialLists::parse)]
     streaming_lists: config::InitialLists,
-    /// The encoding pods are listed and watched in: `application/vnd.kubernetes.protobuf` (a
-    /// quarter of the apiserver's CPU) or `application/json`. Other kinds are read as JSON.
+    /// The encoding pods are listed, watched and answered to writes in:
+    /// `application/vnd.kubernetes.protobuf` (a quarter of the apiserver's CPU for a list) or
+    /// `application/json`. Other kinds are read as JSON.
     #[arg(global = true, long = "kube-api-content-type", default_value = PROTOBUF_CONTENT_TYPE, value_parser = [PROTOBUF_CONTENT_TYPE, JSON_CONTENT_TYPE])]
     kube_api_content_type: String,
     /// Fault injection for the chaos tests: drop this fraction (0 to 1) of the pod watch events

@@ -1,16 +1,18 @@
-//! Pod lists and watches in Kubernetes' protobuf encoding, handed to kube as the JSON of the
-//! fields the pod cache reads ([`crate::controller::wire_pod`]).
+//! Pod lists, watches and the answers to pod writes in Kubernetes' protobuf encoding, handed to
+//! kube as the JSON of the fields the pod cache reads ([`crate::controller::wire_pod`]).
 //!
 //! Encoding a pod as JSON is most of what a cold start costs the apiserver: listing 21,020 pods
 //! of the bench from its watch cache took it 6.1–7.4 CPU s as JSON (231 MB, managedFields
 //! included) and 1.4–1.6 CPU s as protobuf (77 MB), in one run on 2 cores. kube speaks JSON only,
 //! so [`PodsInProtobufLayer`] asks for protobuf on GETs of the pods collection (lists and
-//! watches; a single pod is still read as JSON) and rewrites the response: each pod is decoded
+//! watches) and on pod writes (a create, and a patch, update or deletion of a pod, its status or
+//! its resize, each answered with the whole pod), and rewrites the response: each pod is decoded
 //! (only the fields below, the rest, managedFields first, is skipped unread) and written back as
-//! JSON, which kube's watcher decodes as usual. Lists, watch events, bookmarks and error
-//! statuses keep their JSON shape, so kube's list/watch/relist logic is unchanged. Every pod
-//! list or watch made through the client is read so and holds only those fields (the pod cache
-//! is the only one in this crate); a reader that needs a whole pod GETs it by name.
+//! JSON, which kube decodes as usual. Lists, watch events, bookmarks and error statuses keep
+//! their JSON shape, so kube's list/watch/relist logic and its errors are unchanged. Every pod
+//! list, watch and write made through the client is answered so and holds only those fields (the
+//! pod cache and the writes' resourceVersion expectations are the only readers in this crate); a
+//! reader that needs a whole pod GETs it by name, which stays JSON.
 //!
 //! Kruise's manager does the same: controller-runtime (v0.20, `apiutil.createRestConfig`) reads
 //! every built-in kind in protobuf. Here only pods are: with managedFields they are nearly all the
@@ -604,6 +606,10 @@ pub struct ListMeta {
 #[derive(Clone, PartialEq, Message, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Status {
+    /// Always written, as Go's JSON writes a struct that `omitempty` cannot leave out.
+    #[prost(message, optional, tag = "1")]
+    #[serde(serialize_with = "list_meta")]
+    pub metadata: Option<ListMeta>,
     #[prost(string, optional, tag = "2")]
     #[serde(skip_serializing_if = "no_text")]
     pub status: Option<String>,
@@ -621,6 +627,10 @@ pub struct Status {
     pub code: Option<i32>,
 }
 
+fn list_meta<S: Serializer>(meta: &Option<ListMeta>, s: S) -> Result<S::Ok, S::Error> {
+    meta.clone().unwrap_or_default().serialize(s)
+}
+
 #[derive(Clone, PartialEq, Message, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct StatusDetails {
@@ -636,9 +646,26 @@ pub struct StatusDetails {
     #[prost(string, optional, tag = "6")]
     #[serde(skip_serializing_if = "no_text")]
     pub uid: Option<String>,
+    #[prost(message, repeated, tag = "4")]
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub causes: Vec<StatusCause>,
     #[prost(int32, optional, tag = "5")]
     #[serde(skip_serializing_if = "no_signal")]
     pub retry_after_seconds: Option<i32>,
+}
+
+/// Why a write was refused, field by field (a 422's causes); `type` in protobuf, `reason` in JSON.
+#[derive(Clone, PartialEq, Message, Serialize)]
+pub struct StatusCause {
+    #[prost(string, optional, tag = "1")]
+    #[serde(rename = "reason", skip_serializing_if = "no_text")]
+    pub r#type: Option<String>,
+    #[prost(string, optional, tag = "2")]
+    #[serde(skip_serializing_if = "no_text")]
+    pub message: Option<String>,
+    #[prost(string, optional, tag = "3")]
+    #[serde(skip_serializing_if = "no_text")]
+    pub field: Option<String>,
 }
 
 /// Why a protobuf response could not be read: the watch ends with this error (kube's watcher
@@ -782,14 +809,30 @@ where
     UnsyncBoxBody::new(http_body_util::StreamBody::new(json))
 }
 
-/// Whether `path` is the pods collection, of one namespace or of all.
-fn is_pod_collection(path: &str) -> bool {
-    let rest = path.strip_prefix("/api/v1/").unwrap_or_default();
-    rest == "pods"
-        || rest.strip_prefix("namespaces/").and_then(|r| r.split_once('/')).is_some_and(|(ns, tail)| !ns.is_empty() && tail == "pods")
+/// Whether the response to `method` on `path` is a pod, a pod list or a watch of pods that is
+/// read in protobuf: lists and watches of the pods collection, a pod's creation, and the pod
+/// every patch, update or deletion of one pod (or of its `status` or `resize`) answers with.
+/// A single pod's GET stays JSON: it is how a reader gets a whole pod.
+fn pods_answer_in_protobuf(method: &http::Method, path: &str) -> bool {
+    use http::Method;
+    let Some(rest) = path.strip_prefix("/api/v1/") else { return false };
+    if rest == "pods" {
+        return method == Method::GET;
+    }
+    let Some((ns, tail)) = rest.strip_prefix("namespaces/").and_then(|r| r.split_once('/')) else { return false };
+    if ns.is_empty() {
+        return false;
+    }
+    let writes_one = || [Method::PATCH, Method::PUT].contains(method);
+    match tail.strip_prefix("pods").map(|t| t.split('/').collect::<Vec<_>>()).as_deref() {
+        Some([""]) => [Method::GET, Method::POST].contains(method),
+        Some(["", name]) => !name.is_empty() && (writes_one() || method == Method::DELETE),
+        Some(["", name, "status" | "resize"]) => !name.is_empty() && writes_one(),
+        _ => false,
+    }
 }
 
-/// Asks for protobuf on GETs of the pods collection and hands kube their JSON (see the module);
+/// Asks for protobuf on pod lists, watches and writes and hands kube their JSON (see the module);
 /// not `enabled`, it passes every request and response through as they are.
 #[derive(Clone, Copy, Debug)]
 pub struct PodsInProtobufLayer {
@@ -828,7 +871,7 @@ where
     }
 
     fn call(&mut self, mut req: Request<ReqBody>) -> Self::Future {
-        let pods = self.enabled && req.method() == http::Method::GET && is_pod_collection(req.uri().path());
+        let pods = self.enabled && pods_answer_in_protobuf(req.method(), req.uri().path());
         if pods {
             req.headers_mut().insert(header::ACCEPT, http::HeaderValue::from_static(ACCEPT));
         }
@@ -866,14 +909,33 @@ mod tests {
     }
 
     #[test]
-    fn only_the_pods_collection_is_read_in_protobuf() {
-        assert!(is_pod_collection("/api/v1/pods"));
-        assert!(is_pod_collection("/api/v1/namespaces/default/pods"));
-        assert!(!is_pod_collection("/api/v1/namespaces/default/pods/web-1"));
-        assert!(!is_pod_collection("/api/v1/namespaces/default/pods/web-1/status"));
-        assert!(!is_pod_collection("/api/v1/namespaces//pods"));
-        assert!(!is_pod_collection("/api/v1/namespaces/default/persistentvolumeclaims"));
-        assert!(!is_pod_collection("/apis/apps.kruise.io/v1alpha1/namespaces/default/clonesets"));
+    fn pod_lists_watches_and_the_answers_to_pod_writes_are_read_in_protobuf() {
+        use http::Method;
+        let ns = "/api/v1/namespaces/default";
+        for (method, path, protobuf) in [
+            (Method::GET, "/api/v1/pods".to_string(), true),
+            (Method::GET, format!("{ns}/pods"), true),
+            (Method::POST, format!("{ns}/pods"), true),
+            (Method::PATCH, format!("{ns}/pods/web-1"), true),
+            (Method::PUT, format!("{ns}/pods/web-1"), true),
+            (Method::DELETE, format!("{ns}/pods/web-1"), true),
+            (Method::PATCH, format!("{ns}/pods/web-1/status"), true),
+            (Method::PATCH, format!("{ns}/pods/web-1/resize"), true),
+            // A whole pod, read by name; what is not a pod (an eviction, a log, a list deletion).
+            (Method::GET, format!("{ns}/pods/web-1"), false),
+            (Method::GET, format!("{ns}/pods/web-1/status"), false),
+            (Method::POST, format!("{ns}/pods/web-1/eviction"), false),
+            (Method::GET, format!("{ns}/pods/web-1/log"), false),
+            (Method::DELETE, format!("{ns}/pods"), false),
+            (Method::POST, "/api/v1/pods".to_string(), false),
+            (Method::PATCH, format!("{ns}/pods/"), false),
+            (Method::GET, "/api/v1/namespaces//pods".to_string(), false),
+            (Method::GET, format!("{ns}/persistentvolumeclaims"), false),
+            (Method::GET, format!("{ns}/podtemplates"), false),
+            (Method::PATCH, "/apis/apps.kruise.io/v1alpha1/namespaces/default/clonesets/web".to_string(), false),
+        ] {
+            assert_eq!(pods_answer_in_protobuf(&method, &path), protobuf, "{method} {path}");
+        }
     }
 
     #[test]
@@ -911,7 +973,7 @@ mod tests {
             [
                 r#"{"type":"ADDED","object":{"apiVersion":"v1","kind":"Pod","metadata":{"name":"web-1","resourceVersion":"7"}}}"#,
                 r#"{"type":"BOOKMARK","object":{"apiVersion":"v1","kind":"Pod","metadata":{"resourceVersion":"9","annotations":{"k8s.io/initial-events-end":"true"}}}}"#,
-                r#"{"type":"ERROR","object":{"apiVersion":"v1","kind":"Status","status":"Failure","reason":"Expired","code":410}}"#,
+                r#"{"type":"ERROR","object":{"apiVersion":"v1","kind":"Status","metadata":{},"status":"Failure","reason":"Expired","code":410}}"#,
             ]
         );
         // kube reads each as a watch event.

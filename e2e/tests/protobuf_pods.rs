@@ -189,3 +189,73 @@ async fn pods_read_in_protobuf_decode_as_they_do_from_json() {
         let _ = pods.delete(name, &DeleteParams { grace_period_seconds: Some(0), ..Default::default() }).await;
     }
 }
+
+/// The pod every write is answered with (a create, a patch, a status patch, a deletion) decodes
+/// from protobuf as the JSON read of the same pod does, and a refused write's status (conflict,
+/// invalid with its causes, not found) reads as it does from JSON.
+#[tokio::test]
+async fn pod_writes_answered_in_protobuf_decode_as_they_do_from_json() {
+    let ns = TestNamespace::create("protobuf-writes").await.unwrap();
+    let owner: ConfigMap = serde_json::from_value(json!({"metadata": {"name": "owner"}})).unwrap();
+    let owner = ns.api::<ConfigMap>().create(&PostParams::default(), &owner).await.unwrap();
+    let uid = owner.uid().unwrap();
+    let json_client = operator_client(false).await;
+    let protobuf_client = operator_client(true).await;
+    let json_pods: Api<WirePod> = Api::namespaced(json_client.clone(), &ns.name);
+    let protobuf_pods: Api<WirePod> = Api::namespaced(protobuf_client.clone(), &ns.name);
+
+    // Created as the operator creates pods: a Pod sent, the answer read as a WirePod.
+    let body = serde_json::to_vec(&rich_pod("rich", &uid)).unwrap();
+    let create = kube::core::Request::new(protobuf_pods.resource_url()).create(&PostParams::default(), body).unwrap();
+    let created: WirePod = protobuf_client.request(create).await.unwrap();
+    assert_eq!(created, json_pods.get("rich").await.unwrap(), "the answer to a create");
+
+    let labelled = protobuf_pods
+        .patch("rich", &PatchParams::default(), &Patch::Strategic(json!({"metadata": {"labels": {"patched": "yes"}}})))
+        .await
+        .unwrap();
+    assert_eq!(labelled.0.labels().get("patched").map(String::as_str), Some("yes"));
+    assert_eq!(labelled, json_pods.get("rich").await.unwrap(), "the answer to a patch");
+
+    let with_status = protobuf_pods.patch_status("rich", &PatchParams::default(), &Patch::Merge(rich_status())).await.unwrap();
+    assert!(with_status.0.status.as_ref().is_some_and(|s| s.container_statuses.is_some()));
+    assert_eq!(with_status, json_pods.get("rich").await.unwrap(), "the answer to a status patch");
+
+    // What kube was handed for a write is the transcoded JSON: no managedFields.
+    let raw_patch = |client: Client, value: &str| {
+        let patch = json!({"metadata": {"annotations": {"raw": value}}});
+        let req =
+            kube::core::Request::new(protobuf_pods.resource_url()).patch("rich", &PatchParams::default(), &Patch::Merge(&patch)).unwrap();
+        async move { client.request_text(req).await.unwrap() }
+    };
+    assert!(raw_patch(json_client.clone(), "json").await.contains("managedFields"));
+    assert!(!raw_patch(protobuf_client.clone(), "protobuf").await.contains("managedFields"));
+
+    // Refused writes: each client's error for the same request is the same status.
+    let refused = |api: Api<WirePod>, name: &'static str, patch: serde_json::Value| async move {
+        match api.patch(name, &PatchParams::default(), &Patch::Merge(patch)).await {
+            Err(kube::Error::Api(status)) => *status,
+            other => panic!("{name}: expected a refusal, got {other:?}"),
+        }
+    };
+    let stale = json!({"metadata": {"resourceVersion": created.0.resource_version(), "labels": {"stale": "yes"}}});
+    let invalid = json!({"metadata": {"labels": {"bad label!": "x"}}});
+    for (what, name, patch, code) in
+        [("conflict", "rich", stale, 409), ("invalid", "rich", invalid, 422), ("missing", "nobody", json!({}), 404)]
+    {
+        let from_json = refused(json_pods.clone(), name, patch.clone()).await;
+        let from_protobuf = refused(protobuf_pods.clone(), name, patch).await;
+        assert_eq!(from_json.code, code, "{what}: {from_json:?}");
+        assert_eq!(from_protobuf, from_json, "{what}: the refusal reads as from JSON");
+    }
+
+    // Deleted, held by its finalizer: the answer is the pod with its deletion timestamp.
+    let deleted = protobuf_pods.delete("rich", &DeleteParams::default()).await.unwrap();
+    let deleted = deleted.left().expect("a pod held by a finalizer is answered with the pod");
+    assert!(deleted.0.metadata.deletion_timestamp.is_some());
+    assert_eq!(deleted, json_pods.get("rich").await.unwrap(), "the answer to a deletion");
+
+    let pods: Api<Pod> = ns.api();
+    let _ = pods.patch("rich", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"finalizers": null}}))).await;
+    let _ = pods.delete("rich", &DeleteParams { grace_period_seconds: Some(0), ..Default::default() }).await;
+}
