@@ -459,6 +459,25 @@ async fn a_controlled_pod_whose_instance_id_label_is_removed_still_counts() {
     assert_eq!(owned().await, 1, "the unlabelled pod was counted, not replaced");
 }
 
+/// Kruise's RefManager releases a pod whose labels stop matching the selector: its owner
+/// reference is removed (the pod itself is left running) and a new pod takes its place.
+#[tokio::test]
+async fn a_pod_whose_labels_stop_matching_is_released_and_replaced() {
+    let e = env("release").await;
+    e.create(&manifest("web", 2, "nginx:1.27", json!({}))).await;
+    e.wait_status("web", "2 ready", |cs| settled(cs, 2)).await;
+    let pod = e.active_pods("web").await.remove(0);
+    assert_eq!(pod.owner_references().len(), 1);
+    e.pods.patch(&pod.name_any(), &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"app": "other"}}}))).await.unwrap();
+    watch_until(&e.pods, &pod.name_any(), T, |p| p.owner_references().is_empty()).await.expect("the relabelled pod is released");
+    e.wait_status("web", "2 ready again", |cs| settled(cs, 2)).await;
+    let now = e.active_pods("web").await;
+    assert_eq!(now.len(), 2, "a new pod replaces it");
+    assert!(now.iter().all(|p| p.uid() != pod.uid()), "the released pod is not counted");
+    let released = e.pods.get(&pod.name_any()).await.unwrap();
+    assert!(released.metadata.deletion_timestamp.is_none(), "the released pod is left running");
+}
+
 /// Kruise's RefManager releases no pod while its CloneSet is being deleted: a pod whose labels
 /// stop matching then is left out (and garbage collected with the CloneSet), not orphaned.
 #[tokio::test]
