@@ -92,21 +92,27 @@ pub async fn event(ctx: &Context, cs: &CloneSet, type_: EventType, reason: &str,
         involved.uid.as_deref().unwrap_or_default(),
         involved.api_version.as_deref().unwrap_or_default()
     );
-    let occurrence = ctx.event_correlator.lock().unwrap_or_else(|e| e.into_inner()).correlate(
-        &events::NewEvent {
-            object_key: &object_key,
-            object_name: involved.name.as_deref().unwrap_or_default(),
-            type_,
-            reason,
-            message: &note,
-        },
-        now,
-    );
+    // The turn is taken under the correlator's lock, so sends of a name go in the order of their
+    // counts even when two tasks record the same event at once.
+    let (occurrence, turn) = {
+        let mut correlator = ctx.event_correlator.lock().unwrap_or_else(|e| e.into_inner());
+        let occurrence = correlator.correlate(
+            &events::NewEvent {
+                object_key: &object_key,
+                object_name: involved.name.as_deref().unwrap_or_default(),
+                type_,
+                reason,
+                message: &note,
+            },
+            now,
+        );
+        let turn = ctx.event_queue.turn(&occurrence.name);
+        (occurrence, turn)
+    };
     let ev = core_event(&involved, type_, reason, &occurrence);
     let client = ctx.client.clone();
     let reason = reason.to_string();
     let sending = ctx.event_queue.sending.clone();
-    let turn = ctx.event_queue.turn(&occurrence.name);
     tokio::spawn(async move {
         let _queued = queued;
         let _done = turn.wait().await;
