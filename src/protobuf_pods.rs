@@ -628,7 +628,10 @@ pub struct Status {
 }
 
 fn list_meta<S: Serializer>(meta: &Option<ListMeta>, s: S) -> Result<S::Ok, S::Error> {
-    meta.clone().unwrap_or_default().serialize(s)
+    match meta {
+        Some(meta) => meta.serialize(s),
+        None => ListMeta::default().serialize(s),
+    }
 }
 
 #[derive(Clone, PartialEq, Message, Serialize)]
@@ -823,11 +826,20 @@ fn pods_answer_in_protobuf(method: &http::Method, path: &str) -> bool {
     if ns.is_empty() {
         return false;
     }
-    let writes_one = || [Method::PATCH, Method::PUT].contains(method);
-    match tail.strip_prefix("pods").map(|t| t.split('/').collect::<Vec<_>>()).as_deref() {
-        Some([""]) => [Method::GET, Method::POST].contains(method),
-        Some(["", name]) => !name.is_empty() && (writes_one() || method == Method::DELETE),
-        Some(["", name, "status" | "resize"]) => !name.is_empty() && writes_one(),
+    let Some(after) = tail.strip_prefix("pods") else { return false };
+    if after.is_empty() {
+        return [Method::GET, Method::POST].contains(method);
+    }
+    // One pod (`pods/<name>`) or its subresource (`pods/<name>/<sub>`), split without allocating:
+    // this runs for every request the client makes.
+    let Some((name, subresource)) = after.strip_prefix('/').map(|one| one.split_once('/').unwrap_or((one, ""))) else {
+        return false;
+    };
+    let writes_one = [Method::PATCH, Method::PUT].contains(method);
+    match subresource {
+        _ if name.is_empty() => false,
+        "" => writes_one || method == Method::DELETE,
+        "status" | "resize" => writes_one,
         _ => false,
     }
 }
@@ -929,6 +941,9 @@ mod tests {
             (Method::DELETE, format!("{ns}/pods"), false),
             (Method::POST, "/api/v1/pods".to_string(), false),
             (Method::PATCH, format!("{ns}/pods/"), false),
+            (Method::PATCH, format!("{ns}/pods//status"), false),
+            (Method::PATCH, format!("{ns}/pods/web-1/status/x"), false),
+            (Method::PATCH, format!("{ns}/podsx/web-1"), false),
             (Method::GET, "/api/v1/namespaces//pods".to_string(), false),
             (Method::GET, format!("{ns}/persistentvolumeclaims"), false),
             (Method::GET, format!("{ns}/podtemplates"), false),
