@@ -473,7 +473,8 @@ async fn a_pod_whose_labels_stop_matching_is_released_and_replaced() {
     e.wait_status("web", "2 ready again", |cs| settled(cs, 2)).await;
     let now = e.active_pods("web").await;
     assert_eq!(now.len(), 2, "a new pod replaces it");
-    assert!(now.iter().all(|p| p.uid() != pod.uid()), "the released pod is not counted");
+    let owner = &pod.owner_references()[0];
+    assert!(now.iter().all(|p| p.owner_references() == std::slice::from_ref(owner)), "both are the CloneSet's: {now:?}");
     let released = e.pods.get(&pod.name_any()).await.unwrap();
     assert!(released.metadata.deletion_timestamp.is_none(), "the released pod is left running");
 }
