@@ -8,12 +8,15 @@
 //! property that calls it. A failing case is shrunk and printed; `PROPTEST_CASES` runs more.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use cloneset_operator::api::cloneset::{CloneSetSpec, update_type};
 use cloneset_operator::api::shared::{Lifecycle, LifecycleHook};
 use cloneset_operator::api::{CloneSet, keys};
 use cloneset_operator::config::FeatureGates;
+use cloneset_operator::controller::compact_pod::{CompactPod, Interner, ReadPod};
 use cloneset_operator::core::diff::{self, DiffInput, PodView};
+use cloneset_operator::core::pod_read::{self, PodRead};
 use cloneset_operator::core::sync::{self, SyncInput};
 use cloneset_operator::core::{intstr, order, status};
 use k8s_openapi::api::core::v1::{Pod, PodCondition, PodSpec, PodStatus, PodTemplateSpec, TopologySpreadConstraint};
@@ -289,7 +292,7 @@ impl Scenario {
     }
 
     /// The input every plan function takes; the one place to adapt when its shape changes.
-    fn sync_input<'a>(&'a self, cs: &'a CloneSet, pods: &'a [&'a Pod], env: &'a Env) -> SyncInput<'a> {
+    fn sync_input<'a>(&'a self, cs: &'a CloneSet, pods: &'a [&'a dyn PodRead], env: &'a Env) -> SyncInput<'a> {
         SyncInput {
             cloneset: cs,
             pods,
@@ -352,7 +355,7 @@ proptest! {
     #[test]
     fn scale_creates_stay_within_replicas_plus_max_surge(s in scenario()) {
         let (cs, pods, env) = (s.cloneset(), s.pods(), env());
-        let refs: Vec<&Pod> = pods.iter().collect();
+        let refs: Vec<&dyn PodRead> = pod_read::refs(&pods);
         let plan = sync::plan_scale(&s.sync_input(&cs, &refs, &env));
 
         let (surge, _) = s.surge_and_unavailable();
@@ -372,7 +375,7 @@ proptest! {
     #[test]
     fn scale_deletions_stay_within_the_surplus_and_max_unavailable(s in scenario()) {
         let (cs, pods, env) = (s.cloneset(), s.pods(), env());
-        let refs: Vec<&Pod> = pods.iter().collect();
+        let refs: Vec<&dyn PodRead> = pod_read::refs(&pods);
         let plan = sync::plan_scale(&s.sync_input(&cs, &refs, &env));
 
         let existing = names(&pods);
@@ -408,7 +411,7 @@ proptest! {
     #[test]
     fn update_choices_stay_within_max_unavailable_and_partition(s in scenario()) {
         let (cs, pods, env) = (s.cloneset(), s.pods(), env());
-        let refs: Vec<&Pod> = pods.iter().collect();
+        let refs: Vec<&dyn PodRead> = pod_read::refs(&pods);
         let plan = sync::plan_update(&s.sync_input(&cs, &refs, &env));
 
         let existing = names(&pods);
@@ -447,7 +450,7 @@ proptest! {
     #[test]
     fn refresh_and_status_are_consistent(s in scenario()) {
         let (cs, pods, env) = (s.cloneset(), s.pods(), env());
-        let refs: Vec<&Pod> = pods.iter().collect();
+        let refs: Vec<&dyn PodRead> = pod_read::refs(&pods);
         let (refreshes, _) = sync::plan_refresh(&s.sync_input(&cs, &refs, &env));
         let existing = names(&pods);
         let refreshed: BTreeSet<&String> = refreshes.iter().map(|r| &r.pod).collect();
@@ -469,6 +472,32 @@ proptest! {
         prop_assert!(st.updated_available_replicas <= st.updated_ready_replicas, "{:?}", st);
         prop_assert!(st.updated_ready_replicas <= st.updated_replicas && st.updated_replicas <= st.replicas, "{:?}", st);
         prop_assert!(st.updated_ready_replicas <= st.ready_replicas, "{:?}", st);
+    }
+
+    /// The cache's pods are read compact (`PodRead` on a `ReadPod`): every decision of a pass
+    /// over them is the one the whole pods give.
+    #[test]
+    fn compact_pods_decide_as_whole_pods_do(s in scenario()) {
+        let (cs, pods, env) = (s.cloneset(), s.pods(), env());
+        let mut interner = Interner::default();
+        let read: Vec<ReadPod> = pods.iter().map(|p| ReadPod::new(Arc::new(CompactPod::new(p.clone(), &mut interner)))).collect();
+        let (whole, compact) = (pod_read::refs(&pods), pod_read::refs(&read));
+        let (a, b) = (s.sync_input(&cs, &whole, &env), s.sync_input(&cs, &compact, &env));
+        prop_assert_eq!(sync::plan_scale(&a), sync::plan_scale(&b));
+        prop_assert_eq!(sync::plan_refresh(&a), sync::plan_refresh(&b));
+        prop_assert_eq!(sync::plan_update(&a), sync::plan_update(&b));
+        prop_assert_eq!(sync::next_availability(&a), sync::next_availability(&b));
+        prop_assert_eq!(sync::stale_pods_to_delete(&cs, &whole), sync::stale_pods_to_delete(&cs, &compact));
+        let status_of = |refs: &[&dyn PodRead]| status::compute(&status::StatusInput {
+            cloneset: &cs,
+            pods: refs,
+            update_revision: s.update_revision(),
+            current_revision: s.current_revision(),
+            collision_count: 0,
+            expected_updated_replicas: s.replicas(),
+            now: now(),
+        });
+        prop_assert_eq!(status_of(&whole), status_of(&compact));
     }
 
     /// The orderings return what they were given: victims are distinct pods, no more than asked

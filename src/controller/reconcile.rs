@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt as _;
 use futures::future::join_all;
 use k8s_openapi::api::apps::v1::ControllerRevision;
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, PodTemplateSpec};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt as _;
@@ -17,14 +17,16 @@ use serde_json::json;
 
 use super::Context;
 use super::cached_revision::CachedRevision;
+use super::compact_pod::ReadPod;
 use super::writes::{self, WriteError, event};
 use crate::api::cloneset::condition;
 use crate::api::shared::LifecycleState;
 use crate::api::{CloneSet, CloneSetCondition, keys};
 use crate::core::expectations::{Cached, Gate, ObjectKind, combine};
 use crate::core::history::{self, RevisionView, UpdateRevisionPlan};
+use crate::core::pod_read::PodRead;
 use crate::core::sync::{self, SyncInput, sooner};
-use crate::core::{intstr, order, pods as podcore, revision, status};
+use crate::core::{intstr, order, pod_read, pods as podcore, revision, status};
 
 /// Why a reconcile failed; the worker retries with backoff.
 #[derive(Debug, thiserror::Error)]
@@ -95,8 +97,9 @@ pub async fn reconcile(ctx: &Arc<Context>, key: &str) -> Result<Option<Duration>
     // Observe: owned pods and PVCs, by owner UID (orphans are never adopted), from the owner index.
     let uid = cs.metadata.uid.clone().unwrap_or_default();
     let owned = ctx.stores.pods.owned_by(&uid);
-    let (active, inactive): (Vec<Arc<Pod>>, Vec<Arc<Pod>>) =
-        owned.iter().filter(|p| &*p.namespace == ns).map(|p| Arc::new(p.expand())).partition(|p| is_active(p));
+    // Read compact; a pod is expanded only where a decision or write needs all of it.
+    let (active, inactive): (Vec<ReadPod>, Vec<ReadPod>) =
+        owned.into_iter().filter(|p| &*p.namespace == ns).map(ReadPod::new).partition(|p| is_active(p));
     let pvcs: Vec<Arc<PersistentVolumeClaim>> = ctx
         .stores
         .pvcs
@@ -120,8 +123,7 @@ pub async fn reconcile(ctx: &Arc<Context>, key: &str) -> Result<Option<Duration>
     {
         let mut rv = ctx.rv_expectations.lock().unwrap_or_else(|e| e.into_inner());
         for p in &active {
-            let uid = p.metadata.uid.clone().unwrap_or_default();
-            gate = combine(gate, rv.check(&uid, p.metadata.resource_version.as_deref(), now_i, timeout));
+            gate = combine(gate, rv.check(p.pod_uid(), p.pod_resource_version(), now_i, timeout));
         }
     }
     match gate {
@@ -133,7 +135,7 @@ pub async fn reconcile(ctx: &Arc<Context>, key: &str) -> Result<Option<Duration>
         }
     }
 
-    let active_refs: Vec<&Pod> = active.iter().map(|p| p.as_ref()).collect();
+    let active_refs: Vec<&dyn PodRead> = pod_read::refs(&active);
     let node_labels: BTreeMap<String, BTreeMap<String, String>> = if has_spread_constraints(cs) {
         ctx.stores.nodes.state().iter().map(|n| (n.name_any(), n.labels().clone())).collect()
     } else {
@@ -230,9 +232,8 @@ pub async fn reconcile(ctx: &Arc<Context>, key: &str) -> Result<Option<Duration>
     Ok(sooner(sooner(status_requeue, sync::next_availability(&input)), requeue))
 }
 
-fn is_active(p: &Pod) -> bool {
-    let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
-    p.metadata.deletion_timestamp.is_none() && phase != Some("Succeeded") && phase != Some("Failed")
+fn is_active(p: &dyn PodRead) -> bool {
+    !p.is_terminating() && p.phase() != "Succeeded" && p.phase() != "Failed"
 }
 
 fn has_spread_constraints(cs: &CloneSet) -> bool {
@@ -421,7 +422,7 @@ async fn truncate_history(
     ctx: &Context,
     cs: &CloneSet,
     revs: &Revisions,
-    active: &[&Pod],
+    active: &[&dyn PodRead],
     current_after: &str,
 ) -> Result<(), ReconcileError> {
     let mut live: BTreeSet<String> = [revs.update.clone(), revs.current.clone(), current_after.to_string()].into();
@@ -444,16 +445,16 @@ async fn truncate_history(
 /// §4.0 step 6: owned pods that no longer match the selector are released (owner removed).
 /// While the CloneSet is being deleted they are only left out, as Kruise's RefManager does, so
 /// garbage collection still takes them with it.
-async fn release_mismatched_pods(ctx: &Context, cs: &CloneSet, active: Vec<Arc<Pod>>) -> Result<Vec<Arc<Pod>>, ReconcileError> {
+async fn release_mismatched_pods(ctx: &Context, cs: &CloneSet, active: Vec<ReadPod>) -> Result<Vec<ReadPod>, ReconcileError> {
     let ns = cs.namespace().unwrap_or_default();
     let uid = cs.metadata.uid.clone().unwrap_or_default();
     let deleting = cs.metadata.deletion_timestamp.is_some();
     let mut kept = Vec::with_capacity(active.len());
     for p in active {
-        if order::selector_matches(&cs.spec.selector, p.labels()) == Some(true) {
+        if order::selector_matches_by(&cs.spec.selector, |k| p.label(k)) == Some(true) {
             kept.push(p);
         } else if !deleting {
-            writes::release_pod(ctx, &ns, &p, &uid).await?;
+            writes::release_pod(ctx, &ns, p.full(), &uid).await?;
         }
     }
     Ok(kept)
@@ -464,22 +465,20 @@ async fn release_mismatched_pods(ctx: &Context, cs: &CloneSet, active: Vec<Arc<P
 async fn cleanup_pvcs(
     ctx: &Context,
     cs: &CloneSet,
-    active: &[Arc<Pod>],
-    inactive: &[Arc<Pod>],
+    active: &[ReadPod],
+    inactive: &[ReadPod],
     pvcs: &[Arc<PersistentVolumeClaim>],
 ) -> Result<(), ReconcileError> {
-    let id_of = |p: &Pod| podcore::instance_id(p.metadata.labels.as_ref()).map(str::to_string);
-    let active_ids: BTreeSet<String> = active.iter().filter_map(|p| id_of(p)).collect();
+    let active_ids: BTreeSet<&str> = active.iter().filter_map(|p| podcore::pod_instance_id(p)).collect();
     for pvc in pvcs {
         let Some(id) = podcore::instance_id(pvc.metadata.labels.as_ref()) else { continue };
         if active_ids.contains(id) {
             continue;
         }
-        match inactive.iter().find(|p| id_of(p).as_deref() == Some(id)) {
+        match inactive.iter().find(|p| podcore::pod_instance_id(*p) == Some(id)) {
             Some(pod) => {
                 let cs_uid = cs.metadata.uid.as_deref().unwrap_or_default();
-                let pod_uid = pod.metadata.uid.as_deref().unwrap_or_default();
-                let owners = podcore::pvc_owners_handed_to_pod(pvc.owner_references(), cs_uid, &pod.name_any(), pod_uid);
+                let owners = podcore::pvc_owners_handed_to_pod(pvc.owner_references(), cs_uid, pod.name(), pod.pod_uid());
                 writes::set_pvc_owners(ctx, cs, pvc, &owners).await?;
             }
             None => writes::delete_pvc(ctx, cs, &pvc.name_any(), writes::PvcDeletion::CleanUp).await?,
@@ -493,7 +492,7 @@ fn ns_of(cs: &CloneSet) -> String {
 }
 
 /// Sends `writes` to `pod` in order, stopping at the first failure.
-async fn apply_pod_writes(ctx: &Context, ns: &str, pod: &Pod, writes: &[sync::PodWrite]) -> Result<(), WriteError> {
+async fn apply_pod_writes(ctx: &Context, ns: &str, pod: &dyn PodRead, writes: &[sync::PodWrite]) -> Result<(), WriteError> {
     for w in writes {
         match w {
             sync::PodWrite::Conditions(c) => writes::patch_pod_status(ctx, ns, pod, json!({"status": {"conditions": c}})).await?,
@@ -512,14 +511,13 @@ async fn execute_scale(
     cs: &CloneSet,
     plan: &sync::ScalePlan,
     revs: &Revisions,
-    active: &[&Pod],
+    active: &[&dyn PodRead],
     pvcs: &[Arc<PersistentVolumeClaim>],
     now: Timestamp,
 ) -> (usize, Option<WriteError>) {
     let total = plan.create_current + plan.create_update;
     if total > 0 {
-        let active_ids: BTreeSet<String> =
-            active.iter().filter_map(|p| podcore::instance_id(p.metadata.labels.as_ref()).map(str::to_string)).collect();
+        let active_ids: BTreeSet<String> = active.iter().filter_map(|&p| podcore::pod_instance_id(p).map(str::to_string)).collect();
         let pvc_ids: Vec<&str> = pvcs.iter().filter_map(|p| podcore::instance_id(p.metadata.labels.as_ref())).collect();
         let free = if cs.spec.scale_strategy.disable_pvc_reuse {
             BTreeSet::new()
@@ -583,7 +581,7 @@ async fn execute_scale(
     {
         for name in names {
             let Some(pod) = find_pod(active, name) else { continue };
-            if let Err(e) = apply_pod_writes(ctx, &ns, pod, &sync::lifecycle_writes(cs, pod, state, now)).await {
+            if let Err(e) = apply_pod_writes(ctx, &ns, pod, &sync::lifecycle_writes(cs, pod.full(), state, now)).await {
                 return (changed, Some(e));
             }
             changed += 1;
@@ -591,7 +589,7 @@ async fn execute_scale(
     }
     for name in &plan.delete {
         let Some(pod) = find_pod(active, name) else { continue };
-        let id = podcore::instance_id(pod.metadata.labels.as_ref()).unwrap_or_default().to_string();
+        let id = podcore::pod_instance_id(pod).unwrap_or_default().to_string();
         let claims: Vec<String> = pvcs
             .iter()
             .filter(|p| !id.is_empty() && podcore::instance_id(p.metadata.labels.as_ref()) == Some(id.as_str()))
@@ -609,7 +607,7 @@ async fn execute_scale(
 /// the other pods are still refreshed: Kruise stops at the first failing pod, so one pod whose
 /// writes are denied would keep every other pod of the CloneSet from finishing. Returns whether
 /// a lifecycle state was moved (which ends the pass), and the first failure.
-async fn execute_refresh(ctx: &Context, ns: &str, refresh: &[sync::Refresh], active: &[&Pod]) -> (bool, Option<WriteError>) {
+async fn execute_refresh(ctx: &Context, ns: &str, refresh: &[sync::Refresh], active: &[&dyn PodRead]) -> (bool, Option<WriteError>) {
     // The futures are built first: stream combinators with closures inside the spawned reconcile
     // future fail to compile (a "higher-ranked lifetime error").
     let mut writes = Vec::with_capacity(refresh.len());
@@ -637,8 +635,8 @@ async fn execute_refresh(ctx: &Context, ns: &str, refresh: &[sync::Refresh], act
 /// pods is not one long chain of round trips.
 const POD_WRITES_IN_FLIGHT: usize = 16;
 
-fn find_pod<'a>(active: &[&'a Pod], name: &str) -> Option<&'a Pod> {
-    active.iter().copied().find(|p| p.metadata.name.as_deref() == Some(name))
+fn find_pod<'a>(active: &[&'a dyn PodRead], name: &str) -> Option<&'a dyn PodRead> {
+    active.iter().copied().find(|p| p.name() == name)
 }
 
 /// Carries out the update plan, in order, several pods at a time. After the first failure no
@@ -649,7 +647,7 @@ async fn execute_update(
     ctx: &Context,
     cs: &CloneSet,
     plan: &sync::UpdatePlan,
-    active: &[&Pod],
+    active: &[&dyn PodRead],
     now: Timestamp,
 ) -> (Option<Duration>, Option<WriteError>) {
     let ns = ns_of(cs);
@@ -672,7 +670,7 @@ async fn execute_update(
             if failed.load(std::sync::atomic::Ordering::Acquire) {
                 return None;
             }
-            let result = apply_pod_writes(ctx, ns, pod, &sync::action_writes(cs, pod, action, label, now)).await;
+            let result = apply_pod_writes(ctx, ns, pod, &sync::action_writes(cs, pod.full(), action, label, now)).await;
             if result.is_err() {
                 failed.store(true, std::sync::atomic::Ordering::Release);
             }

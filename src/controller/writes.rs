@@ -18,6 +18,7 @@ use super::wire_pod::WirePod;
 use crate::api::{CloneSet, CloneSetStatus};
 use crate::core::events;
 use crate::core::expectations::ObjectKind;
+use crate::core::pod_read::PodRead;
 
 /// Why a write failed, in terms of what the caller must do.
 #[derive(Debug, thiserror::Error)]
@@ -375,13 +376,12 @@ async fn create_pod_object(ctx: &Context, ns: &str, pod: &Pod) -> Result<WirePod
 }
 
 /// Deletes a pod (only the exact pod we saw, by UID) and then the PVCs of its instance.
-pub async fn delete_pod(ctx: &Context, cs: &CloneSet, pod: &Pod, instance_pvcs: &[String]) -> Result<(), WriteError> {
+pub async fn delete_pod(ctx: &Context, cs: &CloneSet, pod: &dyn PodRead, instance_pvcs: &[String]) -> Result<(), WriteError> {
     let key = cs_key(cs);
     let ns = cs.namespace().unwrap_or_default();
-    let name = pod.name_any();
+    let name = pod.name().to_string();
     ctx.scale_expectations.lock().unwrap_or_else(|e| e.into_inner()).expect_deletion(&key, ObjectKind::Pod, &name);
-    let dp =
-        DeleteParams { preconditions: Some(Preconditions { uid: pod.metadata.uid.clone(), resource_version: None }), ..Default::default() };
+    let dp = DeleteParams { preconditions: Some(Preconditions { uid: uid_of(pod), resource_version: None }), ..Default::default() };
     match pods(ctx, &ns).delete(&name, &dp).await {
         Ok(_) => event(ctx, cs, EventType::Normal, "SuccessfulDelete", format!("succeed to delete pod {name}")).await,
         Err(kube::Error::Api(e)) if e.code == 404 => {}
@@ -391,8 +391,8 @@ pub async fn delete_pod(ctx: &Context, cs: &CloneSet, pod: &Pod, instance_pvcs: 
             return Err(e.into());
         }
     }
-    if let Some(uid) = pod.metadata.uid.as_deref() {
-        ctx.rv_expectations.lock().unwrap_or_else(|e| e.into_inner()).forget(uid);
+    if let Some(uid) = uid_of(pod) {
+        ctx.rv_expectations.lock().unwrap_or_else(|e| e.into_inner()).forget(&uid);
     }
     for pvc in instance_pvcs {
         delete_pvc(ctx, cs, pvc, PvcDeletion::WithPod).await?;
@@ -448,16 +448,16 @@ pub async fn set_pvc_owners(
 
 /// A metadata patch on a pod (labels, annotations, owner references), recorded as a
 /// read-your-writes expectation.
-pub async fn patch_pod(ctx: &Context, ns: &str, pod: &Pod, patch: Value) -> Result<(), WriteError> {
-    let updated = pods(ctx, ns).patch(&pod.name_any(), &PatchParams::default(), &Patch::Strategic(&patch)).await?;
+pub async fn patch_pod(ctx: &Context, ns: &str, pod: &dyn PodRead, patch: Value) -> Result<(), WriteError> {
+    let updated = pods(ctx, ns).patch(pod.name(), &PatchParams::default(), &Patch::Strategic(&patch)).await?;
     expect_version(ctx, &updated);
     Ok(())
 }
 
 /// A strategic-merge patch of the pod's `resize` subresource (Kubernetes 1.32+), the only way to
 /// change a running pod's cpu/memory.
-pub async fn resize_pod(ctx: &Context, ns: &str, pod: &Pod, patch: Value) -> Result<(), WriteError> {
-    let updated = pods(ctx, ns).patch_subresource("resize", &pod.name_any(), &PatchParams::default(), &Patch::Strategic(&patch)).await?;
+pub async fn resize_pod(ctx: &Context, ns: &str, pod: &dyn PodRead, patch: Value) -> Result<(), WriteError> {
+    let updated = pods(ctx, ns).patch_subresource("resize", pod.name(), &PatchParams::default(), &Patch::Strategic(&patch)).await?;
     expect_version(ctx, &updated);
     Ok(())
 }
@@ -472,10 +472,15 @@ pub async fn release_pod(ctx: &Context, ns: &str, pod: &Pod, owner_uid: &str) ->
 }
 
 /// A status patch on a pod (conditions merge by type).
-pub async fn patch_pod_status(ctx: &Context, ns: &str, pod: &Pod, patch: Value) -> Result<(), WriteError> {
-    let updated = pods(ctx, ns).patch_status(&pod.name_any(), &PatchParams::default(), &Patch::Strategic(&patch)).await?;
+pub async fn patch_pod_status(ctx: &Context, ns: &str, pod: &dyn PodRead, patch: Value) -> Result<(), WriteError> {
+    let updated = pods(ctx, ns).patch_status(pod.name(), &PatchParams::default(), &Patch::Strategic(&patch)).await?;
     expect_version(ctx, &updated);
     Ok(())
+}
+
+/// A pod's UID, when it has one.
+fn uid_of(pod: &dyn PodRead) -> Option<String> {
+    Some(pod.pod_uid()).filter(|u| !u.is_empty()).map(str::to_string)
 }
 
 /// Only pods: the reconcile checks (and `delete_pod` forgets) pod expectations alone, as Kruise

@@ -164,7 +164,7 @@ impl Sim {
     fn pass(&mut self, fail_at: Option<usize>) {
         let nodes = BTreeMap::new();
         let snapshot = self.pod.clone();
-        let pods = [&snapshot];
+        let pods: [&dyn crate::core::pod_read::PodRead; 1] = [&snapshot];
         let input = SyncInput {
             cloneset: &self.cs,
             pods: &pods,

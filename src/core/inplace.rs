@@ -15,6 +15,7 @@ use serde_json::{Map, Value, json};
 
 use crate::api::keys;
 use crate::api::shared::{InPlaceUpdateContainerBatch, InPlaceUpdateContainerStatus, InPlaceUpdateState};
+use crate::core::pod_read::PodRead;
 use crate::core::{defaults, resources, revision};
 
 /// What an in-place update changes, and Kruise's JSON for it (held in the grace annotation).
@@ -168,16 +169,14 @@ fn finalizers_patch(old_meta: &Value, new_meta: &Value) -> Map<String, Value> {
 }
 
 /// The state annotation's value as a pod carries it (current key first, legacy key as fallback).
-pub fn read_state(pod: &Pod) -> Option<InPlaceUpdateState> {
-    let a = pod.metadata.annotations.as_ref()?;
-    let raw = a.get(keys::INPLACE_UPDATE_STATE).or_else(|| a.get(keys::INPLACE_UPDATE_STATE_LEGACY))?;
+pub fn read_state(pod: &dyn PodRead) -> Option<InPlaceUpdateState> {
+    let raw = pod.annotation(keys::INPLACE_UPDATE_STATE).or_else(|| pod.annotation(keys::INPLACE_UPDATE_STATE_LEGACY))?;
     serde_json::from_str(raw).ok()
 }
 
 /// The grace annotation's UpdateSpec, if the pod is in a grace period.
-pub fn read_grace(pod: &Pod) -> Option<UpdateSpec> {
-    let a = pod.metadata.annotations.as_ref()?;
-    let raw = a.get(keys::INPLACE_UPDATE_GRACE).or_else(|| a.get(keys::INPLACE_UPDATE_GRACE_LEGACY))?;
+pub fn read_grace(pod: &dyn PodRead) -> Option<UpdateSpec> {
+    let raw = pod.annotation(keys::INPLACE_UPDATE_GRACE).or_else(|| pod.annotation(keys::INPLACE_UPDATE_GRACE_LEGACY))?;
     serde_json::from_str(raw).ok()
 }
 
@@ -421,22 +420,21 @@ pub fn next_batch_patch(pod: &Pod, state: &InPlaceUpdateState, now: Timestamp) -
 /// Not complete while a grace period or a next batch is pending; otherwise each recorded
 /// container must show a new imageID, or report the spec image (covering re-tags of the same
 /// image).
-pub fn update_completed(pod: &Pod, state: &InPlaceUpdateState) -> bool {
+pub fn update_completed(pod: &dyn PodRead, state: &InPlaceUpdateState) -> bool {
     read_grace(pod).is_none()
         && state.next_container_images.is_empty()
-        && (!state.update_resources || resources::resources_applied(pod))
+        && (!state.update_resources || resources::resources_applied(pod.full()))
         && containers_updated(pod, state)
 }
 
 /// Every container recorded in the state shows a new imageID or reports its spec image.
-fn containers_updated(pod: &Pod, state: &InPlaceUpdateState) -> bool {
-    let statuses = pod.status.as_ref().and_then(|s| s.container_statuses.as_deref()).unwrap_or_default();
-    let spec_containers = pod.spec.as_ref().map(|s| s.containers.as_slice()).unwrap_or_default();
+fn containers_updated(pod: &dyn PodRead, state: &InPlaceUpdateState) -> bool {
     for (name, last) in state.last_container_statuses.iter().flatten() {
-        let Some(status) = statuses.iter().find(|s| &s.name == name) else { return false };
-        let spec_image = spec_containers.iter().find(|c| &c.name == name).and_then(|c| c.image.clone()).unwrap_or_default();
-        let spec_image = if spec_image.contains(':') { spec_image } else { format!("{spec_image}:latest") };
-        if status.image_id == last.image_id && status.image != spec_image {
+        let Some(status) = pod.container_status(name) else { return false };
+        let spec_image = pod.container_image(name).unwrap_or_default();
+        let reports_spec_image =
+            if spec_image.contains(':') { status.image == spec_image } else { status.image.strip_suffix(":latest") == Some(spec_image) };
+        if status.image_id == last.image_id && !reports_spec_image {
             return false;
         }
     }

@@ -4,10 +4,11 @@ use k8s_openapi::api::core::v1::Pod;
 
 use crate::api::keys;
 use crate::api::shared::{Lifecycle, LifecycleHook, LifecycleState};
+use crate::core::pod_read::PodRead;
 
 /// The pod's lifecycle state; an absent or unknown label reads as `None` (behaves like Normal).
-pub fn state(pod: &Pod) -> Option<LifecycleState> {
-    pod.metadata.labels.as_ref()?.get(keys::LIFECYCLE_STATE).and_then(|s| LifecycleState::parse(s))
+pub fn state(pod: &dyn PodRead) -> Option<LifecycleState> {
+    pod.label(keys::LIFECYCLE_STATE).and_then(LifecycleState::parse)
 }
 
 /// Hooked: any handler label has its value, or any handler finalizer is present.

@@ -13,6 +13,7 @@ pub mod inplace;
 pub mod intstr;
 pub mod lifecycle;
 pub mod order;
+pub mod pod_read;
 pub mod pods;
 pub mod readiness;
 pub mod resources;

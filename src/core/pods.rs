@@ -197,6 +197,11 @@ pub fn instance_id(labels: Option<&BTreeMap<String, String>>) -> Option<&str> {
     labels?.get(keys::CLONESET_INSTANCE_ID).map(String::as_str)
 }
 
+/// A pod's instance id.
+pub fn pod_instance_id(pod: &dyn crate::core::pod_read::PodRead) -> Option<&str> {
+    pod.label(keys::CLONESET_INSTANCE_ID)
+}
+
 /// RFC 3339 with whole seconds, as Go's `metav1.Time` writes it.
 pub fn rfc3339_seconds(t: Timestamp) -> String {
     t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()

@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::api::keys;
+use crate::core::pod_read::PodRead;
 use crate::core::pods::rfc3339_seconds;
 
 /// One holder of a pod's not-ready state, in Kruise's JSON field order.
@@ -28,8 +29,8 @@ pub const PRE_DELETE_HOOK: &str = "preDeleteHook";
 pub const PRE_UPDATE_HOOK: &str = "preUpdateHook";
 const LIFECYCLE_USER_AGENT: &str = "Lifecycle";
 
-pub fn has_gate(pod: &Pod, gate: &str) -> bool {
-    pod.spec.as_ref().and_then(|s| s.readiness_gates.as_ref()).is_some_and(|g| g.iter().any(|g| g.condition_type == gate))
+pub fn has_gate(pod: &dyn PodRead, gate: &str) -> bool {
+    pod.has_readiness_gate(gate)
 }
 
 pub fn find<'a>(pod: &'a Pod, type_: &str) -> Option<&'a PodCondition> {
@@ -44,11 +45,11 @@ pub fn condition(type_: &str, status: bool, reason: &str, message: &str, now: Ti
 }
 
 /// Kruise's `hasEqualCondition`: same status, reason and message.
-pub fn has_equal(pod: &Pod, type_: &str, status: bool, reason: &str, message: &str) -> bool {
-    find(pod, type_).is_some_and(|c| {
+pub fn has_equal(pod: &dyn PodRead, type_: &str, status: bool, reason: &str, message: &str) -> bool {
+    pod.condition(type_).is_some_and(|c| {
         c.status == if status { "True" } else { "False" }
-            && c.reason.as_deref().unwrap_or_default() == reason
-            && c.message.as_deref().unwrap_or_default() == message
+            && c.reason.unwrap_or_default() == reason
+            && c.message.unwrap_or_default() == message
     })
 }
 

@@ -3,14 +3,14 @@
 
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, Time};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
 use crate::api::cloneset::condition;
 use crate::api::{CloneSet, CloneSetCondition, CloneSetStatus, keys};
+use crate::core::order;
+use crate::core::pod_read::PodRead;
 use crate::core::pods::hash_matches;
-use crate::core::{order, readiness};
 
 pub const REASON_AVAILABLE: &str = "CloneSetAvailable";
 pub const REASON_PAUSED: &str = "CloneSetPaused";
@@ -21,19 +21,18 @@ const NO_DEADLINE: i32 = i32::MAX;
 
 /// Ready for status purposes: Running, PodReady, and InPlaceUpdateReady not False. Lifecycle
 /// state does not matter here.
-pub fn is_ready(pod: &Pod) -> bool {
-    let running = pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
-    running && order::is_pod_ready(pod) && readiness::find(pod, keys::INPLACE_UPDATE_READY).is_none_or(|c| c.status == "True")
+pub fn is_ready(pod: &dyn PodRead) -> bool {
+    pod.phase() == "Running" && order::is_pod_ready(pod) && pod.condition(keys::INPLACE_UPDATE_READY).is_none_or(|c| c.status == "True")
 }
 
 /// Available: ready, Ready for `minReadySeconds`, and lifecycle state empty or Normal.
-pub fn is_available(pod: &Pod, min_ready_seconds: i32, now: Timestamp) -> bool {
+pub fn is_available(pod: &dyn PodRead, min_ready_seconds: i32, now: Timestamp) -> bool {
     is_ready(pod) && order::is_pod_available(pod, min_ready_seconds, now)
 }
 
 /// The revision hash label of a pod.
-pub fn pod_revision(pod: &Pod) -> Option<&str> {
-    pod.metadata.labels.as_ref()?.get(keys::CONTROLLER_REVISION_HASH).map(String::as_str)
+pub fn pod_revision(pod: &dyn PodRead) -> Option<&str> {
+    pod.label(keys::CONTROLLER_REVISION_HASH)
 }
 
 /// Kubernetes' `selector.String()`: requirements sorted by key; `k=v`, `k in (a,b)`,
@@ -64,7 +63,7 @@ pub fn selector_string(selector: &LabelSelector) -> String {
 pub struct StatusInput<'a> {
     pub cloneset: &'a CloneSet,
     /// Active pods (not terminating, not Succeeded/Failed).
-    pub pods: &'a [&'a Pod],
+    pub pods: &'a [&'a dyn PodRead],
     pub update_revision: &'a str,
     /// The current revision chosen at the start of the reconcile.
     pub current_revision: &'a str,

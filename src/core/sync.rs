@@ -15,6 +15,7 @@ use crate::api::{CloneSet, keys};
 use crate::config::FeatureGates;
 use crate::core::diff::{self, DiffInput, ExpectationDiffs, PodView};
 use crate::core::inplace::{self, UpdateSpec};
+use crate::core::pod_read::PodRead;
 use crate::core::pods::{hash_matches, rfc3339_seconds};
 use crate::core::{lifecycle, order, readiness, status};
 
@@ -22,7 +23,7 @@ use crate::core::{lifecycle, order, readiness, status};
 pub struct SyncInput<'a> {
     pub cloneset: &'a CloneSet,
     /// Active pods: owned, not terminating, not Succeeded/Failed.
-    pub pods: &'a [&'a Pod],
+    pub pods: &'a [&'a dyn PodRead],
     pub current_revision: &'a str,
     pub update_revision: &'a str,
     pub gates: FeatureGates,
@@ -38,7 +39,7 @@ pub struct SyncInput<'a> {
     pub now: Timestamp,
 }
 
-impl SyncInput<'_> {
+impl<'a> SyncInput<'a> {
     fn exclude_preparing_delete(&self) -> bool {
         self.exclude_preparing_delete_flag
             || self
@@ -50,14 +51,17 @@ impl SyncInput<'_> {
                 .is_some_and(|v| v == "true")
     }
 
-    fn is_on_update_revision(&self, pod: &Pod) -> bool {
+    fn is_on_update_revision(&self, pod: &dyn PodRead) -> bool {
         status::pod_revision(pod).is_some_and(|h| hash_matches(h, self.update_revision))
     }
 
-    fn specified_delete(&self, pod: &Pod) -> bool {
-        let labelled = pod.metadata.labels.as_ref().is_some_and(|l| l.contains_key(keys::SPECIFIED_DELETE));
-        let listed = pod.metadata.name.as_ref().is_some_and(|n| self.cloneset.spec.scale_strategy.pods_to_delete.contains(n));
-        labelled || listed
+    fn specified_delete(&self, pod: &dyn PodRead) -> bool {
+        pod.label(keys::SPECIFIED_DELETE).is_some() || self.cloneset.spec.scale_strategy.pods_to_delete.iter().any(|n| n == pod.name())
+    }
+
+    /// The whole pods, for the orderings (read only while pods are chosen to update or delete).
+    fn full_pods(&self) -> Vec<&'a Pod> {
+        self.pods.iter().map(|p| p.full()).collect()
     }
 
     fn diff_input(&self) -> DiffInput<'_> {
@@ -81,7 +85,7 @@ impl SyncInput<'_> {
         let mrs = self.cloneset.spec.min_ready_seconds;
         self.pods
             .iter()
-            .map(|p| {
+            .map(|&p| {
                 let st = lifecycle::state(p);
                 let updated = self.is_on_update_revision(p)
                     || (for_scale && self.gates.preparing_update_as_update && st == Some(LifecycleState::PreparingUpdate));
@@ -144,17 +148,17 @@ fn state_patch(state: LifecycleState, now: Timestamp) -> Value {
 /// any) has all its containers running the new images with no batch left. It does not look at
 /// the `InPlaceUpdateReady` condition, so a pod whose condition write was lost (or that has no
 /// gate at all) still finishes.
-pub fn in_place_update_completed(pod: &Pod) -> bool {
+pub fn in_place_update_completed(pod: &dyn PodRead) -> bool {
     inplace::read_grace(pod).is_none() && inplace::read_state(pod).is_none_or(|s| inplace::update_completed(pod, &s))
 }
 
 /// Kruise's `inplaceupdate.Refresh`: a grace period that ends, the next launch-priority batch,
 /// or `InPlaceUpdateReady=True` once no in-place update is pending. Returns the writes and when
 /// to look again.
-fn refresh_in_place(pod: &Pod, now: Timestamp) -> (Vec<PodWrite>, Option<Duration>) {
-    let revision_label = pod.metadata.labels.as_ref().and_then(|l| l.get(keys::CONTROLLER_REVISION_HASH)).cloned().unwrap_or_default();
+fn refresh_in_place(pod: &dyn PodRead, now: Timestamp) -> (Vec<PodWrite>, Option<Duration>) {
+    let revision_label = pod.label(keys::CONTROLLER_REVISION_HASH).unwrap_or_default();
     if let Some(grace) = inplace::read_grace(pod) {
-        if !hash_matches(&revision_label, &grace.revision) {
+        if !hash_matches(revision_label, &grace.revision) {
             // The pod's revision moved on: drop the grace spec and go through the update again.
             let drop = json!({"metadata": {"annotations": {keys::INPLACE_UPDATE_GRACE: null, keys::INPLACE_UPDATE_GRACE_LEGACY: null}}});
             return (vec![PodWrite::Patch(drop)], None);
@@ -163,6 +167,7 @@ fn refresh_in_place(pod: &Pod, now: Timestamp) -> (Vec<PodWrite>, Option<Duratio
         if let Some(remaining) = inplace::grace_remaining(&state, grace.grace_seconds, now) {
             return (vec![], Some(remaining));
         }
+        let pod = pod.full();
         let (new_state, batch) = inplace::state_after_grace(pod, &state, &grace, now);
         let mut apply = inplace::apply_patch(pod, &grace, &batch, &new_state, &BTreeMap::new(), None);
         combine_patches(&mut apply, &json!({"metadata": {"annotations": {keys::INPLACE_UPDATE_GRACE: null}}}));
@@ -173,7 +178,7 @@ fn refresh_in_place(pod: &Pod, now: Timestamp) -> (Vec<PodWrite>, Option<Duratio
     if let Some(state) = inplace::read_state(pod) {
         if !state.next_container_images.is_empty() {
             // The next batch once the last one runs its new images and is Ready; until then, wait.
-            return (inplace::next_batch_patch(pod, &state, now).map(PodWrite::Patch).into_iter().collect(), None);
+            return (inplace::next_batch_patch(pod.full(), &state, now).map(PodWrite::Patch).into_iter().collect(), None);
         }
         if !inplace::update_completed(pod, &state) {
             return (vec![], None);
@@ -186,15 +191,17 @@ fn refresh_in_place(pod: &Pod, now: Timestamp) -> (Vec<PodWrite>, Option<Duratio
 }
 
 /// Kruise's `refreshPodState`: the lifecycle state a pod should move to now, if any.
-fn lifecycle_move(input: &SyncInput<'_>, pod: &Pod) -> Option<LifecycleState> {
+fn lifecycle_move(input: &SyncInput<'_>, pod: &dyn PodRead) -> Option<LifecycleState> {
     let lifecycle_spec = input.cloneset.spec.lifecycle.as_ref();
     let pre_normal = lifecycle_spec.and_then(|l| l.pre_normal.as_ref());
     match lifecycle::state(pod)? {
-        LifecycleState::PreparingNormal if lifecycle::ready_for_normal(pod, pre_normal) => Some(LifecycleState::Normal),
+        LifecycleState::PreparingNormal if lifecycle::ready_for_normal(pod.full(), pre_normal) => Some(LifecycleState::Normal),
         // A rollback reached a pod still waiting to be updated (Kruise issue #1156).
-        LifecycleState::PreparingUpdate if input.is_on_update_revision(pod) => Some(lifecycle::state_after_update(pod, lifecycle_spec)),
-        LifecycleState::Updating if in_place_update_completed(pod) => Some(lifecycle::state_after_update(pod, lifecycle_spec)),
-        LifecycleState::Updated if lifecycle::updated_may_become_normal(pod, lifecycle_spec) => Some(LifecycleState::Normal),
+        LifecycleState::PreparingUpdate if input.is_on_update_revision(pod) => {
+            Some(lifecycle::state_after_update(pod.full(), lifecycle_spec))
+        }
+        LifecycleState::Updating if in_place_update_completed(pod) => Some(lifecycle::state_after_update(pod.full(), lifecycle_spec)),
+        LifecycleState::Updated if lifecycle::updated_may_become_normal(pod.full(), lifecycle_spec) => Some(LifecycleState::Normal),
         _ => None,
     }
 }
@@ -211,12 +218,12 @@ pub fn plan_refresh(input: &SyncInput<'_>) -> (Vec<Refresh>, Option<Duration>) {
     let mark_not_ready = in_place_hook.is_some_and(|h| h.mark_pod_not_ready);
     let mut out = Vec::new();
     let mut requeue: Option<Duration> = None;
-    for pod in input.pods {
-        let mut r = Refresh { pod: pod.metadata.name.clone().unwrap_or_default(), ..Default::default() };
+    for &pod in input.pods {
+        let mut r = Refresh { pod: pod.name().to_string(), ..Default::default() };
         let (in_place, after) = refresh_in_place(pod, input.now);
         requeue = sooner(requeue, after);
         let mut conditions = Vec::new();
-        if readiness::has_gate(pod, keys::KRUISE_POD_READY) && readiness::find(pod, keys::KRUISE_POD_READY).is_none() {
+        if readiness::has_gate(pod, keys::KRUISE_POD_READY) && pod.condition(keys::KRUISE_POD_READY).is_none() {
             conditions.push(readiness::condition(keys::KRUISE_POD_READY, true, "", "", input.now));
         }
         for write in in_place {
@@ -230,7 +237,7 @@ pub fn plan_refresh(input: &SyncInput<'_>) -> (Vec<Refresh>, Option<Duration>) {
             if mark_not_ready && next == LifecycleState::Updated {
                 // Entering Updated releases the hook's not-ready mark (Kruise's
                 // executePodNotReadyPolicy), before the label moves.
-                conditions.extend(readiness::remove_not_ready_key(pod, readiness::PRE_UPDATE_HOOK, input.now).into_iter().flatten());
+                conditions.extend(readiness::remove_not_ready_key(pod.full(), readiness::PRE_UPDATE_HOOK, input.now).into_iter().flatten());
             }
             if lifecycle::state(pod) != Some(next) {
                 combine_patches(&mut patch, &state_patch(next, input.now));
@@ -239,12 +246,11 @@ pub fn plan_refresh(input: &SyncInput<'_>) -> (Vec<Refresh>, Option<Duration>) {
         if !conditions.is_empty() {
             r.writes.push(PodWrite::Conditions(conditions));
         }
-        let labels = pod.metadata.labels.clone().unwrap_or_default();
-        let revision_label = labels.get(keys::CONTROLLER_REVISION_HASH).cloned().unwrap_or_default();
-        if !labels.contains_key(keys::POD_TEMPLATE_HASH) && !revision_label.is_empty() {
+        let revision_label = pod.label(keys::CONTROLLER_REVISION_HASH).unwrap_or_default();
+        if pod.label(keys::POD_TEMPLATE_HASH).is_none() && !revision_label.is_empty() {
             combine_patches(
                 &mut patch,
-                &json!({"metadata": {"labels": {keys::POD_TEMPLATE_HASH: crate::core::pods::short_hash(&revision_label)}}}),
+                &json!({"metadata": {"labels": {keys::POD_TEMPLATE_HASH: crate::core::pods::short_hash(revision_label)}}}),
             );
         }
         if patch != json!({}) {
@@ -298,24 +304,27 @@ impl ScalePlan {
 pub fn plan_scale(input: &SyncInput<'_>) -> ScalePlan {
     let hooks = input.cloneset.spec.lifecycle.as_ref();
     let pre_delete_hook = hooks.and_then(|l| l.pre_delete.as_ref());
-    let preparing: Vec<&Pod> =
-        input.pods.iter().copied().filter(|p| lifecycle::state(p) == Some(LifecycleState::PreparingDelete)).collect();
+    let preparing: Vec<&dyn PodRead> =
+        input.pods.iter().copied().filter(|&p| lifecycle::state(p) == Some(LifecycleState::PreparingDelete)).collect();
 
     // A scale-up cancels pending deletions first, unless a hook marks pods not ready.
     let mark_not_ready = [hooks.and_then(|l| l.pre_delete.as_ref()), hooks.and_then(|l| l.in_place_update.as_ref())]
         .iter()
         .any(|h| h.is_some_and(|h| h.mark_pod_not_ready));
     if !mark_not_ready && !preparing.is_empty() {
-        let planned =
-            input.pods.iter().filter(|p| input.specified_delete(p) || lifecycle::state(p) == Some(LifecycleState::PreparingDelete)).count();
+        let planned = input
+            .pods
+            .iter()
+            .filter(|&&p| input.specified_delete(p) || lifecycle::state(p) == Some(LifecycleState::PreparingDelete))
+            .count();
         let mut diff = input.cloneset.spec.replicas.unwrap_or(1) as i64 - input.pods.len() as i64 + planned as i64;
         let mut cancel = Vec::new();
-        for p in &preparing {
+        for &p in &preparing {
             if diff <= 0 {
                 break;
             }
             if !input.specified_delete(p) {
-                cancel.extend(p.metadata.name.clone());
+                cancel.push(p.name().to_string());
                 diff -= 1;
             }
         }
@@ -338,31 +347,31 @@ pub fn plan_scale(input: &SyncInput<'_>) -> ScalePlan {
         plan.create_update = total - current;
         return plan;
     }
-    let mrs_zero_ready = |p: &Pod| status::is_available(p, 0, input.now);
+    let mrs_zero_ready = |p: &dyn PodRead| status::is_available(p, 0, input.now);
 
     // PreparingDelete pods whose hook has been released are deleted.
     let released: Vec<String> =
-        preparing.iter().filter(|p| !lifecycle::is_hooked(pre_delete_hook, p)).filter_map(|p| p.metadata.name.clone()).collect();
+        preparing.iter().filter(|p| !lifecycle::is_hooked(pre_delete_hook, p.full())).map(|p| p.name().to_string()).collect();
     if !released.is_empty() {
         plan.delete = released;
         return plan;
     }
 
     // Specified deletes: not-ready pods always, ready ones within deleteReadyLimit.
-    let specified: Vec<&Pod> = input
+    let specified: Vec<&dyn PodRead> = input
         .pods
         .iter()
         .copied()
-        .filter(|p| input.specified_delete(p) && lifecycle::state(p) != Some(LifecycleState::PreparingDelete))
+        .filter(|&p| input.specified_delete(p) && lifecycle::state(p) != Some(LifecycleState::PreparingDelete))
         .collect();
     let mut ready_budget = diffs.delete_ready_limit;
-    let mut take = |pods: &[&Pod], out: &mut Vec<String>| {
-        for p in pods {
+    let mut take = |pods: &[&dyn PodRead], out: &mut Vec<String>| {
+        for &p in pods {
             if !mrs_zero_ready(p) {
-                out.extend(p.metadata.name.clone());
+                out.push(p.name().to_string());
             } else if ready_budget > 0 {
                 ready_budget -= 1;
-                out.extend(p.metadata.name.clone());
+                out.push(p.name().to_string());
             }
         }
     };
@@ -385,11 +394,11 @@ pub fn plan_scale(input: &SyncInput<'_>) -> ScalePlan {
         let victims = order::choose_pods_to_delete(
             diffs.scale_down_num.max(0) as usize,
             diffs.scale_down_num_old_revision.max(0) as usize,
-            input.pods,
+            &input.full_pods(),
             |p: &Pod| input.is_on_update_revision(p),
             &ctx,
         );
-        let victims: Vec<&Pod> = victims.into_iter().map(|i| input.pods[i]).collect();
+        let victims: Vec<&dyn PodRead> = victims.into_iter().map(|i| input.pods[i]).collect();
         take(&victims, &mut plan.delete);
         split_hooked(input, pre_delete_hook, &mut plan);
     }
@@ -398,7 +407,7 @@ pub fn plan_scale(input: &SyncInput<'_>) -> ScalePlan {
 
 /// Pods their preDelete hook holds go to PreparingDelete instead of being deleted.
 fn split_hooked(input: &SyncInput<'_>, hook: Option<&crate::api::shared::LifecycleHook>, plan: &mut ScalePlan) {
-    let hooked = |name: &String| input.pods.iter().any(|p| p.metadata.name.as_ref() == Some(name) && lifecycle::is_hooked(hook, p));
+    let hooked = |name: &String| input.pods.iter().any(|p| p.name() == name && lifecycle::is_hooked(hook, p.full()));
     let (held, free): (Vec<String>, Vec<String>) = plan.delete.drain(..).partition(hooked);
     plan.delete = free;
     plan.prepare_delete = held;
@@ -445,13 +454,9 @@ pub fn plan_update(input: &SyncInput<'_>) -> UpdatePlan {
         .pods
         .iter()
         .enumerate()
-        .filter(|(_, p)| {
+        .filter(|&(_, &p)| {
             let st = lifecycle::state(p);
-            let in_grace = p
-                .metadata
-                .annotations
-                .as_ref()
-                .is_some_and(|a| a.contains_key(keys::INPLACE_UPDATE_GRACE) || a.contains_key(keys::INPLACE_UPDATE_GRACE_LEGACY));
+            let in_grace = p.annotation(keys::INPLACE_UPDATE_GRACE).is_some() || p.annotation(keys::INPLACE_UPDATE_GRACE_LEGACY).is_some();
             // Only pods not on the target revision are candidates (an Updated pod already on it
             // waits for its hook's owner, then refresh moves it to Normal).
             let waits = if rolling_back { input.is_on_update_revision(p) } else { !input.is_on_update_revision(p) };
@@ -464,10 +469,11 @@ pub fn plan_update(input: &SyncInput<'_>) -> UpdatePlan {
         })
         .map(|(i, _)| i)
         .collect();
-    let sorted = order::sort_update_indexes(input.pods, candidates, strategy.priority_strategy.as_ref(), &strategy.scatter_strategy);
+    let full = input.full_pods();
+    let sorted = order::sort_update_indexes(&full, candidates, strategy.priority_strategy.as_ref(), &strategy.scatter_strategy);
     let target = if rolling_back { input.current_revision } else { input.update_revision };
     let chosen = order::limit_update_indexes(
-        input.pods,
+        &full,
         sorted,
         diffs.update_num.abs(),
         diffs.update_max_unavailable,
@@ -475,15 +481,12 @@ pub fn plan_update(input: &SyncInput<'_>) -> UpdatePlan {
         input.cloneset.spec.min_ready_seconds,
         input.now,
     );
-    let pods = chosen
-        .into_iter()
-        .map(|i| (input.pods[i].metadata.name.clone().unwrap_or_default(), pod_action(input, input.pods[i], target)))
-        .collect();
+    let pods = chosen.into_iter().map(|i| (input.pods[i].name().to_string(), pod_action(input, input.pods[i], target))).collect();
     UpdatePlan { diffs, pods, rolling_back, target: target.to_string() }
 }
 
 /// §5.6 and §5.8: recreate, or in place when the strategy allows and the change permits.
-fn pod_action(input: &SyncInput<'_>, pod: &Pod, target: &str) -> PodAction {
+fn pod_action(input: &SyncInput<'_>, pod: &dyn PodRead, target: &str) -> PodAction {
     let strategy = &input.cloneset.spec.update_strategy;
     let kind = if strategy.type_.is_empty() { update_type::RECREATE } else { strategy.type_.as_str() };
     if kind == update_type::RECREATE {
@@ -508,14 +511,14 @@ fn pod_action(input: &SyncInput<'_>, pod: &Pod, target: &str) -> PodAction {
         .and_then(|new| inplace::in_place_spec(old, new, target, grace, input.gates.in_place_workload_vertical_scaling));
     let Some(spec) = spec else {
         return if kind == update_type::IN_PLACE_ONLY {
-            let name = pod.metadata.name.as_deref().unwrap_or_default();
+            let name = pod.name();
             PodAction::Refuse(format!("find Pod {name} update strategy is InPlaceOnly but can not update in-place"))
         } else {
             PodAction::Recreate
         };
     };
     let hook = input.cloneset.spec.lifecycle.as_ref().and_then(|l| l.in_place_update.as_ref());
-    match lifecycle::in_place_gate(pod, hook) {
+    match lifecycle::in_place_gate(pod.full(), hook) {
         lifecycle::InPlaceGate::Proceed => PodAction::InPlace(spec),
         lifecycle::InPlaceGate::PrepareUpdate => PodAction::PrepareUpdate,
         lifecycle::InPlaceGate::Wait => PodAction::Wait,
@@ -623,9 +626,9 @@ pub fn next_availability(input: &SyncInput<'_>) -> Option<Duration> {
     input
         .pods
         .iter()
-        .filter(|p| status::is_ready(p) && !status::is_available(p, mrs, input.now))
+        .filter(|&&p| status::is_ready(p) && !status::is_available(p, mrs, input.now))
         .filter_map(|p| {
-            let since = p.status.as_ref()?.conditions.as_ref()?.iter().find(|c| c.type_ == "Ready")?.last_transition_time.as_ref()?.0;
+            let since = p.condition("Ready")?.last_transition_time?;
             let at = since + SignedDuration::from_secs(i64::from(mrs));
             Some(Duration::try_from(at.duration_since(input.now)).unwrap_or(Duration::ZERO) + Duration::from_millis(500))
         })
@@ -633,8 +636,8 @@ pub fn next_availability(input: &SyncInput<'_>) -> Option<Duration> {
 }
 
 /// Names in `podsToDelete` that are not active pods of this CloneSet (Kruise drops them, §4.6).
-pub fn stale_pods_to_delete(cs: &CloneSet, active: &[&Pod]) -> Option<Vec<String>> {
-    let names: BTreeSet<&str> = active.iter().filter_map(|p| p.metadata.name.as_deref()).collect();
+pub fn stale_pods_to_delete(cs: &CloneSet, active: &[&dyn PodRead]) -> Option<Vec<String>> {
+    let names: BTreeSet<&str> = active.iter().map(|p| p.name()).collect();
     let list = &cs.spec.scale_strategy.pods_to_delete;
     let kept: Vec<String> = list.iter().filter(|n| names.contains(n.as_str())).cloned().collect();
     (kept.len() != list.len()).then_some(kept)
@@ -673,7 +676,7 @@ mod tests {
     const NO_VCT_HASHES: &BTreeMap<String, String> = &BTreeMap::new();
 
     /// A pass over `pods` with current revision `foo-r1` and the given update revision.
-    fn input<'a>(cs: &'a CloneSet, pods: &'a [&'a Pod], update_revision: &'a str, now: Timestamp) -> SyncInput<'a> {
+    fn input<'a>(cs: &'a CloneSet, pods: &'a [&'a dyn PodRead], update_revision: &'a str, now: Timestamp) -> SyncInput<'a> {
         SyncInput {
             cloneset: cs,
             pods,
@@ -689,7 +692,7 @@ mod tests {
     }
 
     fn plan(cs: &CloneSet, pods: &[Pod]) -> ScalePlan {
-        let refs: Vec<&Pod> = pods.iter().collect();
+        let refs: Vec<&dyn PodRead> = crate::core::pod_read::refs(pods);
         plan_scale(&input(cs, &refs, "foo-r1", "2026-01-01T01:00:00Z".parse().unwrap()))
     }
 
@@ -730,7 +733,7 @@ mod tests {
         let mut cs = cloneset(6, 0, &[]);
         cs.spec.update_strategy.max_unavailable = Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::String("100%".into()));
         let pods: Vec<Pod> = (1..=6).map(|i| ready_pod(&format!("foo-{i}"), "foo-r1")).collect();
-        let refs: Vec<&Pod> = pods.iter().collect();
+        let refs: Vec<&dyn PodRead> = crate::core::pod_read::refs(&pods);
         let plan = plan_update(&input(&cs, &refs, "foo-r2", "2026-01-01T01:00:00Z".parse().unwrap()));
         assert_eq!(plan.diffs.update_num, 6, "{:?}", plan.diffs);
         assert_eq!(plan.pods.len(), 6, "{plan:?}");
@@ -756,7 +759,7 @@ mod tests {
         let cs = in_place_cloneset(json!({"inPlaceUpdate": {"labelsHandler": {"hook": "true"}}}));
         let done = with_label(ready_pod("foo-1", "foo-r2"), keys::LIFECYCLE_STATE, "Updated");
         let old = with_label(ready_pod("foo-2", "foo-r1"), keys::LIFECYCLE_STATE, "Updated");
-        let pods = [&done, &old];
+        let pods: [&dyn PodRead; 2] = [&done, &old];
         let plan = plan_update(&input(&cs, &pods, "foo-r2", "2026-01-01T01:00:00Z".parse().unwrap()));
         let chosen: Vec<&str> = plan.pods.iter().map(|(n, _)| n.as_str()).collect();
         assert_eq!(chosen, ["foo-2"], "only the pod still on the old revision: {plan:?}");
@@ -775,7 +778,7 @@ mod tests {
                 c.reason = Some("StartInPlaceUpdate".into());
             }
         }
-        let refs = [&pod];
+        let refs: [&dyn PodRead; 1] = [&pod];
         let (r, _) = plan_refresh(&input(&cs, &refs, "foo-r1", Timestamp::UNIX_EPOCH));
         let [PodWrite::Conditions(c)] = r[0].writes.as_slice() else { panic!("{r:?}") };
         assert_eq!((c[0]["status"].as_str(), &c[0]["reason"]), (Some("True"), &Value::Null));
@@ -838,7 +841,7 @@ mod tests {
         .into();
         let mut cs = in_place_cloneset(serde_json::Value::Null);
         let pod = ready_pod("foo-1", "foo-r1");
-        let pods = [&pod];
+        let pods: [&dyn PodRead; 1] = [&pod];
         let action = |cs: &CloneSet, gate: bool, hashes: &BTreeMap<String, String>| {
             let mut i = input(cs, &pods, "foo-r2", "2026-01-01T01:00:00Z".parse().unwrap());
             i.revision_data = &data;
@@ -874,7 +877,7 @@ mod tests {
         spec.containers = vec![serde_json::from_value(json!({"name": "c", "image": "nginx:1", "resources": sized("100m")})).unwrap()];
         spec.readiness_gates =
             Some(vec![k8s_openapi::api::core::v1::PodReadinessGate { condition_type: keys::INPLACE_UPDATE_READY.into() }]);
-        let pods = [&pod];
+        let pods: [&dyn PodRead; 1] = [&pod];
         let now: Timestamp = "2026-01-01T01:00:00Z".parse().unwrap();
         let action = |gate: bool| {
             let mut i = input(&cs, &pods, "foo-r2", now);
@@ -898,7 +901,7 @@ mod tests {
         let annotations: BTreeMap<String, String> = serde_json::from_value(start["metadata"]["annotations"].clone()).unwrap();
         let mut waiting = with_label(pod.clone(), keys::CONTROLLER_REVISION_HASH, "foo-r2");
         waiting.metadata.annotations = Some(annotations);
-        let refs = [&waiting];
+        let refs: [&dyn PodRead; 1] = [&waiting];
         let (r, requeue) = plan_refresh(&input(&cs, &refs, "foo-r2", now + SignedDuration::from_secs(2)));
         assert_eq!(requeue, Some(Duration::from_secs(3)));
         assert!(r.iter().flat_map(|r| &r.writes).all(|w| !matches!(w, PodWrite::Resize(_))), "{r:?}");
@@ -923,7 +926,7 @@ mod tests {
         pod.spec.as_mut().unwrap().readiness_gates =
             Some(vec![k8s_openapi::api::core::v1::PodReadinessGate { condition_type: keys::INPLACE_UPDATE_READY.into() }]);
         pod.status.as_mut().unwrap().conditions.as_mut().unwrap().retain(|c| c.type_ != keys::INPLACE_UPDATE_READY);
-        let refs = [&pod];
+        let refs: [&dyn PodRead; 1] = [&pod];
         let (r, requeue) = plan_refresh(&input(&cs, &refs, "foo-r1", Timestamp::UNIX_EPOCH));
         assert_eq!(r.len(), 1);
         assert_eq!(requeue, None);

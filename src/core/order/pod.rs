@@ -10,6 +10,7 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
 use crate::api::keys;
 use crate::api::shared::LifecycleState;
+use crate::core::pod_read::{ConditionRef, PodRead};
 
 /// The well-known node label `kubernetes.io/hostname` (`v1.LabelHostname`). It is a node label
 /// that CloneSet never writes, so `api::keys` does not carry it.
@@ -24,7 +25,7 @@ const GO_ZERO_TIME_SECONDS: i64 = -62_135_596_800;
 
 /// Kubernetes' `podutil.IsPodReady`: the pod's first `Ready` condition has status `True`.
 /// The phase is not looked at.
-pub fn is_pod_ready(pod: &Pod) -> bool {
+pub fn is_pod_ready(pod: &dyn PodRead) -> bool {
     ready_condition(pod).is_some_and(|c| c.status == STATUS_TRUE)
 }
 
@@ -42,26 +43,26 @@ pub fn is_pod_ready(pod: &Pod) -> bool {
 ///
 /// With `min_ready_seconds == 0` this is Kruise's `isPodReady`, the test that decides whether
 /// deleting a pod consumes `deleteReadyLimit`.
-pub fn is_pod_available(pod: &Pod, min_ready_seconds: i32, now: Timestamp) -> bool {
+pub fn is_pod_available(pod: &dyn PodRead, min_ready_seconds: i32, now: Timestamp) -> bool {
     let state = lifecycle_state(pod);
     if !state.is_empty() && state != LifecycleState::Normal.as_str() {
         return false;
     }
-    if phase(pod) != PHASE_RUNNING || !k8s_is_pod_available(pod, min_ready_seconds, now) {
+    if pod.phase() != PHASE_RUNNING || !k8s_is_pod_available(pod, min_ready_seconds, now) {
         return false;
     }
-    first_condition(pod, keys::INPLACE_UPDATE_READY).is_none_or(|c| c.status == STATUS_TRUE)
+    pod.condition(keys::INPLACE_UPDATE_READY).is_none_or(|c| c.status == STATUS_TRUE)
 }
 
 /// `podutil.IsPodAvailable` (no phase, no lifecycle, no in-place condition).
-fn k8s_is_pod_available(pod: &Pod, min_ready_seconds: i32, now: Timestamp) -> bool {
+fn k8s_is_pod_available(pod: &dyn PodRead, min_ready_seconds: i32, now: Timestamp) -> bool {
     let Some(c) = ready_condition(pod).filter(|c| c.status == STATUS_TRUE) else {
         return false;
     };
     if min_ready_seconds == 0 {
         return true;
     }
-    let Some(since) = non_zero_time(c.last_transition_time.as_ref()) else {
+    let Some(since) = non_zero(c.last_transition_time) else {
         return false;
     };
     since.checked_add(SignedDuration::from_secs(i64::from(min_ready_seconds))).is_ok_and(|t| t < now)
@@ -91,12 +92,8 @@ fn conditions(pod: &Pod) -> &[PodCondition] {
     pod.status.as_ref().and_then(|s| s.conditions.as_deref()).unwrap_or(&[])
 }
 
-fn first_condition<'a>(pod: &'a Pod, type_: &str) -> Option<&'a PodCondition> {
-    conditions(pod).iter().find(|c| c.type_ == type_)
-}
-
-fn ready_condition(pod: &Pod) -> Option<&PodCondition> {
-    first_condition(pod, CONDITION_READY)
+fn ready_condition(pod: &dyn PodRead) -> Option<ConditionRef<'_>> {
+    pod.condition(CONDITION_READY)
 }
 
 /// `podReadyTime`: when the pod became ready, `None` when it is not ready or the time is zero.
@@ -112,17 +109,17 @@ pub(super) fn ready_since(pod: &Pod) -> Option<Timestamp> {
 
 /// A `metav1.Time` as Go sees it: absent and Go's zero instant are both "zero" (`None`).
 fn non_zero_time(t: Option<&Time>) -> Option<Timestamp> {
-    t.map(|t| t.0).filter(|t| t.as_second() != GO_ZERO_TIME_SECONDS || t.subsec_nanosecond() != 0)
+    non_zero(t.map(|t| t.0))
 }
 
-fn phase(pod: &Pod) -> &str {
-    pod.status.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or("")
+fn non_zero(t: Option<Timestamp>) -> Option<Timestamp> {
+    t.filter(|t| t.as_second() != GO_ZERO_TIME_SECONDS || t.subsec_nanosecond() != 0)
 }
 
 /// `Pending < Unknown < Running`; every other phase (including none) ranks with Pending,
 /// as a missing key in Go's map reads as 0.
 pub(super) fn phase_ordinal(pod: &Pod) -> u8 {
-    match phase(pod) {
+    match pod.phase() {
         PHASE_UNKNOWN => 1,
         PHASE_RUNNING => 2,
         _ => 0,
@@ -138,11 +135,11 @@ pub(super) fn pod_labels(pod: &Pod) -> Option<&BTreeMap<String, String>> {
 }
 
 /// A label value, `""` when absent (Go's map read).
-pub(super) fn label_value<'a>(pod: &'a Pod, key: &str) -> &'a str {
-    pod_labels(pod).and_then(|l| l.get(key)).map_or("", String::as_str)
+pub(super) fn label_value<'a>(pod: &'a dyn PodRead, key: &str) -> &'a str {
+    pod.label(key).unwrap_or_default()
 }
 
-pub(super) fn lifecycle_state(pod: &Pod) -> &str {
+pub(super) fn lifecycle_state(pod: &dyn PodRead) -> &str {
     label_value(pod, keys::LIFECYCLE_STATE)
 }
 

@@ -147,16 +147,21 @@ fn int_suffix(value: &str) -> i64 {
 /// keys or values): `None` when an expression has an unknown operator, otherwise whether every
 /// requirement holds. A selector with no requirements matches everything.
 pub fn selector_matches(selector: &LabelSelector, labels: &BTreeMap<String, String>) -> Option<bool> {
+    selector_matches_by(selector, |k| labels.get(k).map(String::as_str))
+}
+
+/// [`selector_matches`] over labels read one key at a time.
+pub fn selector_matches_by<'a>(selector: &LabelSelector, label: impl Fn(&str) -> Option<&'a str>) -> Option<bool> {
     let mut all = true;
     for (k, v) in selector.match_labels.iter().flatten() {
-        all &= labels.get(k) == Some(v);
+        all &= label(k) == Some(v.as_str());
     }
     for expr in selector.match_expressions.iter().flatten() {
         let values = expr.values.as_deref().unwrap_or(&[]);
-        let present = labels.get(&expr.key);
+        let present = label(&expr.key);
         let holds = match expr.operator.as_str() {
-            "In" => present.is_some_and(|v| values.contains(v)),
-            "NotIn" => present.is_none_or(|v| !values.contains(v)),
+            "In" => present.is_some_and(|v| values.iter().any(|x| x == v)),
+            "NotIn" => present.is_none_or(|v| !values.iter().any(|x| x == v)),
             "Exists" => present.is_some(),
             "DoesNotExist" => present.is_none(),
             _ => return None,
