@@ -4,7 +4,8 @@
 //! two strings), so at 20,000 pods the cache, not the work, sized the operator. Here strings
 //! that repeat across pods (namespace, labels, owner, image, node, condition types and
 //! reasons) are shared through an [`Interner`], the few fields that are rarely set are boxed,
-//! and a reconcile expands its own CloneSet's pods back into `Pod`s ([`CompactPod::expand`]).
+//! and a reconcile reads its own CloneSet's pods through [`PodRead`] ([`ReadPod`]), expanding
+//! one back into a `Pod` ([`CompactPod::expand`]) only where a decision or a write needs all of it.
 //!
 //! What is kept is what [`keep_read_fields`] keeps, field for field: expanding a compacted pod
 //! gives exactly the stripped pod (`a_compacted_pod_expands_to_the_stripped_pod`).

@@ -48,7 +48,7 @@ pub struct Stores {
     /// Decoded or not: one undecodable CloneSet must not fail the list of all of them.
     pub clonesets: Store<CachedCloneSet>,
     /// Indexed by owner: a reconcile reads its own pods and PVCs, not every cached one. Pods
-    /// are held compact, and expanded by the reconcile that reads them.
+    /// are held compact, and read compact by the reconcile (`compact_pod::ReadPod`).
     pub pods: OwnedStore<CompactPod>,
     pub pvcs: OwnedStore<PersistentVolumeClaim>,
     /// By owner, and by namespace for those without a controller (to adopt).
