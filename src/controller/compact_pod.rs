@@ -695,6 +695,7 @@ impl super::owned_store::Held for CompactPod {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::{pod_read, status, sync};
     use serde_json::json;
 
     fn golden(file: &str) -> Pod {
@@ -810,32 +811,34 @@ mod tests {
         }
     }
 
-    /// The reason the reads exist: a pass over a CloneSet whose pods are settled (Kruise's own
-    /// in-place-updated pod, 40 times) decides without expanding any of them. Each expansion
-    /// is about 65 allocations; this pass used to make 40.
-    #[test]
-    fn a_pass_over_settled_pods_expands_none_of_them() {
-        use crate::core::{pod_read, status, sync};
-        let path = format!("{}/tests/golden/kruise-v1.9.0-objects/cloneset-in-place.yaml", env!("CARGO_MANIFEST_DIR"));
-        let mut cs: crate::api::CloneSet = serde_saphyr::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
-        cs.spec.replicas = Some(40);
+    /// Kruise's in-place-updated golden pod as the `i`th of 40 pods of its CloneSet, on
+    /// `revision`, read compact.
+    fn golden_pods_read_compact(revisions: impl Fn(usize) -> &'static str) -> Vec<ReadPod> {
         let mut interner = Interner::default();
-        let pods: Vec<ReadPod> = (0..40)
+        (0..40)
             .map(|i| {
                 let mut p = golden("pod-after-in-place-update.yaml");
                 p.metadata.name = Some(format!("inplace-{i:05}"));
                 p.metadata.uid = Some(format!("uid-{i}"));
+                p.metadata.labels.as_mut().unwrap().insert(keys::CONTROLLER_REVISION_HASH.into(), revisions(i).into());
                 ReadPod::new(Arc::new(CompactPod::new(p, &mut interner)))
             })
-            .collect();
-        let refs = pod_read::refs(&pods);
-        let revision = "inplace-b55cd4488";
+            .collect()
+    }
+
+    /// One pass's plans and status over `pods` of the golden CloneSet scaled to 40, with
+    /// `update` as its update revision; the names of the pods it expanded.
+    fn expanded_by_a_pass(pods: &[ReadPod], update: &str) -> (sync::UpdatePlan, Vec<String>) {
+        let path = format!("{}/tests/golden/kruise-v1.9.0-objects/cloneset-in-place.yaml", env!("CARGO_MANIFEST_DIR"));
+        let mut cs: crate::api::CloneSet = serde_saphyr::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        cs.spec.replicas = Some(40);
+        let refs = pod_read::refs(pods);
         let (revision_data, vct_hashes, nodes) = (BTreeMap::new(), BTreeMap::new(), BTreeMap::new());
         let input = sync::SyncInput {
             cloneset: &cs,
             pods: &refs,
-            current_revision: revision,
-            update_revision: revision,
+            current_revision: "inplace-b55cd4488",
+            update_revision: update,
             gates: Default::default(),
             exclude_preparing_delete_flag: false,
             node_labels: &nodes,
@@ -845,20 +848,40 @@ mod tests {
         };
         assert!(!sync::plan_scale(&input).changes_pods());
         assert_eq!(sync::plan_refresh(&input), (vec![], None));
-        assert!(sync::plan_update(&input).pods.is_empty());
+        let update_plan = sync::plan_update(&input);
         let (st, _) = status::compute(&status::StatusInput {
             cloneset: &cs,
             pods: &refs,
-            update_revision: revision,
-            current_revision: revision,
+            update_revision: update,
+            current_revision: "inplace-b55cd4488",
             collision_count: 0,
             expected_updated_replicas: 40,
             now: input.now,
         });
-        assert_eq!((st.replicas, st.ready_replicas, st.updated_ready_replicas), (40, 40, 40));
+        assert_eq!((st.replicas, st.ready_replicas), (40, 40));
         assert_eq!(sync::stale_pods_to_delete(&cs, &refs), None);
-        let expanded: Vec<&str> = pods.iter().filter(|p| p.was_expanded()).map(|p| p.name()).collect();
-        assert!(expanded.is_empty(), "expanded: {expanded:?}");
+        (update_plan, pods.iter().filter(|p| p.was_expanded()).map(|p| p.name().to_string()).collect())
+    }
+
+    /// The reason the reads exist: a pass over a CloneSet whose pods are settled (Kruise's own
+    /// in-place-updated pod, 40 times) decides without expanding any of them. Each expansion
+    /// is about 65 allocations; this pass used to make 40.
+    #[test]
+    fn a_pass_over_settled_pods_expands_none_of_them() {
+        let pods = golden_pods_read_compact(|_| "inplace-b55cd4488");
+        let (update, expanded) = expanded_by_a_pass(&pods, "inplace-b55cd4488");
+        assert!(update.pods.is_empty());
+        assert_eq!(expanded, Vec::<String>::new());
+    }
+
+    /// A pass that chooses pods to update reads whole only the pods it may choose.
+    #[test]
+    fn an_update_pass_expands_only_the_pods_it_may_update() {
+        let pods = golden_pods_read_compact(|i| if i < 38 { "inplace-new" } else { "inplace-b55cd4488" });
+        let (update, expanded) = expanded_by_a_pass(&pods, "inplace-new");
+        let chosen: Vec<&str> = update.pods.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(chosen, ["inplace-00038", "inplace-00039"]);
+        assert_eq!(expanded, ["inplace-00038", "inplace-00039"]);
     }
 
     /// The pod watch empties managedFields and leaves the list (`Some([])`): the compact pod

@@ -469,15 +469,14 @@ pub fn plan_update(input: &SyncInput<'_>) -> UpdatePlan {
         })
         .map(|(i, _)| i)
         .collect();
-    let full = input.full_pods();
-    let sorted = order::sort_update_indexes(&full, candidates, strategy.priority_strategy.as_ref(), &strategy.scatter_strategy);
+    let sorted = order::sort_update_indexes(input.pods, candidates, strategy.priority_strategy.as_ref(), &strategy.scatter_strategy);
     let target = if rolling_back { input.current_revision } else { input.update_revision };
     let chosen = order::limit_update_indexes(
-        &full,
+        input.pods,
         sorted,
         diffs.update_num.abs(),
         diffs.update_max_unavailable,
-        |p: &Pod| status::pod_revision(p).is_some_and(|h| hash_matches(h, target)),
+        |p: &dyn PodRead| status::pod_revision(p).is_some_and(|h| hash_matches(h, target)),
         input.cloneset.spec.min_ready_seconds,
         input.now,
     );

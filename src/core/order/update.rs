@@ -2,7 +2,6 @@
 //! `controller.ActivePods`, then `pkg/util/updatesort` priority and scatter, then PreparingUpdate
 //! first) and the maxUnavailable cut of that list (`limitUpdateIndexes`).
 
-use std::borrow::Borrow;
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, HashMap};
 
@@ -15,6 +14,7 @@ use super::pod::{
     max_sidecar_restarts, node_name, phase_ordinal, pod_labels, ready_since, sorted_positions,
 };
 use crate::api::shared::{LifecycleState, UpdatePriorityStrategy, UpdateScatterTerm};
+use crate::core::pod_read::PodRead;
 
 /// Kruise's `SortUpdateIndexes`: orders `candidates` (positions in `pods`; every one must be a
 /// valid position) for updating.
@@ -32,23 +32,27 @@ use crate::api::shared::{LifecycleState, UpdatePriorityStrategy, UpdateScatterTe
 ///    comment).
 /// 3. `scatter`: see [`scatter_sort`].
 /// 4. Pods in lifecycle state `PreparingUpdate` move to the front (stable).
-pub fn sort_update_indexes<P: Borrow<Pod>>(
+///
+/// Only the candidates are read whole (and, with a scatter strategy, every pod).
+pub fn sort_update_indexes<P: PodRead>(
     pods: &[P],
     mut candidates: Vec<usize>,
     priority: Option<&UpdatePriorityStrategy>,
     scatter: &[UpdateScatterTerm],
 ) -> Vec<usize> {
-    let pod = |i: usize| -> &Pod { pods[i].borrow() };
+    let pod = |i: usize| -> &Pod { pods[i].full() };
     let keys: Vec<ActiveKeys> = candidates.iter().map(|&i| ActiveKeys::of(pod(i))).collect();
     candidates = sorted_positions(&keys, cmp_active).into_iter().map(|k| candidates[k]).collect();
 
     if let Some(strategy) = priority {
         candidates = priority_sort(strategy, pods, candidates);
     }
-    let all: Vec<Option<&Pod>> = pods.iter().map(|p| Some(p.borrow())).collect();
-    candidates = scatter_sort(scatter, &all, candidates);
+    if !scatter.is_empty() {
+        let all: Vec<Option<&Pod>> = pods.iter().map(|p| Some(p.full())).collect();
+        candidates = scatter_sort(scatter, &all, candidates);
+    }
 
-    candidates.sort_by_key(|&i| lifecycle_state(pod(i)) != LifecycleState::PreparingUpdate.as_str());
+    candidates.sort_by_key(|&i| lifecycle_state(&pods[i]) != LifecycleState::PreparingUpdate.as_str());
     candidates
 }
 
@@ -90,12 +94,12 @@ fn cmp_active(a: &ActiveKeys, b: &ActiveKeys) -> Ordering {
 }
 
 /// `updatesort.prioritySort.Sort` (stable; equal pods keep their order).
-fn priority_sort<P: Borrow<Pod>>(strategy: &UpdatePriorityStrategy, pods: &[P], candidates: Vec<usize>) -> Vec<usize> {
+fn priority_sort<P: PodRead>(strategy: &UpdatePriorityStrategy, pods: &[P], candidates: Vec<usize>) -> Vec<usize> {
     if strategy.weight_priority.is_empty() && strategy.order_priority.is_empty() {
         return candidates;
     }
     let empty = BTreeMap::new();
-    let labels: Vec<&BTreeMap<String, String>> = candidates.iter().map(|&i| pod_labels(pods[i].borrow()).unwrap_or(&empty)).collect();
+    let labels: Vec<&BTreeMap<String, String>> = candidates.iter().map(|&i| pod_labels(pods[i].full()).unwrap_or(&empty)).collect();
     let order = sorted_positions(&labels, |a, b| cmp_priority(strategy, a, b));
     order.into_iter().map(|k| candidates[k]).collect()
 }
@@ -303,12 +307,12 @@ fn group_by_density(total_matched: usize, total_unmatched: usize, update_matched
 ///   already unavailable candidate costs nothing extra); each candidate that passes is taken.
 ///
 /// Returns the taken prefix of `candidates`.
-pub fn limit_update_indexes<P: Borrow<Pod>>(
+pub fn limit_update_indexes<P: PodRead>(
     pods: &[P],
     mut candidates: Vec<usize>,
     update_num: i32,
     update_max_unavailable: i32,
-    is_on_target_revision: impl Fn(&Pod) -> bool,
+    is_on_target_revision: impl Fn(&dyn PodRead) -> bool,
     min_ready_seconds: i32,
     now: Timestamp,
 ) -> Vec<usize> {
@@ -317,7 +321,7 @@ pub fn limit_update_indexes<P: Borrow<Pod>>(
 
     let mut unavailable: i64 = 0;
     let mut target_unavailable: i64 = 0;
-    for pod in pods.iter().map(Borrow::borrow) {
+    for pod in pods {
         if !is_pod_available(pod, min_ready_seconds, now) {
             unavailable += 1;
             if is_on_target_revision(pod) {
@@ -331,7 +335,7 @@ pub fn limit_update_indexes<P: Borrow<Pod>>(
         if target_unavailable + taken >= max_unavailable {
             break;
         }
-        if is_pod_available(pods[i].borrow(), min_ready_seconds, now) {
+        if is_pod_available(&pods[i], min_ready_seconds, now) {
             if unavailable >= max_unavailable {
                 break;
             }
@@ -847,7 +851,7 @@ mod tests {
         );
         let fresh = rev(pod_with(Some("Running"), vec![cond("Ready", "True", Some(n - SignedDuration::from_secs(3)))]), "old");
         let pods = vec![updating, rev(ready_pod(), "old"), rev(ready_pod(), "old"), fresh];
-        let on_new = |p: &Pod| label_value(p, keys::CONTROLLER_REVISION_HASH) == "new";
+        let on_new = |p: &dyn PodRead| label_value(p, keys::CONTROLLER_REVISION_HASH) == "new";
         // The in-place updating pod already uses one of two slots.
         assert_eq!(limit_update_indexes(&pods, vec![1, 2, 3], 3, 2, on_new, 0, n), vec![1]);
         // With minReadySeconds 10 the fresh pod is unavailable: updating it costs no extra
