@@ -600,7 +600,7 @@ fn pair_value<'a>(pairs: &'a Option<Pairs>, key: &str) -> Option<&'a str> {
 /// A cached pod as one reconcile reads it: through its compact form, expanded into a `Pod`
 /// only when a decision or a write needs the whole of it, and then once.
 pub struct ReadPod {
-    pub compact: Arc<CompactPod>,
+    compact: Arc<CompactPod>,
     full: OnceLock<Pod>,
 }
 

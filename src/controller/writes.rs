@@ -380,8 +380,9 @@ pub async fn delete_pod(ctx: &Context, cs: &CloneSet, pod: &dyn PodRead, instanc
     let key = cs_key(cs);
     let ns = cs.namespace().unwrap_or_default();
     let name = pod.name().to_string();
+    let uid = uid_of(pod);
     ctx.scale_expectations.lock().unwrap_or_else(|e| e.into_inner()).expect_deletion(&key, ObjectKind::Pod, &name);
-    let dp = DeleteParams { preconditions: Some(Preconditions { uid: uid_of(pod), resource_version: None }), ..Default::default() };
+    let dp = DeleteParams { preconditions: Some(Preconditions { uid: uid.clone(), resource_version: None }), ..Default::default() };
     match pods(ctx, &ns).delete(&name, &dp).await {
         Ok(_) => event(ctx, cs, EventType::Normal, "SuccessfulDelete", format!("succeed to delete pod {name}")).await,
         Err(kube::Error::Api(e)) if e.code == 404 => {}
@@ -391,8 +392,8 @@ pub async fn delete_pod(ctx: &Context, cs: &CloneSet, pod: &dyn PodRead, instanc
             return Err(e.into());
         }
     }
-    if let Some(uid) = uid_of(pod) {
-        ctx.rv_expectations.lock().unwrap_or_else(|e| e.into_inner()).forget(&uid);
+    if let Some(uid) = &uid {
+        ctx.rv_expectations.lock().unwrap_or_else(|e| e.into_inner()).forget(uid);
     }
     for pvc in instance_pvcs {
         delete_pvc(ctx, cs, pvc, PvcDeletion::WithPod).await?;

@@ -29,10 +29,6 @@ pub const PRE_DELETE_HOOK: &str = "preDeleteHook";
 pub const PRE_UPDATE_HOOK: &str = "preUpdateHook";
 const LIFECYCLE_USER_AGENT: &str = "Lifecycle";
 
-pub fn has_gate(pod: &dyn PodRead, gate: &str) -> bool {
-    pod.has_readiness_gate(gate)
-}
-
 pub fn find<'a>(pod: &'a Pod, type_: &str) -> Option<&'a PodCondition> {
     pod.status.as_ref()?.conditions.as_ref()?.iter().find(|c| c.type_ == type_)
 }
@@ -70,7 +66,7 @@ fn lifecycle_key(key: &str) -> NotReadyKey {
 /// sets it False, with pod Ready=False in the same write. `None`: already marked, or the pod
 /// lacks the gate.
 pub fn add_not_ready_key(pod: &Pod, key: &str, now: Timestamp) -> Option<Vec<Value>> {
-    if !has_gate(pod, keys::KRUISE_POD_READY) {
+    if !pod.has_readiness_gate(keys::KRUISE_POD_READY) {
         return None;
     }
     let entry = lifecycle_key(key);
@@ -91,7 +87,7 @@ pub fn add_not_ready_key(pod: &Pod, key: &str, now: Timestamp) -> Option<Vec<Val
 /// Takes `key` off `KruisePodReady`'s list; the condition is True again once the list is empty.
 /// `None`: the key is not there.
 pub fn remove_not_ready_key(pod: &Pod, key: &str, now: Timestamp) -> Option<Vec<Value>> {
-    if !has_gate(pod, keys::KRUISE_POD_READY) {
+    if !pod.has_readiness_gate(keys::KRUISE_POD_READY) {
         return None;
     }
     let existing = find(pod, keys::KRUISE_POD_READY)?;

@@ -184,7 +184,7 @@ fn refresh_in_place(pod: &dyn PodRead, now: Timestamp) -> (Vec<PodWrite>, Option
             return (vec![], None);
         }
     }
-    if !readiness::has_gate(pod, keys::INPLACE_UPDATE_READY) || readiness::has_equal(pod, keys::INPLACE_UPDATE_READY, true, "", "") {
+    if !pod.has_readiness_gate(keys::INPLACE_UPDATE_READY) || readiness::has_equal(pod, keys::INPLACE_UPDATE_READY, true, "", "") {
         return (vec![], None);
     }
     (vec![PodWrite::Conditions(vec![readiness::condition(keys::INPLACE_UPDATE_READY, true, "", "", now)])], None)
@@ -223,7 +223,7 @@ pub fn plan_refresh(input: &SyncInput<'_>) -> (Vec<Refresh>, Option<Duration>) {
         let (in_place, after) = refresh_in_place(pod, input.now);
         requeue = sooner(requeue, after);
         let mut conditions = Vec::new();
-        if readiness::has_gate(pod, keys::KRUISE_POD_READY) && pod.condition(keys::KRUISE_POD_READY).is_none() {
+        if pod.has_readiness_gate(keys::KRUISE_POD_READY) && pod.condition(keys::KRUISE_POD_READY).is_none() {
             conditions.push(readiness::condition(keys::KRUISE_POD_READY, true, "", "", input.now));
         }
         for write in in_place {
@@ -538,7 +538,7 @@ pub fn action_writes(cs: &CloneSet, pod: &Pod, action: &PodAction, revision_labe
         }
         PodAction::InPlace(spec) => {
             let mut writes = Vec::new();
-            if readiness::has_gate(pod, keys::INPLACE_UPDATE_READY) && inplace::needs_unready(pod, spec) {
+            if pod.has_readiness_gate(keys::INPLACE_UPDATE_READY) && inplace::needs_unready(pod, spec) {
                 writes.push(PodWrite::Conditions(readiness::start_in_place_update(pod, now)));
             }
             // Kruise resizes first and writes the revision and state after: a refused resize
