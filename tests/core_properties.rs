@@ -325,7 +325,7 @@ impl Scenario {
 /// What the cluster looks like around the CloneSet.
 struct Env {
     node_labels: BTreeMap<String, BTreeMap<String, String>>,
-    revision_data: BTreeMap<String, Vec<u8>>,
+    revision_data: BTreeMap<String, std::sync::Arc<[u8]>>,
     revision_vct_hashes: BTreeMap<String, String>,
 }
 

@@ -73,6 +73,8 @@ pub struct Context {
     pub stores: Stores,
     pub scale_expectations: Mutex<ScaleExpectations>,
     pub rv_expectations: Mutex<ResourceVersionExpectations>,
+    /// Per CloneSet: its template's revision data, for the generation it was computed at.
+    pub template_revisions: reconcile::TemplateRevisionCache,
     /// client-go's event correlation state ([`writes::event`]).
     pub event_correlator: Mutex<crate::core::events::EventCorrelator>,
     pub queue: WorkQueue,
@@ -351,6 +353,7 @@ pub async fn run(client: Client, config: ControllerConfig, runtime: Runtime, shu
         config,
         scale_expectations: Mutex::new(ScaleExpectations::default()),
         rv_expectations: Mutex::new(ResourceVersionExpectations::default()),
+        template_revisions: Default::default(),
         event_correlator: Mutex::default(),
         queue: WorkQueue::with_limits(retry_limits, metrics.queue()),
         metrics: metrics.clone(),

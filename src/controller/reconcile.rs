@@ -1,8 +1,8 @@
 //! One reconcile of one CloneSet, in Kruise's order (§4.0): observe → gate on expectations →
 //! revisions → scale or update → status → housekeeping → requeue hint.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt as _;
@@ -58,6 +58,7 @@ pub async fn reconcile(ctx: &Arc<Context>, key: &str) -> Result<Option<Duration>
     let Some(cs) = ctx.stores.cloneset(ns, name) else {
         ctx.metrics.forget_status(ns, name);
         ctx.scale_expectations.lock().unwrap_or_else(|e| e.into_inner()).forget(key);
+        ctx.template_revisions.forget(key);
         return Ok(None);
     };
     let cs: &CloneSet = &cs;
@@ -114,7 +115,7 @@ pub async fn reconcile(ctx: &Arc<Context>, key: &str) -> Result<Option<Duration>
     let active = release_mismatched_pods(ctx, cs, active).await?;
 
     // Revisions.
-    let revs = sync_revisions(ctx, cs).await?;
+    let revs = sync_revisions(ctx, key, cs).await?;
     let update_revision = revs.update.clone();
     let current_revision = revs.current.clone();
 
@@ -141,8 +142,8 @@ pub async fn reconcile(ctx: &Arc<Context>, key: &str) -> Result<Option<Duration>
     } else {
         BTreeMap::new()
     };
-    let revision_data: BTreeMap<String, Vec<u8>> = revs.sorted.iter().map(|r| (r.name.clone(), r.data.clone())).collect();
-    let revision_vct_hashes = recorded_vct_hashes(&revs.sorted, &revs.vct_hash, &legacy_vct_hash(cs));
+    let revision_data: BTreeMap<String, Arc<[u8]>> = revs.sorted.iter().map(|r| (r.name.clone(), r.data.clone())).collect();
+    let revision_vct_hashes = recorded_vct_hashes(&revs.sorted, &revs.template.vct_hash, &revs.template.legacy_vct_hash);
     let input = SyncInput {
         cloneset: cs,
         revision_data: &revision_data,
@@ -170,7 +171,8 @@ pub async fn reconcile(ctx: &Arc<Context>, key: &str) -> Result<Option<Duration>
                     let msg = format!("scaleUp is limited because of scaleStrategy.maxUnavailable, limit: {limit}");
                     event(ctx, cs, EventType::Warning, "ScaleUpLimited", msg).await;
                 }
-                let (changed, error) = execute_scale(ctx, cs, &scale, &revs, &active_refs, &pvcs, now).await;
+                let templates = revs.templates_for(&scale)?;
+                let (changed, error) = execute_scale(ctx, cs, &scale, &templates, &active_refs, &pvcs, now).await;
                 (sync::StepOutcome { changed: changed > 0, failed: error.is_some() }, error, condition::FAILED_SCALE)
             }
             sync::Step::Refresh => {
@@ -263,10 +265,102 @@ pub struct Revisions {
     pub collision_count: i32,
     /// All revisions of this CloneSet, oldest first, as seen (plus one created now).
     pub sorted: Vec<RevisionView>,
-    /// Templates by revision name, for building pods of either revision.
-    pub templates: BTreeMap<String, PodTemplateSpec>,
-    /// The VCT hash of the CloneSet's current volumeClaimTemplates (what a new revision records).
+    /// What the CloneSet's template and volumeClaimTemplates give, for this generation.
+    pub template: Arc<TemplateRevisionData>,
+}
+
+impl Revisions {
+    /// The templates `plan`'s new pods are built from. Decoded here, not with the revisions:
+    /// only a pass that creates pods reads one.
+    fn templates_for(&self, plan: &sync::ScalePlan) -> Result<NewPodTemplates<'_>, ReconcileError> {
+        let decode = |needed: bool, name: &str| -> Result<Option<PodTemplateSpec>, ReconcileError> {
+            match self.sorted.iter().find(|r| r.name == name).filter(|_| needed) {
+                Some(r) => template_of(&r.data).map(Some),
+                None => Ok(None),
+            }
+        };
+        Ok(NewPodTemplates {
+            current: (&self.current, decode(plan.create_current > 0, &self.current)?),
+            update: (&self.update, decode(plan.create_update > 0, &self.update)?),
+        })
+    }
+}
+
+/// The current and the update revision's names, with their templates where the scale plan
+/// creates pods of them (none for a revision not seen).
+struct NewPodTemplates<'a> {
+    current: (&'a str, Option<PodTemplateSpec>),
+    update: (&'a str, Option<PodTemplateSpec>),
+}
+
+/// What a CloneSet's spec gives its revisions, which a pass compares the existing revisions with.
+/// It changes only with the spec, so it is computed once per generation
+/// ([`TemplateRevisionCache`]): serializing, defaulting and encoding the template as Go does took
+/// 27.9 µs of every pass, against 75 µs for the decisions over 40 settled pods.
+#[derive(Debug, PartialEq)]
+pub struct TemplateRevisionData {
+    uid: String,
+    generation: i64,
+    /// The revision data of the template as stored.
+    pub stored: Arc<[u8]>,
+    /// The revision data of the template as Kruise's webhook would have defaulted it, which
+    /// Kruise hashes and builds pods from (`stored` itself under TemplateNoDefaults).
+    pub candidate: Arc<[u8]>,
+    /// The VCT hash of the current volumeClaimTemplates (what a new revision records).
     pub vct_hash: String,
+    /// The VCT hash this operator recorded for them before it hashed like Kruise.
+    pub legacy_vct_hash: String,
+}
+
+impl TemplateRevisionData {
+    fn compute(cs: &CloneSet, template_no_defaults: bool) -> Result<Self, ReconcileError> {
+        let stored = serde_json::to_value(&cs.spec.template).map_err(|e| ReconcileError::Revision(e.to_string()))?;
+        let stored_data: Arc<[u8]> = revision::revision_data(&stored).into();
+        let candidate = if template_no_defaults {
+            stored_data.clone()
+        } else {
+            revision::revision_data(&crate::core::defaults::default_pod_template(&stored)).into()
+        };
+        Ok(Self {
+            uid: cs.metadata.uid.clone().unwrap_or_default(),
+            generation: cs.metadata.generation.unwrap_or_default(),
+            stored: stored_data,
+            candidate,
+            vct_hash: vct_hash(cs, template_no_defaults),
+            legacy_vct_hash: legacy_vct_hash(cs),
+        })
+    }
+}
+
+/// [`TemplateRevisionData`] by CloneSet key, for the generation it was computed at. The apiserver
+/// bumps `metadata.generation` on every change outside metadata and status, so a CloneSet seen at
+/// the same uid and generation has the same template. One without a generation (never from the
+/// apiserver) is computed every pass. An entry is dropped when its CloneSet leaves the cache.
+#[derive(Default)]
+pub struct TemplateRevisionCache(Mutex<HashMap<String, Arc<TemplateRevisionData>>>);
+
+impl TemplateRevisionCache {
+    pub fn get(&self, key: &str, cs: &CloneSet, template_no_defaults: bool) -> Result<Arc<TemplateRevisionData>, ReconcileError> {
+        let uid = cs.metadata.uid.as_deref().unwrap_or_default();
+        let Some(generation) = cs.metadata.generation else {
+            return TemplateRevisionData::compute(cs, template_no_defaults).map(Arc::new);
+        };
+        let cached = self.lock().get(key).filter(|d| d.uid == uid && d.generation == generation).cloned();
+        if let Some(data) = cached {
+            return Ok(data);
+        }
+        let data = Arc::new(TemplateRevisionData::compute(cs, template_no_defaults)?);
+        self.lock().insert(key.to_string(), data.clone());
+        Ok(data)
+    }
+
+    pub fn forget(&self, key: &str) {
+        self.lock().remove(key);
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<TemplateRevisionData>>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 fn owned_revisions(ctx: &Context, cs: &CloneSet) -> Vec<Arc<CachedRevision>> {
@@ -294,7 +388,7 @@ fn view(r: &CachedRevision) -> RevisionView {
         name: o.name_any(),
         revision: o.revision,
         created: o.metadata.creation_timestamp.as_ref().map(|t| t.0),
-        data: r.data.to_vec(),
+        data: r.data.clone(),
         vct_hash: o.annotations().get(keys::VOLUME_CLAIM_TEMPLATE_HASH).cloned(),
     }
 }
@@ -333,27 +427,22 @@ fn recorded_vct_hashes(revisions: &[RevisionView], current: &str, legacy_of_curr
 }
 
 /// §3.3: find or create the update revision; pick the current one.
-async fn sync_revisions(ctx: &Context, cs: &CloneSet) -> Result<Revisions, ReconcileError> {
+async fn sync_revisions(ctx: &Context, key: &str, cs: &CloneSet) -> Result<Revisions, ReconcileError> {
     let ns = cs.namespace().unwrap_or_default();
     let cs_name = cs.name_any();
     let existing = owned_revisions(ctx, cs);
     let mut sorted: Vec<RevisionView> = existing.iter().map(|r| view(r)).collect();
     history::sort_revisions(&mut sorted);
-    let stored = serde_json::to_value(&cs.spec.template).map_err(|e| ReconcileError::Revision(e.to_string()))?;
-    let stored_data = revision::revision_data(&stored);
+    let template = ctx.template_revisions.get(key, cs, ctx.config.gates.template_no_defaults)?;
     // Kruise hashes (and builds pods from) the template its webhook defaulted, unless TemplateNoDefaults.
-    let data = if ctx.config.gates.template_no_defaults {
-        stored_data.clone()
-    } else {
-        revision::revision_data(&crate::core::defaults::default_pod_template(&stored))
-    };
+    let data = &template.candidate;
     let mut collision_count = cs.status.as_ref().and_then(|s| s.collision_count).unwrap_or(0);
-    let vct = vct_hash(cs, ctx.config.gates.template_no_defaults);
+    let vct = &template.vct_hash;
 
-    let update = match history::plan_update_revision(&sorted, &data, &stored_data) {
+    let update = match history::plan_update_revision(&sorted, data, &template.stored) {
         UpdateRevisionPlan::Existing { name } => name,
         UpdateRevisionPlan::Reuse { name, revision } => {
-            writes::bump_revision(ctx, &ns, &name, revision, &vct).await?;
+            writes::bump_revision(ctx, &ns, &name, revision, vct).await?;
             if let Some(r) = sorted.iter_mut().find(|r| r.name == name) {
                 r.revision = revision;
                 r.vct_hash = Some(vct.clone());
@@ -362,9 +451,9 @@ async fn sync_revisions(ctx: &Context, cs: &CloneSet) -> Result<Revisions, Recon
             name
         }
         UpdateRevisionPlan::Create { revision: number } => {
-            let hash_label = revision::hash_revision(&data, collision_count);
+            let hash_label = revision::hash_revision(data, collision_count);
             loop {
-                let hash = revision::hash_revision(&data, collision_count);
+                let hash = revision::hash_revision(data, collision_count);
                 let name = revision::revision_name(&cs_name, &hash);
                 let mut labels = cs.spec.template.metadata.as_ref().and_then(|m| m.labels.clone()).unwrap_or_default();
                 labels.insert(keys::CONTROLLER_REVISION_HASH_LABEL.into(), hash_label.clone());
@@ -382,7 +471,7 @@ async fn sync_revisions(ctx: &Context, cs: &CloneSet) -> Result<Revisions, Recon
                     data: None,
                     revision: number,
                 };
-                match writes::create_revision(ctx, &ns, rev, &data).await {
+                match writes::create_revision(ctx, &ns, rev, data).await {
                     Ok(created) => {
                         sorted.push(view(&CachedRevision::new(created)));
                         break name;
@@ -392,7 +481,7 @@ async fn sync_revisions(ctx: &Context, cs: &CloneSet) -> Result<Revisions, Recon
                         let other = api.get(&name).await?;
                         let same_owner = other.owner_references().iter().any(|o| Some(&o.uid) == cs.metadata.uid.as_ref());
                         let other = view(&CachedRevision::new(other));
-                        if same_owner && other.data == data {
+                        if same_owner && other.data == *data {
                             if !sorted.iter().any(|r| r.name == name) {
                                 sorted.push(other);
                             }
@@ -408,13 +497,7 @@ async fn sync_revisions(ctx: &Context, cs: &CloneSet) -> Result<Revisions, Recon
     };
     let status_current = cs.status.as_ref().map(|s| s.current_revision.clone()).unwrap_or_default();
     let current = if sorted.iter().any(|r| r.name == status_current) { status_current } else { update.clone() };
-    let mut templates = BTreeMap::new();
-    for r in &sorted {
-        if r.name == update || r.name == current {
-            templates.insert(r.name.clone(), template_of(&r.data)?);
-        }
-    }
-    Ok(Revisions { update, current, collision_count, sorted, templates, vct_hash: vct })
+    Ok(Revisions { update, current, collision_count, sorted, template })
 }
 
 /// §3.5: delete non-live revisions beyond `revisionHistoryLimit`, oldest first.
@@ -510,7 +593,7 @@ async fn execute_scale(
     ctx: &Context,
     cs: &CloneSet,
     plan: &sync::ScalePlan,
-    revs: &Revisions,
+    templates: &NewPodTemplates<'_>,
     active: &[&dyn PodRead],
     pvcs: &[Arc<PersistentVolumeClaim>],
     now: Timestamp,
@@ -538,8 +621,8 @@ async fn execute_scale(
         let short_hash = ctx.config.gates.cloneset_short_hash;
         let mut new_pods = Vec::with_capacity(total);
         for (i, id) in ids.iter().enumerate() {
-            let revision = if i < plan.create_current { &revs.current } else { &revs.update };
-            let Some(template) = revs.templates.get(revision) else { continue };
+            let (revision, template) = if i < plan.create_current { &templates.current } else { &templates.update };
+            let Some(template) = template else { continue };
             let pod = podcore::build_pod(&podcore::PodRecipe {
                 cloneset: cs,
                 template,
@@ -713,4 +796,71 @@ async fn execute_update(
     }
     // Kruise returns a refusal as the pass's error: the FailedUpdate condition says it.
     (requeue, first_error.or(refused.map(WriteError::Refused)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const KEY: &str = "takeover/inplace";
+
+    /// Kruise's own CloneSet, at generation 2, whose update revision kruise-manager v1.9.0 named.
+    fn golden_cloneset() -> CloneSet {
+        let path = format!("{}/tests/golden/kruise-v1.9.0-objects/cloneset-in-place.yaml", env!("CARGO_MANIFEST_DIR"));
+        serde_saphyr::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+    }
+
+    fn revision_name_of(cs: &CloneSet, data: &TemplateRevisionData) -> String {
+        revision::revision_name(&cs.name_any(), &revision::hash_revision(&data.candidate, 0))
+    }
+
+    #[test]
+    fn a_cloneset_s_template_revision_data_is_computed_once_per_generation() {
+        let cache = TemplateRevisionCache::default();
+        let mut cs = golden_cloneset();
+        let first = cache.get(KEY, &cs, false).unwrap();
+        assert_eq!(revision_name_of(&cs, &first), "inplace-b55cd4488", "the revision Kruise's manager made of this template");
+        assert!(Arc::ptr_eq(&first, &cache.get(KEY, &cs, false).unwrap()), "the same generation again: not computed again");
+        // A status write or a relist gives a new object of the same generation.
+        cs.metadata.resource_version = Some("9999".into());
+        cs.status.as_mut().unwrap().ready_replicas = 0;
+        assert!(Arc::ptr_eq(&first, &cache.get(KEY, &cs, false).unwrap()));
+
+        cs.spec.template.spec.as_mut().unwrap().containers[0].image = Some("nginx:1.27".into());
+        cs.metadata.generation = Some(3);
+        let changed = cache.get(KEY, &cs, false).unwrap();
+        assert_ne!(changed.candidate, first.candidate, "a new generation's template is encoded anew");
+        assert_eq!(*changed, TemplateRevisionData::compute(&cs, false).unwrap());
+        assert!(Arc::ptr_eq(&changed, &cache.get(KEY, &cs, false).unwrap()));
+    }
+
+    #[test]
+    fn a_recreated_or_forgotten_cloneset_s_template_revision_data_is_computed_again() {
+        let cache = TemplateRevisionCache::default();
+        let cs = golden_cloneset();
+        let first = cache.get(KEY, &cs, false).unwrap();
+
+        let mut recreated = cs.clone();
+        recreated.metadata.uid = Some("another-uid".into());
+        recreated.spec.template.spec.as_mut().unwrap().containers[0].image = Some("nginx:1.27".into());
+        let second = cache.get(KEY, &recreated, false).unwrap();
+        assert_ne!(second.candidate, first.candidate, "same name and generation, another uid: its own template");
+
+        cache.forget(KEY);
+        assert!(!Arc::ptr_eq(&second, &cache.get(KEY, &recreated, false).unwrap()), "forgotten: computed again");
+
+        let mut without_generation = cs;
+        without_generation.metadata.generation = None;
+        let a = cache.get("other/one", &without_generation, false).unwrap();
+        assert!(!Arc::ptr_eq(&a, &cache.get("other/one", &without_generation, false).unwrap()), "never cached");
+    }
+
+    #[test]
+    fn without_defaults_the_candidate_is_the_stored_template() {
+        let cs = golden_cloneset();
+        let no_defaults = TemplateRevisionData::compute(&cs, true).unwrap();
+        assert!(Arc::ptr_eq(&no_defaults.stored, &no_defaults.candidate));
+        let defaulted = TemplateRevisionData::compute(&cs, false).unwrap();
+        assert_eq!(defaulted.stored, no_defaults.stored);
+    }
 }

@@ -586,6 +586,7 @@ mod tests {
             stores: super::super::Stores { clonesets, pods, pvcs, revisions, nodes },
             scale_expectations: Default::default(),
             rv_expectations: Default::default(),
+            template_revisions: Default::default(),
             event_correlator: Default::default(),
             queue: super::super::WorkQueue::with_limits(Default::default(), metrics.queue()),
             metrics,

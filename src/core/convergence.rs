@@ -136,7 +136,7 @@ fn world_moves(pod: &mut Pod, now: Timestamp) {
 
 struct Sim {
     cs: CloneSet,
-    revision_data: BTreeMap<String, Vec<u8>>,
+    revision_data: BTreeMap<String, std::sync::Arc<[u8]>>,
     pod: Pod,
     now: Timestamp,
     /// Writes made so far, over all passes.
@@ -150,8 +150,8 @@ struct Sim {
 impl Sim {
     fn new(lifecycle: Value, hooked: bool) -> Self {
         let revision_data = [
-            ("web-r1".to_string(), revision::revision_data(&template("nginx:1"))),
-            ("web-r2".to_string(), revision::revision_data(&template("nginx:2"))),
+            ("web-r1".to_string(), revision::revision_data(&template("nginx:1")).into()),
+            ("web-r2".to_string(), revision::revision_data(&template("nginx:2")).into()),
         ]
         .into();
         let pod = ready_pod(hooked);
@@ -285,7 +285,7 @@ fn a_pod_stuck_in_updating_with_its_gate_true_finishes() {
     // ignores the condition, so refresh still moves the pod on.
     let mut sim = Sim::new(Value::Null, false);
     let spec =
-        crate::core::inplace::in_place_spec(Some(&sim.revision_data["web-r1"]), &sim.revision_data["web-r2"], "web-r2", 0, false).unwrap();
+        crate::core::inplace::in_place_spec(Some(&*sim.revision_data["web-r1"]), &sim.revision_data["web-r2"], "web-r2", 0, false).unwrap();
     let start = PodWrite::Patch(crate::core::inplace::start_patch(&sim.pod, &spec, "web-r2", sim.now));
     apply(&mut sim.pod, &start);
     world_moves(&mut sim.pod, sim.now);

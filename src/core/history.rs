@@ -2,6 +2,7 @@
 //! one is reused (rollback), and which non-live revisions are truncated.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use k8s_openapi::jiff::Timestamp;
 
@@ -12,8 +13,8 @@ pub struct RevisionView {
     pub revision: i64,
     pub created: Option<Timestamp>,
     /// The revision's data re-encoded the way Go encodes it, so byte equality is meaningful
-    /// whether Kruise or we wrote it.
-    pub data: Vec<u8>,
+    /// whether Kruise or we wrote it. Shared with the revision cache: a pass copies no data.
+    pub data: Arc<[u8]>,
     /// Its `kruise.io/cloneset-volumeclaimtemplate-hash` annotation, if it has one.
     pub vct_hash: Option<String>,
 }
@@ -45,10 +46,10 @@ pub enum UpdateRevisionPlan {
 /// defaulted revision, every pod recreated (as was seen with kruise-manager v1.9.0).
 pub fn plan_update_revision(sorted: &[RevisionView], candidate_data: &[u8], stored_data: &[u8]) -> UpdateRevisionPlan {
     let next = sorted.last().map_or(1, |r| r.revision + 1);
-    if let Some(newest) = sorted.last().filter(|r| r.data == candidate_data || r.data == stored_data) {
+    if let Some(newest) = sorted.last().filter(|r| *r.data == *candidate_data || *r.data == *stored_data) {
         return UpdateRevisionPlan::Existing { name: newest.name.clone() };
     }
-    match sorted.iter().rposition(|r| r.data == candidate_data) {
+    match sorted.iter().rposition(|r| *r.data == *candidate_data) {
         Some(i) => UpdateRevisionPlan::Reuse { name: sorted[i].name.clone(), revision: next },
         None => UpdateRevisionPlan::Create { revision: next },
     }
@@ -66,7 +67,7 @@ mod tests {
     use super::*;
 
     fn rev(name: &str, revision: i64, data: &str) -> RevisionView {
-        RevisionView { name: name.into(), revision, created: None, data: data.as_bytes().to_vec(), vct_hash: None }
+        RevisionView { name: name.into(), revision, created: None, data: data.as_bytes().into(), vct_hash: None }
     }
 
     #[test]
@@ -136,9 +137,9 @@ mod tests {
         let t1: Timestamp = "2026-01-01T00:00:00Z".parse().unwrap();
         let t2: Timestamp = "2026-01-02T00:00:00Z".parse().unwrap();
         let mut revs = vec![
-            RevisionView { name: "z".into(), revision: 1, created: Some(t2), data: vec![], vct_hash: None },
-            RevisionView { name: "y".into(), revision: 1, created: Some(t1), data: vec![], vct_hash: None },
-            RevisionView { name: "x".into(), revision: 2, created: Some(t1), data: vec![], vct_hash: None },
+            RevisionView { name: "z".into(), revision: 1, created: Some(t2), data: Arc::from([]), vct_hash: None },
+            RevisionView { name: "y".into(), revision: 1, created: Some(t1), data: Arc::from([]), vct_hash: None },
+            RevisionView { name: "x".into(), revision: 2, created: Some(t1), data: Arc::from([]), vct_hash: None },
         ];
         sort_revisions(&mut revs);
         let names: Vec<&str> = revs.iter().map(|r| r.name.as_str()).collect();

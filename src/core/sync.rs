@@ -2,6 +2,7 @@
 //! per pass, in Kruise's order (§4.4, §5.2). Pure: the controller executes the plan.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
@@ -32,7 +33,7 @@ pub struct SyncInput<'a> {
     /// Labels of the nodes pods run on (for the topology-spread deletion ranker).
     pub node_labels: &'a BTreeMap<String, BTreeMap<String, String>>,
     /// Revision name → revision data, for deciding what can be updated in place.
-    pub revision_data: &'a BTreeMap<String, Vec<u8>>,
+    pub revision_data: &'a BTreeMap<String, Arc<[u8]>>,
     /// Revision name → its `kruise.io/cloneset-volumeclaimtemplate-hash` annotation, where it
     /// has one (`RecreatePodWhenChangeVCTInCloneSetGate`).
     pub revision_vct_hashes: &'a BTreeMap<String, String>,
@@ -493,7 +494,7 @@ fn pod_action(input: &SyncInput<'_>, pod: &dyn PodRead, target: &str) -> PodActi
     }
     let pod_revision = status::pod_revision(pod).unwrap_or_default();
     let old_name = input.revision_data.keys().find(|name| hash_matches(pod_revision, name));
-    let old = old_name.and_then(|n| input.revision_data.get(n)).map(Vec::as_slice);
+    let old = old_name.and_then(|n| input.revision_data.get(n)).map(|data| &**data);
     let grace = strategy.in_place_update_strategy.as_ref().map_or(0, |s| s.grace_period_seconds);
     // RecreatePodWhenChangeVCTInCloneSetGate: a pod whose revision had other volumeClaimTemplates
     // is recreated (with new PVCs), except under InPlaceOnly; a revision without the hash passes.
@@ -671,7 +672,7 @@ mod tests {
     }
 
     const NO_NODES: &BTreeMap<String, BTreeMap<String, String>> = &BTreeMap::new();
-    const NO_REVISIONS: &BTreeMap<String, Vec<u8>> = &BTreeMap::new();
+    const NO_REVISIONS: &BTreeMap<String, Arc<[u8]>> = &BTreeMap::new();
     const NO_VCT_HASHES: &BTreeMap<String, String> = &BTreeMap::new();
 
     /// A pass over `pods` with current revision `foo-r1` and the given update revision.
@@ -833,9 +834,9 @@ mod tests {
     fn kruise_recreates_a_pod_when_volume_claim_templates_changed_under_the_gate() {
         let template =
             |image: &str| json!({"metadata": {"labels": {"app": "foo"}}, "spec": {"containers": [{"name": "c", "image": image}]}});
-        let data: BTreeMap<String, Vec<u8>> = [
-            ("foo-r1".to_string(), crate::core::revision::revision_data(&template("nginx:1"))),
-            ("foo-r2".to_string(), crate::core::revision::revision_data(&template("nginx:2"))),
+        let data: BTreeMap<String, Arc<[u8]>> = [
+            ("foo-r1".to_string(), crate::core::revision::revision_data(&template("nginx:1")).into()),
+            ("foo-r2".to_string(), crate::core::revision::revision_data(&template("nginx:2")).into()),
         ]
         .into();
         let mut cs = in_place_cloneset(serde_json::Value::Null);
@@ -865,9 +866,9 @@ mod tests {
     fn kruise_resizes_in_place_under_the_vertical_scaling_gate_and_recreates_without_it() {
         let sized = |cpu: &str| json!({"requests": {"cpu": cpu}});
         let template = |cpu: &str| json!({"metadata": {"labels": {"app": "foo"}}, "spec": {"containers": [{"name": "c", "image": "nginx:1", "resources": sized(cpu)}]}});
-        let data: BTreeMap<String, Vec<u8>> = [
-            ("foo-r1".to_string(), crate::core::revision::revision_data(&template("100m"))),
-            ("foo-r2".to_string(), crate::core::revision::revision_data(&template("200m"))),
+        let data: BTreeMap<String, Arc<[u8]>> = [
+            ("foo-r1".to_string(), crate::core::revision::revision_data(&template("100m")).into()),
+            ("foo-r2".to_string(), crate::core::revision::revision_data(&template("200m")).into()),
         ]
         .into();
         let cs = in_place_cloneset(serde_json::Value::Null);
