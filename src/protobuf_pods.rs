@@ -10,9 +10,11 @@
 //! (only the fields below, the rest, managedFields first, is skipped unread) and written back as
 //! JSON, which kube decodes as usual. Lists, watch events, bookmarks and error statuses keep
 //! their JSON shape, so kube's list/watch/relist logic and its errors are unchanged. Every pod
-//! list, watch and write made through the client is answered so and holds only those fields (the
-//! pod cache and the writes' resourceVersion expectations are the only readers in this crate); a
-//! reader that needs a whole pod GETs it by name, which stays JSON.
+//! list and watch made through the client is answered so and holds only those fields (the pod
+//! cache is their only reader in this crate). A write is answered with the written pod's name,
+//! namespace, uid and resourceVersion only ([`WrittenPod`]): the writes' resourceVersion
+//! expectations are all that reads it. A reader that needs a whole pod GETs it by name, which
+//! stays JSON.
 //!
 //! Kruise's manager does the same: controller-runtime (v0.20, `apiutil.createRestConfig`) reads
 //! every built-in kind in protobuf. Here only pods are: with managedFields they are nearly all the
@@ -103,6 +105,35 @@ pub struct Pod {
     #[prost(message, optional, tag = "3")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub status: Option<PodStatus>,
+}
+
+/// The pod a write is answered with, as the writer reads it: its identity and resourceVersion
+/// (what the read-your-writes expectations record). The spec, the status and the rest of the
+/// metadata are skipped unread: decoding and re-encoding them were 9% of the operator's CPU in
+/// an in-place rollout of 4,000 pods.
+#[derive(Clone, PartialEq, Message, Serialize)]
+pub struct WrittenPod {
+    #[prost(message, optional, tag = "1")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<WrittenMeta>,
+}
+
+/// The fields of `ObjectMeta` a written pod keeps, with their field numbers there.
+#[derive(Clone, PartialEq, Message, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WrittenMeta {
+    #[prost(string, optional, tag = "1")]
+    #[serde(skip_serializing_if = "no_text")]
+    pub name: Option<String>,
+    #[prost(string, optional, tag = "3")]
+    #[serde(skip_serializing_if = "no_text")]
+    pub namespace: Option<String>,
+    #[prost(string, optional, tag = "5")]
+    #[serde(skip_serializing_if = "no_text")]
+    pub uid: Option<String>,
+    #[prost(string, optional, tag = "6")]
+    #[serde(skip_serializing_if = "no_text")]
+    pub resource_version: Option<String>,
 }
 
 /// ObjectMeta without managedFields (17), which is skipped unread.
@@ -705,8 +736,17 @@ fn typed_json<T: Serialize>(api_version: &str, kind: &str, object: &T, out: &mut
     Ok(())
 }
 
+/// What a protobuf response answers, which decides how much of a pod is transcoded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Answering {
+    /// A list or watch: the fields the pod cache reads.
+    Read,
+    /// A write: the pod's identity and resourceVersion ([`WrittenPod`]).
+    Write,
+}
+
 /// Writes one object (`k8s\0` + `runtime.Unknown`) as JSON into `out`.
-fn object_json(mut envelope: Bytes, out: &mut Vec<u8>) -> Result<(), TranscodeError> {
+fn object_json(mut envelope: Bytes, answering: Answering, out: &mut Vec<u8>) -> Result<(), TranscodeError> {
     if !envelope.starts_with(MAGIC) {
         return Err(TranscodeError::NoMagic);
     }
@@ -717,10 +757,8 @@ fn object_json(mut envelope: Bytes, out: &mut Vec<u8>) -> Result<(), TranscodeEr
     let kind = meta.kind.unwrap_or_default();
     let raw = unknown.raw.unwrap_or_default();
     match kind.as_str() {
-        "Pod" => {
-            let pod = Pod::decode(raw)?;
-            typed_json(api_version, &kind, &pod, out)?;
-        }
+        "Pod" if answering == Answering::Write => typed_json(api_version, &kind, &WrittenPod::decode(raw)?, out)?,
+        "Pod" => typed_json(api_version, &kind, &Pod::decode(raw)?, out)?,
         "PodList" => {
             let list = PodList::decode(raw)?;
             #[derive(Serialize)]
@@ -749,7 +787,7 @@ fn watch_event_json(frame: Bytes, out: &mut Vec<u8>) -> Result<(), TranscodeErro
     out.extend_from_slice(b"{\"type\":");
     serde_json::to_writer(&mut *out, event.r#type.as_deref().unwrap_or_default())?;
     out.extend_from_slice(b",\"object\":");
-    object_json(event.object.and_then(|o| o.raw).unwrap_or_default(), out)?;
+    object_json(event.object.and_then(|o| o.raw).unwrap_or_default(), Answering::Read, out)?;
     out.extend_from_slice(b"}\n");
     Ok(())
 }
@@ -797,8 +835,8 @@ where
     UnsyncBoxBody::new(http_body_util::StreamBody::new(lines))
 }
 
-/// A list (or a status) as one JSON document, once the whole body has arrived.
-fn transcode_object<B>(body: B) -> TranscodedBody
+/// A list, a written pod or a status as one JSON document, once the whole body has arrived.
+fn transcode_object<B>(body: B, answering: Answering) -> TranscodedBody
 where
     B: hyper::body::Body<Data = Bytes> + Send + 'static,
     B::Error: Into<BoxError>,
@@ -806,7 +844,7 @@ where
     let json = futures::stream::once(async move {
         let bytes = body.collect().await.map_err(Into::into)?.to_bytes();
         let mut out = Vec::new();
-        object_json(bytes, &mut out)?;
+        object_json(bytes, answering, &mut out)?;
         Ok::<_, BoxError>(hyper::body::Frame::data(Bytes::from(out)))
     });
     UnsyncBoxBody::new(http_body_util::StreamBody::new(json))
@@ -887,6 +925,8 @@ where
         if pods {
             req.headers_mut().insert(header::ACCEPT, http::HeaderValue::from_static(ACCEPT));
         }
+        // Every pod request answered in protobuf but a GET (a list or watch) is a write.
+        let is_read = req.method() == http::Method::GET;
         let res = self.inner.call(req);
         Box::pin(async move {
             let res = res.await?;
@@ -898,7 +938,13 @@ where
             let (mut parts, body) = res.into_parts();
             parts.headers.insert(header::CONTENT_TYPE, http::HeaderValue::from_static("application/json"));
             parts.headers.remove(header::CONTENT_LENGTH);
-            let body = if watch { transcode_watch(body) } else { transcode_object(body) };
+            let body = if watch {
+                transcode_watch(body)
+            } else if is_read {
+                transcode_object(body, Answering::Read)
+            } else {
+                transcode_object(body, Answering::Write)
+            };
             Ok(Response::from_parts(parts, body))
         })
     }
@@ -1014,7 +1060,7 @@ mod tests {
             items: vec![Pod::default()],
         };
         let mut out = Vec::new();
-        object_json(enveloped("PodList", list.encode_to_vec()).into(), &mut out).unwrap();
+        object_json(enveloped("PodList", list.encode_to_vec()).into(), Answering::Read, &mut out).unwrap();
         let list: kube::core::ObjectList<crate::controller::wire_pod::WirePod> = serde_json::from_slice(&out).unwrap();
         assert_eq!(list.metadata.resource_version.as_deref(), Some("12"));
         assert_eq!(list.metadata.continue_.as_deref(), Some("next"));
@@ -1022,12 +1068,51 @@ mod tests {
     }
 
     #[test]
+    fn a_written_pod_is_answered_with_its_identity_and_resource_version_only() {
+        let pod = Pod {
+            metadata: Some(ObjectMeta {
+                name: Some("web-1".into()),
+                generate_name: Some("web-".into()),
+                namespace: Some("default".into()),
+                uid: Some("u-1".into()),
+                resource_version: Some("7".into()),
+                labels: [("app".to_string(), "web".to_string())].into(),
+                ..Default::default()
+            }),
+            spec: Some(PodSpec { node_name: Some("node-a".into()), ..Default::default() }),
+            status: Some(PodStatus { phase: Some("Running".into()), ..Default::default() }),
+        };
+        let answer = |answering| {
+            let mut out = Vec::new();
+            object_json(enveloped("Pod", pod.encode_to_vec()).into(), answering, &mut out).unwrap();
+            String::from_utf8(out).unwrap()
+        };
+        assert_eq!(
+            answer(Answering::Write),
+            r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"web-1","namespace":"default","uid":"u-1","resourceVersion":"7"}}"#
+        );
+        let read = answer(Answering::Read);
+        assert!(read.contains(r#""labels":{"app":"web"}"#) && read.contains(r#""phase":"Running""#), "a read keeps the rest: {read}");
+        // What a write's caller reads of it (writes::expect_version).
+        let written: crate::controller::wire_pod::WirePod = serde_json::from_str(&answer(Answering::Write)).unwrap();
+        assert_eq!((written.0.metadata.uid.as_deref(), written.0.metadata.resource_version.as_deref()), (Some("u-1"), Some("7")));
+        // A refused write is answered with a Status either way.
+        let refused = Status { status: Some("Failure".into()), code: Some(409), ..Default::default() };
+        let mut out = Vec::new();
+        object_json(enveloped("Status", refused.encode_to_vec()).into(), Answering::Write, &mut out).unwrap();
+        assert_eq!(
+            std::str::from_utf8(&out).unwrap(),
+            r#"{"apiVersion":"v1","kind":"Status","metadata":{},"status":"Failure","code":409}"#
+        );
+    }
+
+    #[test]
     fn what_is_not_a_pod_list_or_status_is_an_error() {
         let mut out = Vec::new();
         assert!(
-            matches!(object_json(enveloped("Secret", vec![]).into(), &mut out), Err(TranscodeError::UnexpectedKind(k)) if k == "Secret")
+            matches!(object_json(enveloped("Secret", vec![]).into(), Answering::Read, &mut out), Err(TranscodeError::UnexpectedKind(k)) if k == "Secret")
         );
-        assert!(matches!(object_json(Bytes::from_static(b"{\"kind\":\"Pod\"}"), &mut out), Err(TranscodeError::NoMagic)));
+        assert!(matches!(object_json(Bytes::from_static(b"{\"kind\":\"Pod\"}"), Answering::Write, &mut out), Err(TranscodeError::NoMagic)));
     }
 
     #[test]
