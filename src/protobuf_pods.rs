@@ -926,7 +926,7 @@ where
             req.headers_mut().insert(header::ACCEPT, http::HeaderValue::from_static(ACCEPT));
         }
         // Every pod request answered in protobuf but a GET (a list or watch) is a write.
-        let is_read = req.method() == http::Method::GET;
+        let answering = if req.method() == http::Method::GET { Answering::Read } else { Answering::Write };
         let res = self.inner.call(req);
         Box::pin(async move {
             let res = res.await?;
@@ -938,13 +938,7 @@ where
             let (mut parts, body) = res.into_parts();
             parts.headers.insert(header::CONTENT_TYPE, http::HeaderValue::from_static("application/json"));
             parts.headers.remove(header::CONTENT_LENGTH);
-            let body = if watch {
-                transcode_watch(body)
-            } else if is_read {
-                transcode_object(body, Answering::Read)
-            } else {
-                transcode_object(body, Answering::Write)
-            };
+            let body = if watch { transcode_watch(body) } else { transcode_object(body, answering) };
             Ok(Response::from_parts(parts, body))
         })
     }
