@@ -29,14 +29,17 @@ use crate::core::pod_read::{ConditionRef, ContainerStatusRef, PodRead};
 /// stay a small share of it. Values unique to one pod version (an in-place update's state
 /// annotation) are pooled too: a sweep only at doubling let 4,000 pods' churn pile up unused
 /// values for hours.
+///
+/// Hashed with foldhash, seeded per pool: every string of every pod event is looked up here,
+/// and std's SipHash made that 2.8% of the CPU creating 4,000 pods.
 struct Pool<T: ?Sized> {
-    set: HashSet<Arc<T>>,
+    set: HashSet<Arc<T>, foldhash::fast::RandomState>,
     swept_at: usize,
 }
 
 impl<T: ?Sized> Default for Pool<T> {
     fn default() -> Self {
-        Self { set: HashSet::new(), swept_at: 0 }
+        Self { set: HashSet::default(), swept_at: 0 }
     }
 }
 

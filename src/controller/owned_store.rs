@@ -84,25 +84,34 @@ pub fn owner_key<H: Held>(obj: &H) -> Option<String> {
 
 /// The objects by key; their keys by CloneSet owner UID, and by namespace for those without a
 /// controller: always the same set of objects.
+/// Hashed with foldhash (as the interner is): every pod event looks its key up here.
+type Map<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
+
 struct Indexed<K> {
-    objects: HashMap<Key, Arc<K>>,
-    by_owner: HashMap<String, BTreeSet<Key>>,
-    orphans: HashMap<String, BTreeSet<Key>>,
+    objects: Map<Key, Arc<K>>,
+    by_owner: Map<String, BTreeSet<Key>>,
+    orphans: Map<String, BTreeSet<Key>>,
 }
 
 impl<K> Default for Indexed<K> {
     fn default() -> Self {
-        Self { objects: HashMap::new(), by_owner: HashMap::new(), orphans: HashMap::new() }
+        Self { objects: Map::default(), by_owner: Map::default(), orphans: Map::default() }
     }
 }
 
 /// Adds `key` under `index`'s entry `at`.
-fn add(index: &mut HashMap<String, BTreeSet<Key>>, at: &str, key: &Key) {
+fn add(index: &mut Map<String, BTreeSet<Key>>, at: &str, key: &Key) {
     index.entry(at.to_string()).or_default().insert(key.clone());
 }
 
+/// Whether `a` and `b` are indexed under the same entries: the same CloneSet owners, and both
+/// with a controller or both without.
+fn indexed_alike<H: Held>(a: &H, b: &H) -> bool {
+    cloneset_owners(a).eq(cloneset_owners(b)) && has_controller(a) == has_controller(b)
+}
+
 /// Removes `key` from `index`'s entry `at`, and the entry once it is empty.
-fn drop_from(index: &mut HashMap<String, BTreeSet<Key>>, at: &str, key: &Key) {
+fn drop_from(index: &mut Map<String, BTreeSet<Key>>, at: &str, key: &Key) {
     if let Some(keys) = index.get_mut(at) {
         keys.remove(key);
         if keys.is_empty() {
@@ -116,6 +125,10 @@ impl<K: Held> Indexed<K> {
         let key = obj.key();
         // Unindex the old version before indexing the new: its owners may have changed.
         if let Some(old) = self.objects.insert(key.clone(), obj.clone()) {
+            // Most changes (status, labels, annotations) leave the owners as they were.
+            if indexed_alike(old.as_ref(), obj.as_ref()) {
+                return;
+            }
             self.unindex(&key, &old);
         }
         for uid in cloneset_owners(obj.as_ref()) {
