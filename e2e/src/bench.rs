@@ -156,6 +156,11 @@ pub struct Snapshot {
     /// Whether every sample names its resource: client-go's metric has only `code`, `host` and
     /// `method`, so for such a controller [`Snapshot::requests`] cannot tell pods from the rest.
     pub per_resource: bool,
+    /// The CloneSet controller's reconciles (`controller_runtime_reconcile_total`, every
+    /// result) and the seconds they took (`controller_runtime_reconcile_time_seconds_sum`):
+    /// controller-runtime's metrics, which Kruise's manager has too ([`cloneset_sum`]).
+    pub reconciles: f64,
+    pub reconcile_s: f64,
 }
 
 impl Snapshot {
@@ -171,7 +176,20 @@ impl Snapshot {
                 Some(m) => *s.writes_by_method.entry(m.to_string()).or_default() += value,
             }
         }
+        s.reconciles = cloneset_sum(text, "controller_runtime_reconcile_total");
+        s.reconcile_s = cloneset_sum(text, "controller_runtime_reconcile_time_seconds_sum");
         s
+    }
+
+    /// `reconciles` and `reconcile_s` of a phase (see [`Snapshot::since`]), and the mean pass in
+    /// milliseconds.
+    pub fn reconcile_extra(&self) -> BTreeMap<String, f64> {
+        let mut out: BTreeMap<String, f64> =
+            [("reconciles".to_string(), self.reconciles), ("reconcile_s".to_string(), round2(self.reconcile_s))].into();
+        if self.reconciles > 0.0 {
+            out.insert("reconcile_mean_ms".into(), round2(self.reconcile_s / self.reconciles * 1000.0));
+        }
+        out
     }
 
     /// `self - before` (counters only grow).
@@ -185,6 +203,8 @@ impl Snapshot {
             writes_by_method,
             throttled: self.throttled - before.throttled,
             per_resource: self.per_resource && before.per_resource,
+            reconciles: self.reconciles - before.reconciles,
+            reconcile_s: self.reconcile_s - before.reconcile_s,
         }
     }
 
@@ -570,6 +590,24 @@ controller_runtime_reconcile_total{controller=\"cloneset\",result=\"requeue_afte
         assert_eq!(r.since(&r).writes(), 0.0);
         assert_eq!(r.per(2.0).pod_create, 51.0);
         assert_eq!(metric_sum(text, "controller_runtime_reconcile_total"), 15.0);
+    }
+
+    #[test]
+    fn a_phase_s_reconciles_are_the_cloneset_controller_s() {
+        let at = |ours: f64, secs: f64, kruise_other: f64| {
+            Snapshot::from_metrics(&format!(
+                "controller_runtime_reconcile_total{{controller=\"cloneset\",result=\"success\"}} {ours}\n\
+                 controller_runtime_reconcile_total{{controller=\"cloneset\",result=\"requeue_after\"}} 1\n\
+                 controller_runtime_reconcile_total{{controller=\"sidecarset-controller\",result=\"success\"}} {kruise_other}\n\
+                 controller_runtime_reconcile_time_seconds_sum{{controller=\"cloneset\"}} {secs}\n\
+                 controller_runtime_reconcile_time_seconds_count{{controller=\"cloneset\"}} 99\n"
+            ))
+        };
+        let phase = at(501.0, 2.5, 9000.0).since(&at(1.0, 0.5, 10.0));
+        assert_eq!(
+            phase.reconcile_extra(),
+            [("reconciles".to_string(), 500.0), ("reconcile_s".to_string(), 2.0), ("reconcile_mean_ms".to_string(), 4.0)].into()
+        );
     }
 
     #[test]

@@ -296,6 +296,7 @@ impl Bench {
         extra.insert("bytes_per_pod".into(), ((idle.rss as f64 - start.rss as f64) / f64::from(total.max(1))).round());
         extra.extend(counts.as_ref().map(|c| c.method_extra(f64::from(total))).unwrap_or_default());
         extra.extend(counts.as_ref().map(|c| ("operator_429".to_string(), c.throttled)));
+        extra.extend(counts.as_ref().map(Snapshot::reconcile_extra).unwrap_or_default());
         rows.push(row(format!("large: create {c}x{p}"), total, c, secs, counts.and_then(|c| c.per_pod(f64::from(total))), extra));
         eprintln!("{}", bench::table(rows));
 
@@ -348,6 +349,7 @@ impl Bench {
         extra.extend(after.memory("rss_after_mib"));
         extra.extend(counts.as_ref().map(|c| c.method_extra(f64::from(big))).unwrap_or_default());
         extra.extend(counts.as_ref().map(|c| ("operator_429".to_string(), c.throttled)));
+        extra.extend(counts.as_ref().map(Snapshot::reconcile_extra).unwrap_or_default());
         extra.insert("create_big_s".into(), bench::round2(create_big_s));
         extra.insert("probes".into(), secs.len() as f64);
         extra.insert("probe_bound_s".into(), bench::round2(bound));
