@@ -111,46 +111,7 @@ pub struct PodWatch {
     phase: Phase,
 }
 
-type Item = Result<Event<WirePod>, PodWatchError>;
-
-/// What one step yields: a single event without a heap allocation of its own (a decoded pod is
-/// 2.3 KB inline), or a page's events in order.
-#[derive(Debug)]
-#[expect(clippy::large_enum_variant, reason = "inline is the point: boxing the event is the allocation this avoids")]
-pub enum Yielded {
-    Nothing,
-    One(Item),
-    /// A page of a list: `Init` first when it starts the list, its pods, `InitDone` last when it
-    /// ends it.
-    Page {
-        init: bool,
-        pods: std::vec::IntoIter<WirePod>,
-        done: bool,
-    },
-}
-
-impl Iterator for Yielded {
-    type Item = Item;
-
-    fn next(&mut self) -> Option<Item> {
-        match self {
-            Self::Nothing => None,
-            Self::One(_) => match std::mem::replace(self, Self::Nothing) {
-                Self::One(item) => Some(item),
-                _ => unreachable!(),
-            },
-            Self::Page { init, pods, done } => {
-                if std::mem::take(init) {
-                    return Some(Ok(Event::Init));
-                }
-                if let Some(pod) = pods.next() {
-                    return Some(Ok(Event::InitApply(pod)));
-                }
-                std::mem::take(done).then_some(Ok(Event::InitDone))
-            }
-        }
-    }
-}
+type Yielded = Vec<Result<Event<WirePod>, PodWatchError>>;
 
 impl PodWatch {
     pub fn new(streaming: bool) -> Self {
@@ -173,28 +134,30 @@ impl PodWatch {
         let PodPage { items, resource_version, continue_token } = page;
         let resource_version = resource_version.filter(|v| !v.is_empty());
         let continue_token = continue_token.filter(|t| !t.is_empty());
-        let pods = items.into_iter();
-        match (continue_token, resource_version) {
-            (Some(continue_token), _) => {
-                self.phase = Phase::Paging { continue_token };
-                Yielded::Page { init: first, pods, done: false }
-            }
-            (None, Some(resource_version)) => {
-                self.phase = Phase::Listed { resource_version };
-                Yielded::Page { init: first, pods, done: true }
-            }
-            // Nothing to watch from.
-            (None, None) => {
-                self.phase = Phase::Empty;
-                Yielded::One(Err(PodWatchError::NoResourceVersion))
-            }
+        if resource_version.is_none() && continue_token.is_none() {
+            self.phase = Phase::Empty;
+            return vec![Err(PodWatchError::NoResourceVersion)];
         }
+        let mut out = Vec::with_capacity(items.len() + 2);
+        if first {
+            out.push(Ok(Event::Init));
+        }
+        out.extend(items.into_iter().map(|p| Ok(Event::InitApply(p))));
+        match (continue_token, resource_version) {
+            (Some(continue_token), _) => self.phase = Phase::Paging { continue_token },
+            (None, Some(resource_version)) => {
+                out.push(Ok(Event::InitDone));
+                self.phase = Phase::Listed { resource_version };
+            }
+            (None, None) => unreachable!("checked above"),
+        }
+        out
     }
 
     /// A list failed: the next step lists from the start (kube's watcher does the same).
     pub fn on_list_failed(&mut self, error: PodWatchError) -> Yielded {
         self.phase = Phase::Empty;
-        Yielded::One(Err(error))
+        vec![Err(error)]
     }
 
     /// A watch was opened as [`Next::Watch`] asked.
@@ -202,11 +165,11 @@ impl PodWatch {
         match std::mem::replace(&mut self.phase, Phase::Empty) {
             Phase::Empty => {
                 self.phase = Phase::InitialEvents;
-                Yielded::One(Ok(Event::Init))
+                vec![Ok(Event::Init)]
             }
             Phase::Listed { resource_version } => {
                 self.phase = Phase::Watching { resource_version };
-                Yielded::Nothing
+                Vec::new()
             }
             other => unreachable!("a watch opened in {other:?}"),
         }
@@ -218,39 +181,39 @@ impl PodWatch {
         if matches!(error, PodWatchError::Api { code: 410, .. }) {
             self.phase = Phase::Empty;
         }
-        Yielded::One(Err(error))
+        vec![Err(error)]
     }
 
     /// An event of the open watch.
     pub fn on_event(&mut self, event: PodWatchEvent) -> Yielded {
         let initial = matches!(self.phase, Phase::InitialEvents);
         match event {
-            PodWatchEvent::Added(pod) | PodWatchEvent::Modified(pod) if initial => Yielded::One(Ok(Event::InitApply(pod))),
+            PodWatchEvent::Added(pod) | PodWatchEvent::Modified(pod) if initial => vec![Ok(Event::InitApply(pod))],
             PodWatchEvent::Deleted(_) if initial => {
                 // Impossible in initial events (the API's promise); kube's watcher drops it too.
                 tracing::error!("a pod deleted among a streaming list's initial events; ignored");
-                Yielded::Nothing
+                Vec::new()
             }
             PodWatchEvent::Bookmark { resource_version, initial_events_end } if initial => {
                 if initial_events_end {
                     self.phase = Phase::Watching { resource_version };
-                    Yielded::One(Ok(Event::InitDone))
+                    vec![Ok(Event::InitDone)]
                 } else {
-                    Yielded::Nothing
+                    Vec::new()
                 }
             }
             PodWatchEvent::Added(pod) | PodWatchEvent::Modified(pod) => self.seen(pod, Event::Apply),
             PodWatchEvent::Deleted(pod) => self.seen(pod, Event::Delete),
             PodWatchEvent::Bookmark { resource_version, .. } => {
                 self.phase = Phase::Watching { resource_version };
-                Yielded::Nothing
+                Vec::new()
             }
             PodWatchEvent::Error { code, message } => {
                 // 410 Gone: the resourceVersion is out of the apiserver's window; list again.
                 if code == 410 {
                     self.phase = Phase::Empty;
                 }
-                Yielded::One(Err(PodWatchError::Api { code, message }))
+                vec![Err(PodWatchError::Api { code, message })]
             }
         }
     }
@@ -260,11 +223,11 @@ impl PodWatch {
         match pod.0.metadata.resource_version.clone().filter(|v| !v.is_empty()) {
             Some(resource_version) => {
                 self.phase = Phase::Watching { resource_version };
-                Yielded::One(Ok(event(pod)))
+                vec![Ok(event(pod))]
             }
             None => {
                 self.phase = Phase::Empty;
-                Yielded::One(Err(PodWatchError::NoResourceVersion))
+                vec![Err(PodWatchError::NoResourceVersion)]
             }
         }
     }
@@ -522,12 +485,12 @@ impl Driver {
                     Some(Err(e)) => {
                         self.open = None;
                         self.watch.on_watch_ended();
-                        Yielded::One(Err(e))
+                        vec![Err(e)]
                     }
                     None => {
                         self.open = None;
                         self.watch.on_watch_ended();
-                        Yielded::Nothing
+                        Vec::new()
                     }
                 }
             }
@@ -615,7 +578,7 @@ mod tests {
         assert_eq!(w.next(), Next::List { continue_token: Some("t1".into()) });
         assert_eq!(said(w.on_page(page(&["c"], Some("10"), None))), ["+c", "done"]);
         assert_eq!(w.next(), watch_from("10"));
-        assert!(said(w.on_watch_opened()).is_empty());
+        assert!(w.on_watch_opened().is_empty());
         assert_eq!(w.next(), Next::Read);
         assert_eq!(said(w.on_event(PodWatchEvent::Modified(pod("a", "11")))), ["apply a"]);
         assert_eq!(said(w.on_event(PodWatchEvent::Deleted(pod("b", "12")))), ["delete b"]);
@@ -623,7 +586,7 @@ mod tests {
         w.on_watch_ended();
         assert_eq!(w.next(), watch_from("12"));
         w.on_watch_opened();
-        assert!(said(w.on_event(PodWatchEvent::Bookmark { resource_version: "20".into(), initial_events_end: false })).is_empty());
+        assert!(w.on_event(PodWatchEvent::Bookmark { resource_version: "20".into(), initial_events_end: false }).is_empty());
         w.on_watch_ended();
         assert_eq!(w.next(), watch_from("20"));
     }
@@ -678,8 +641,8 @@ mod tests {
         assert_eq!(w.next(), Next::Watch { resource_version: "0".into(), initial_events: true });
         assert_eq!(said(w.on_watch_opened()), ["init"]);
         assert_eq!(said(w.on_event(PodWatchEvent::Added(pod("a", "5")))), ["+a"]);
-        assert!(said(w.on_event(PodWatchEvent::Deleted(pod("a", "6")))).is_empty(), "no deletion among initial events");
-        assert!(said(w.on_event(PodWatchEvent::Bookmark { resource_version: "6".into(), initial_events_end: false })).is_empty());
+        assert!(w.on_event(PodWatchEvent::Deleted(pod("a", "6"))).is_empty(), "no deletion among initial events");
+        assert!(w.on_event(PodWatchEvent::Bookmark { resource_version: "6".into(), initial_events_end: false }).is_empty());
         assert_eq!(said(w.on_event(PodWatchEvent::Added(pod("b", "7")))), ["+b"]);
         assert_eq!(said(w.on_event(PodWatchEvent::Bookmark { resource_version: "9".into(), initial_events_end: true })), ["done"]);
         assert_eq!(said(w.on_event(PodWatchEvent::Added(pod("c", "10")))), ["apply c"]);
