@@ -82,11 +82,11 @@ pub fn owner_key<H: Held>(obj: &H) -> Option<String> {
     owner.is_cloneset().then(|| format!("{}/{}", obj.key().0, owner.name))
 }
 
-/// The objects by key; their keys by CloneSet owner UID, and by namespace for those without a
-/// controller: always the same set of objects.
 /// Hashed with foldhash (as the interner is): every pod event looks its key up here.
 type Map<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 
+/// The objects by key; their keys by CloneSet owner UID, and by namespace for those without a
+/// controller: always the same set of objects.
 struct Indexed<K> {
     objects: Map<Key, Arc<K>>,
     by_owner: Map<String, BTreeSet<Key>>,
