@@ -359,6 +359,13 @@ impl Row {
         }
     }
 
+    /// The time a baseline took for the same work, with its figures (`baseline_429`, …): the
+    /// row's ratio is then the controller's time over the baseline's.
+    pub fn add_baseline(&mut self, secs: f64, extra: BTreeMap<String, f64>) {
+        self.baseline_s = Some(secs);
+        self.extra.extend(extra);
+    }
+
     pub fn ratio(&self) -> Option<f64> {
         match (self.operator_s, self.baseline_s) {
             (Some(o), Some(b)) if b > 0.0 => Some(o / b),
@@ -616,6 +623,17 @@ controller_runtime_reconcile_total{controller=\"cloneset\",result=\"requeue_afte
         assert_eq!(rss_from_status(status), (10 * 1024 * 1024, 20 * 1024 * 1024));
         let stat = "1234 (clone set) S 1 1234 1234 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 8 0 100 0 0";
         assert_eq!(cpu_ticks_from_stat(stat), Some(300));
+    }
+
+    #[test]
+    fn a_large_rollout_s_ratio_is_against_the_baseline_among_the_same_idle_pods() {
+        let mut row = Row::operator_only("large: rollout 1000 with 500 idle", "none", 1000, 501, 57.6);
+        assert_eq!(row.ratio(), None, "no baseline yet");
+        row.add_baseline(48.0, [("baseline_429".to_string(), 0.0)].into());
+        assert_eq!(row.ratio(), Some(1.2));
+        assert_eq!(row.extra.get("baseline_429"), Some(&0.0));
+        let t = table(std::slice::from_ref(&row));
+        assert!(t.lines().nth(2).is_some_and(|l| l.contains(" 48.00 ") && l.contains(" 1.20 ")), "{t}");
     }
 
     #[test]

@@ -25,7 +25,10 @@
 //!   `BENCH_LARGE_ROLLOUT` (default 1000) pods rolled in place at maxUnavailable 100% while
 //!   `BENCH_LARGE_PROBES` (default 20) idle CloneSets are each scaled P → P+1, one a second: the
 //!   probes' latency must stay within `e2e::bench::probe_bound_s` (the larger of 30 s and half
-//!   the rollout) or the run fails; then a restart (time to observe every CloneSet, and zero
+//!   the rollout) or the run fails; then the raw baseline's scale-up and in-place rollout of
+//!   as many pods in a namespace of its own among the idle ones (the rollout row's `base(s)`
+//!   and ratio; `baseline_create_big_s`), unless the controller is external without
+//!   `BENCH_EXTERNAL_BASELINE=1`; then a restart (time to observe every CloneSet, and zero
 //!   writes, or the run fails). Runs last; its namespace is left to the cluster's shutdown.
 //! * `BENCH_SOAK` (default empty: skipped; e.g. `100x40`): C CloneSets × P pods under one
 //!   controller for `BENCH_SOAK_MINUTES` (default 120) of churn, one change set a minute (see
@@ -222,7 +225,9 @@ impl Knobs {
     fn most_pods(&self) -> u32 {
         let timed = self.sizes.iter().chain(&self.scale_up_sizes).chain(&self.limited_sizes).map(|&(n, _)| n);
         let resources = self.resources.iter().map(|&(c, p)| c * p);
-        let large = self.large.map(|(c, p)| c * p + self.large_rollout + self.large_probes);
+        // The large scenario's pods, its big CloneSet, the probes' new pods and, beside them,
+        // the raw baseline's copy of the big CloneSet's pods.
+        let large = self.large.map(|(c, p)| c * p + 2 * self.large_rollout + self.large_probes);
         let soak = self.soak.map(|(c, p)| c * (p + bench::SOAK_SCALE_STEP));
         timed.chain(resources).chain(large).chain(soak).max().unwrap_or(0)
     }
@@ -651,9 +656,9 @@ mod tests {
         assert_eq!(d.most_pods(), 5000);
         assert_eq!(per_node(&d), Some(4000), "the defaults keep the old 3 × 4,000");
         let large = knobs(&[("BENCH_LARGE", "500x40")]).unwrap();
-        assert_eq!(large.most_pods(), 20000 + 1000 + 20);
+        assert_eq!(large.most_pods(), 20000 + 1000 + 20 + 1000);
         let cap = per_node(&large).unwrap();
-        assert_eq!(cap, 9000);
+        assert_eq!(cap, 10000);
         assert!(cap * SIM_NODES >= large.most_pods() * 5 / 4);
         assert_eq!(knobs(&[("BENCH_SOAK", "2000x40")]).unwrap().most_pods(), 2000 * 42, "a soak's CloneSets scaled up");
     }

@@ -357,14 +357,26 @@ impl Bench {
             extra.insert("probe_max_s".into(), bench::round2(max));
             extra.insert("probe_median_s".into(), bench::round2(bench::median(&secs).unwrap_or(max)));
         }
-        rows.push(row(
+        let mut rollout_row = row(
             format!("large: rollout {big} with {c} idle"),
             big,
             c + 1,
             rollout_s,
             counts.and_then(|c| c.per_pod(f64::from(big))),
             extra,
-        ));
+        );
+        // The raw baseline's same scale-up and rollout, on the same loaded control plane (in a
+        // namespace of its own, beside the idle pods): the row's ratio then says how much of
+        // the rollout's time among the idle is the operator's and how much the apiserver's.
+        if self.baselines() {
+            eprintln!("bench: large: the raw baseline's {big} pods, scaled up and rolled in place among the idle");
+            let (up, rolls) = self.raw_baseline(big, "InPlaceIfPossible", &["100%".to_string()]).await?;
+            if let Some(roll) = rolls.first() {
+                rollout_row.add_baseline(roll.secs, roll.extra());
+            }
+            rollout_row.extra.insert("baseline_create_big_s".into(), bench::round2(up.secs));
+        }
+        rows.push(rollout_row);
         eprintln!("{}", bench::table(rows));
 
         let ctl = if matches!(ctl, Ctl::External(_)) && self.knobs.external_restart.is_none() {
