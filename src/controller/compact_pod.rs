@@ -1006,7 +1006,7 @@ mod tests {
     /// place and shrunk (which leaves the rest of that block a hole behind the cached slice).
     #[test]
     fn a_compacted_pod_keeps_none_of_the_decoded_pod_s_blocks() {
-        let pod: Pod = serde_json::from_value(json!({
+        let mut pod: Pod = serde_json::from_value(json!({
             "metadata": {"name": "p", "ownerReferences": [{"apiVersion": "apps.kruise.io/v1alpha1", "kind": "CloneSet", "name": "cs", "uid": "u"}]},
             "spec": {"containers": [{"name": "main", "image": "i", "env": [{"name": keys::CONTAINER_PRIORITY_ENV, "value": "1"}],
                 "resizePolicy": [{"resourceName": "cpu", "restartPolicy": "NotRequired"}]}],
@@ -1015,7 +1015,6 @@ mod tests {
         }))
         .unwrap();
         // Decoded vectors have room to spare, as serde's growth leaves them.
-        let mut pod = pod;
         let spec = pod.spec.as_mut().unwrap();
         let status = pod.status.as_mut().unwrap();
         spec.containers.reserve(3);
