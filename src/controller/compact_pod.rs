@@ -3,9 +3,11 @@
 //! KB, each container another 2.1 KB, each condition 160 bytes, and every label a map node and
 //! two strings), so at 20,000 pods the cache, not the work, sized the operator. Here strings
 //! that repeat across pods (namespace, labels, owner, image, node, condition types and
-//! reasons) are shared through an [`Interner`], the few fields that are rarely set are boxed,
-//! and a reconcile reads its own CloneSet's pods through [`PodRead`] ([`ReadPod`]), expanding
-//! one back into a `Pod` ([`CompactPod::expand`]) only where a decision or a write needs all of it.
+//! reasons) are shared through an [`Interner`], and so is what the pods of one revision have
+//! alike (their containers, owners and readiness gates: a [`PodShape`]). The few fields that
+//! are rarely set are boxed, and a reconcile reads its own CloneSet's pods through [`PodRead`]
+//! ([`ReadPod`]), expanding one back into a `Pod` ([`CompactPod::expand`]) only where a
+//! decision or a write needs all of it.
 //!
 //! What is kept is what [`keep_read_fields`] keeps, field for field: expanding a compacted pod
 //! gives exactly the stripped pod (`a_compacted_pod_expands_to_the_stripped_pod`).
@@ -68,7 +70,9 @@ pub struct Interner {
     strings: Pool<str>,
     labels: Pool<(Arc<str>, Arc<str>)>,
     owners: Pool<CompactOwner>,
-    conditions: Pool<ConditionText>,
+    conditions: Pool<ConditionSaid>,
+    shapes: Pool<PodShape>,
+    images: Pool<StatusImage>,
 }
 
 impl Interner {
@@ -90,7 +94,7 @@ impl Interner {
 
 /// A time to the nanosecond, 8 bytes instead of 24 (`None` is `i64::MIN`): every time from 1677
 /// to 2262. Kubernetes writes times to the second.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 struct Stamp(i64);
 
 impl Stamp {
@@ -105,7 +109,7 @@ impl Stamp {
 }
 
 /// A value that is mostly absent or empty: boxed only otherwise.
-#[derive(Debug)]
+#[derive(Debug, PartialEq)]
 enum Sparse<T> {
     Absent,
     Empty,
@@ -232,21 +236,37 @@ pub fn keep_read_fields(pod: &mut Pod) {
 #[derive(Debug)]
 pub struct CompactPod {
     pub name: Arc<str>,
-    pub namespace: Arc<str>,
+    /// What the pod has alike with the other pods of its CloneSet's revision.
+    shape: Arc<PodShape>,
     uid: Option<Box<str>>,
     resource_version: Option<Box<str>>,
-    generate_name: Option<Arc<str>>,
     creation_timestamp: Stamp,
-    generation: Option<i64>,
     labels: Option<Pairs>,
     annotations: Option<Pairs>,
-    pub owners: Box<[Arc<CompactOwner>]>,
-    /// Whether `ownerReferences` was present at all (an empty list and none expand differently).
-    has_owner_list: bool,
     /// The rest of the metadata (deletion, finalizers), when any of it is set.
     meta_rest: Option<Box<ObjectMeta>>,
-    spec: Option<CompactSpec>,
-    status: Option<Box<CompactStatus>>,
+    /// `spec.nodeName` (set only with a spec): pods of one CloneSet spread over many nodes.
+    node_name: Option<Arc<str>>,
+    status: Option<CompactStatus>,
+}
+
+/// What the pods of one CloneSet revision in one phase have alike, shared through the interner:
+/// each pod holds one pointer instead of its own blocks for its containers, owners, readiness
+/// gates and the fields beside them (about 370 bytes a pod). Nothing here differs from node to
+/// node, so pods of a CloneSet spread over many nodes still share it.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct PodShape {
+    namespace: Arc<str>,
+    generate_name: Option<Arc<str>>,
+    generation: Option<i64>,
+    owners: Box<[Arc<CompactOwner>]>,
+    /// Whether `ownerReferences` was present at all (an empty list and none expand differently).
+    has_owner_list: bool,
+    spec: Option<SpecShape>,
+    /// `status.phase`, `.qosClass` and `.observedGeneration` (all `None` without a status).
+    phase: Option<Arc<str>>,
+    qos_class: Option<Arc<str>>,
+    observed_generation: Option<i64>,
 }
 
 #[derive(Debug, PartialEq, Eq, Hash)]
@@ -259,15 +279,15 @@ pub struct CompactOwner {
     block_owner_deletion: Option<bool>,
 }
 
-#[derive(Debug)]
-struct CompactSpec {
+/// The spec but `nodeName`.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct SpecShape {
     containers: Box<[CompactContainer]>,
     init_containers: Option<Box<[CompactContainer]>>,
     readiness_gates: Option<Box<[Arc<str>]>>,
-    node_name: Option<Arc<str>>,
 }
 
-#[derive(Debug)]
+#[derive(Debug, PartialEq)]
 struct CompactContainer {
     name: Arc<str>,
     image: Option<Arc<str>>,
@@ -277,36 +297,46 @@ struct CompactContainer {
     env: Option<Box<[EnvVar]>>,
 }
 
+// Every field is strings, maps and lists of them, whose equality is an equivalence.
+impl Eq for CompactContainer {}
+
+impl Hash for CompactContainer {
+    /// By name and image: equal containers hash alike, and the rest seldom tells them apart.
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        (&self.name, &self.image).hash(state);
+    }
+}
+
+/// The status but what [`PodShape`] holds.
 #[derive(Debug)]
 struct CompactStatus {
-    phase: Option<Arc<str>>,
     conditions: Option<Box<[CompactCondition]>>,
     container_statuses: Option<Box<[CompactContainerStatus]>>,
     init_container_statuses: Option<Box<[CompactContainerStatus]>>,
     host_ip: Option<Arc<str>>,
     pod_ip: Option<Box<str>>,
-    qos_class: Option<Arc<str>>,
     start_time: Stamp,
-    observed_generation: Option<i64>,
     /// Every other status field (message, reason, resize, ...), when any is set.
     rest: Option<Box<PodStatus>>,
 }
 
+/// A condition: what it says is shared, when it last changed is the pod's own.
 #[derive(Debug)]
 struct CompactCondition {
-    text: Arc<ConditionText>,
-    last_probe_time: Stamp,
+    said: Arc<ConditionSaid>,
     last_transition_time: Stamp,
-    observed_generation: Option<i64>,
 }
 
-/// What a condition says, the same for many pods.
+/// What a condition says, the same for many pods; with the fields that seldom differ between
+/// them (a probe time is rarely set, the observed generation is the pod's).
 #[derive(Debug, PartialEq, Eq, Hash)]
-struct ConditionText {
+struct ConditionSaid {
     type_: Arc<str>,
     status: Arc<str>,
     reason: Option<Arc<str>>,
     message: Option<Arc<str>>,
+    last_probe_time: Stamp,
+    observed_generation: Option<i64>,
 }
 
 /// A container state: most are absent, empty or running since a time.
@@ -320,9 +350,7 @@ enum CompactState {
 
 #[derive(Debug)]
 struct CompactContainerStatus {
-    name: Arc<str>,
-    image: Arc<str>,
-    image_id: Arc<str>,
+    image: Arc<StatusImage>,
     container_id: Option<Box<str>>,
     ready: bool,
     started: Option<bool>,
@@ -332,6 +360,14 @@ struct CompactContainerStatus {
     resources: Sparse<ResourceRequirements>,
     /// Every other field (allocated resources, stop signal, ...), when any is set.
     rest: Option<Box<ContainerStatus>>,
+}
+
+/// A container status's name, image and image ID: the same in every pod of a revision.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct StatusImage {
+    name: Arc<str>,
+    image: Arc<str>,
+    image_id: Arc<str>,
 }
 
 impl CompactState {
@@ -393,37 +429,40 @@ impl CompactCondition {
     fn new(c: PodCondition, i: &mut Interner) -> Self {
         // Every field, by name: a field added to PodCondition must be added here.
         let PodCondition { type_, status, reason, message, last_probe_time, last_transition_time, observed_generation } = c;
-        let text = ConditionText { type_: i.get(&type_), status: i.get(&status), reason: i.opt(reason), message: i.opt(message) };
-        Self {
-            text: Interner::sized(&mut i.conditions, text),
+        let said = ConditionSaid {
+            type_: i.get(&type_),
+            status: i.get(&status),
+            reason: i.opt(reason),
+            message: i.opt(message),
             last_probe_time: Stamp::new(last_probe_time),
-            last_transition_time: Stamp::new(last_transition_time),
             observed_generation,
-        }
+        };
+        Self { said: Interner::sized(&mut i.conditions, said), last_transition_time: Stamp::new(last_transition_time) }
     }
 
     fn expand(&self) -> PodCondition {
+        let said = &self.said;
         PodCondition {
-            type_: string(&self.text.type_),
-            status: string(&self.text.status),
-            reason: opt_string(&self.text.reason),
-            message: opt_string(&self.text.message),
-            last_probe_time: self.last_probe_time.expand(),
+            type_: string(&said.type_),
+            status: string(&said.status),
+            reason: opt_string(&said.reason),
+            message: opt_string(&said.message),
+            last_probe_time: said.last_probe_time.expand(),
             last_transition_time: self.last_transition_time.expand(),
-            observed_generation: self.observed_generation,
+            observed_generation: said.observed_generation,
         }
     }
 }
 
 impl CompactContainerStatus {
     fn new(mut s: ContainerStatus, i: &mut Interner) -> Self {
-        let name = i.get(&std::mem::take(&mut s.name));
-        let image = i.get(&std::mem::take(&mut s.image));
-        let image_id = i.get(&std::mem::take(&mut s.image_id));
+        let image = StatusImage {
+            name: i.get(&std::mem::take(&mut s.name)),
+            image: i.get(&std::mem::take(&mut s.image)),
+            image_id: i.get(&std::mem::take(&mut s.image_id)),
+        };
         Self {
-            name,
-            image,
-            image_id,
+            image: Interner::sized(&mut i.images, image),
             container_id: boxed(s.container_id.take()),
             ready: std::mem::take(&mut s.ready),
             started: s.started.take(),
@@ -437,9 +476,9 @@ impl CompactContainerStatus {
 
     fn expand(&self) -> ContainerStatus {
         ContainerStatus {
-            name: string(&self.name),
-            image: string(&self.image),
-            image_id: string(&self.image_id),
+            name: string(&self.image.name),
+            image: string(&self.image.image),
+            image_id: string(&self.image.image_id),
             container_id: unboxed(&self.container_id),
             ready: self.ready,
             started: self.started,
@@ -461,32 +500,30 @@ fn expand_statuses(s: &Option<Box<[CompactContainerStatus]>>) -> Option<Vec<Cont
 }
 
 impl CompactStatus {
+    /// Compacts `s` once [`PodShape`]'s fields are taken out of it.
     fn new(mut s: PodStatus, i: &mut Interner) -> Self {
         Self {
-            phase: i.opt(s.phase.take()),
             conditions: s.conditions.take().map(|cs| fresh(cs.into_iter().map(|c| CompactCondition::new(c, i)))),
             container_statuses: statuses(s.container_statuses.take(), i),
             init_container_statuses: statuses(s.init_container_statuses.take(), i),
             host_ip: i.opt(s.host_ip.take()),
             pod_ip: boxed(s.pod_ip.take()),
-            qos_class: i.opt(s.qos_class.take()),
             start_time: Stamp::new(s.start_time.take()),
-            observed_generation: s.observed_generation.take(),
             rest: rest(s),
         }
     }
 
-    fn expand(&self) -> PodStatus {
+    fn expand(&self, shape: &PodShape) -> PodStatus {
         PodStatus {
-            phase: opt_string(&self.phase),
+            phase: opt_string(&shape.phase),
             conditions: self.conditions.as_ref().map(|cs| cs.iter().map(CompactCondition::expand).collect()),
             container_statuses: expand_statuses(&self.container_statuses),
             init_container_statuses: expand_statuses(&self.init_container_statuses),
             host_ip: opt_string(&self.host_ip),
             pod_ip: unboxed(&self.pod_ip),
-            qos_class: opt_string(&self.qos_class),
+            qos_class: opt_string(&shape.qos_class),
             start_time: self.start_time.expand(),
-            observed_generation: self.observed_generation,
+            observed_generation: shape.observed_generation,
             ..self.rest.as_deref().cloned().unwrap_or_default()
         }
     }
@@ -526,37 +563,51 @@ impl CompactPod {
                 Interner::sized(&mut i.owners, owner)
             }))
         });
+        let mut node_name = None;
         let spec = spec.map(|s| {
-            let PodSpec { containers, init_containers, readiness_gates, node_name, .. } = s;
-            CompactSpec {
+            let PodSpec { containers, init_containers, readiness_gates, node_name: node, .. } = s;
+            node_name = i.opt(node);
+            SpecShape {
                 containers: fresh(containers.into_iter().map(|c| CompactContainer::new(c, i))),
                 init_containers: init_containers.map(|cs| fresh(cs.into_iter().map(|c| CompactContainer::new(c, i)))),
                 readiness_gates: readiness_gates.map(|gs| fresh(gs.into_iter().map(|g| i.get(&g.condition_type)))),
-                node_name: i.opt(node_name),
             }
         });
+        let (mut phase, mut qos_class, mut observed_generation) = (None, None, None);
+        let status = status.map(|mut s| {
+            (phase, qos_class, observed_generation) = (i.opt(s.phase.take()), i.opt(s.qos_class.take()), s.observed_generation.take());
+            CompactStatus::new(s, i)
+        });
+        let shape = PodShape {
+            namespace: i.get(&m.namespace.take().unwrap_or_default()),
+            generate_name: i.opt(m.generate_name.take()),
+            generation: m.generation.take(),
+            owners,
+            has_owner_list,
+            spec,
+            phase,
+            qos_class,
+            observed_generation,
+        };
         Self {
             // Unique to the pod: not worth a pool entry.
             name: Arc::from(m.name.take().unwrap_or_default()),
-            namespace: i.get(&m.namespace.take().unwrap_or_default()),
+            shape: Interner::sized(&mut i.shapes, shape),
             uid: boxed(m.uid.take()),
             resource_version: boxed(m.resource_version.take()),
-            generate_name: i.opt(m.generate_name.take()),
             creation_timestamp: Stamp::new(m.creation_timestamp.take()),
-            generation: m.generation.take(),
             labels: pairs(m.labels.take(), i),
             annotations: pairs(m.annotations.take(), i),
-            owners,
-            has_owner_list,
             meta_rest: rest(m),
-            spec,
-            status: status.map(|s| Box::new(CompactStatus::new(s, i))),
+            node_name,
+            status,
         }
     }
 
     /// The pod as [`keep_read_fields`] leaves it.
     pub fn expand(&self) -> Pod {
-        let owners = self.owners.iter().map(|o| OwnerReference {
+        let shape = &*self.shape;
+        let owners = shape.owners.iter().map(|o| OwnerReference {
             api_version: string(&o.api_version),
             kind: string(&o.kind),
             name: string(&o.name),
@@ -565,33 +616,37 @@ impl CompactPod {
             block_owner_deletion: o.block_owner_deletion,
         });
         let name = (!self.name.is_empty()).then(|| string(&self.name));
-        let namespace = (!self.namespace.is_empty()).then(|| string(&self.namespace));
+        let namespace = (!shape.namespace.is_empty()).then(|| string(&shape.namespace));
         Pod {
             metadata: ObjectMeta {
                 name,
                 namespace,
                 uid: unboxed(&self.uid),
                 resource_version: unboxed(&self.resource_version),
-                generate_name: opt_string(&self.generate_name),
+                generate_name: opt_string(&shape.generate_name),
                 creation_timestamp: self.creation_timestamp.expand(),
-                generation: self.generation,
+                generation: shape.generation,
                 labels: map(&self.labels),
                 annotations: map(&self.annotations),
-                owner_references: self.has_owner_list.then(|| owners.collect()),
+                owner_references: shape.has_owner_list.then(|| owners.collect()),
                 ..self.meta_rest.as_deref().cloned().unwrap_or_default()
             },
-            spec: self.spec.as_ref().map(|s| PodSpec {
+            spec: shape.spec.as_ref().map(|s| PodSpec {
                 containers: s.containers.iter().map(CompactContainer::expand).collect(),
                 init_containers: s.init_containers.as_ref().map(|cs| cs.iter().map(CompactContainer::expand).collect()),
                 readiness_gates: s
                     .readiness_gates
                     .as_ref()
                     .map(|gs| gs.iter().map(|g| PodReadinessGate { condition_type: string(g) }).collect()),
-                node_name: opt_string(&s.node_name),
+                node_name: opt_string(&self.node_name),
                 ..Default::default()
             }),
-            status: self.status.as_ref().map(|s| s.expand()),
+            status: self.status.as_ref().map(|s| s.expand(shape)),
         }
+    }
+
+    pub fn namespace(&self) -> &str {
+        &self.shape.namespace
     }
 
     /// Whether the pod is being deleted.
@@ -600,7 +655,7 @@ impl CompactPod {
     }
 
     fn container(&self, name: &str) -> Option<&CompactContainer> {
-        self.spec.as_ref()?.containers.iter().find(|c| &*c.name == name)
+        self.shape.spec.as_ref()?.containers.iter().find(|c| &*c.name == name)
     }
 }
 
@@ -650,7 +705,7 @@ impl PodRead for ReadPod {
     }
 
     fn phase(&self) -> &str {
-        self.compact.status.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or_default()
+        self.compact.shape.phase.as_deref().unwrap_or_default()
     }
 
     fn is_terminating(&self) -> bool {
@@ -658,22 +713,22 @@ impl PodRead for ReadPod {
     }
 
     fn condition(&self, type_: &str) -> Option<ConditionRef<'_>> {
-        let c = self.compact.status.as_ref()?.conditions.as_ref()?.iter().find(|c| &*c.text.type_ == type_)?;
+        let c = self.compact.status.as_ref()?.conditions.as_ref()?.iter().find(|c| &*c.said.type_ == type_)?;
         Some(ConditionRef {
-            status: &c.text.status,
-            reason: c.text.reason.as_deref(),
-            message: c.text.message.as_deref(),
+            status: &c.said.status,
+            reason: c.said.reason.as_deref(),
+            message: c.said.message.as_deref(),
             last_transition_time: c.last_transition_time.expand().map(|t| t.0),
         })
     }
 
     fn has_readiness_gate(&self, type_: &str) -> bool {
-        self.compact.spec.as_ref().and_then(|s| s.readiness_gates.as_ref()).is_some_and(|g| g.iter().any(|g| &**g == type_))
+        self.compact.shape.spec.as_ref().and_then(|s| s.readiness_gates.as_ref()).is_some_and(|g| g.iter().any(|g| &**g == type_))
     }
 
     fn container_status(&self, name: &str) -> Option<ContainerStatusRef<'_>> {
-        let s = self.compact.status.as_ref()?.container_statuses.as_ref()?.iter().find(|s| &*s.name == name)?;
-        Some(ContainerStatusRef { image: &s.image, image_id: &s.image_id })
+        let s = self.compact.status.as_ref()?.container_statuses.as_ref()?.iter().find(|s| &*s.image.name == name)?;
+        Some(ContainerStatusRef { image: &s.image.image, image_id: &s.image.image_id })
     }
 
     fn container_image(&self, name: &str) -> Option<&str> {
@@ -687,11 +742,11 @@ impl PodRead for ReadPod {
 
 impl super::owned_store::Held for CompactPod {
     fn key(&self) -> super::owned_store::Key {
-        (self.namespace.clone(), self.name.clone())
+        (self.shape.namespace.clone(), self.name.clone())
     }
 
     fn owners(&self) -> impl Iterator<Item = super::owned_store::OwnerView<'_>> {
-        self.owners.iter().map(|o| super::owned_store::OwnerView {
+        self.shape.owners.iter().map(|o| super::owned_store::OwnerView {
             api_version: &o.api_version,
             kind: &o.kind,
             name: &o.name,
@@ -1002,6 +1057,46 @@ mod tests {
         assert!(Arc::ptr_eq(a, b), "equal labels share one allocation");
     }
 
+    /// Pods of one CloneSet revision hold one shared shape (containers, owners, readiness gates,
+    /// phase) and one shared block per condition text and container image, whatever their
+    /// names, nodes, IPs and times; a pod of another revision holds its own.
+    #[test]
+    fn the_pods_of_one_revision_share_their_shape() {
+        let mut interner = Interner::default();
+        let pod = |i: usize, image: &str| -> Pod {
+            let mut p = golden("pod-after-in-place-update.yaml");
+            p.metadata.name = Some(format!("p-{i}"));
+            p.metadata.uid = Some(format!("uid-{i}"));
+            let spec = p.spec.as_mut().unwrap();
+            spec.node_name = Some(format!("node-{i}"));
+            spec.containers[0].image = Some(image.to_string());
+            let status = p.status.as_mut().unwrap();
+            status.host_ip = Some(format!("10.0.0.{i}"));
+            status.pod_ip = Some(format!("10.1.0.{i}"));
+            for c in status.conditions.iter_mut().flatten() {
+                c.last_transition_time = Some(Time(k8s_openapi::jiff::Timestamp::from_second(1_795_636_149 + i as i64).unwrap()));
+            }
+            status.container_statuses.as_mut().unwrap()[0].container_id = Some(format!("containerd://{i}"));
+            p
+        };
+        let pods: Vec<Pod> = vec![pod(1, "app:v2"), pod(2, "app:v2"), pod(3, "app:v3")];
+        let cached: Vec<CompactPod> = pods.iter().map(|p| CompactPod::new(p.clone(), &mut interner)).collect();
+        let (a, b, other) = (&cached[0], &cached[1], &cached[2]);
+        assert!(Arc::ptr_eq(&a.shape, &b.shape), "two pods of a revision hold two shapes");
+        assert!(!Arc::ptr_eq(&a.shape, &other.shape), "pods of two revisions share a shape");
+        let (sa, sb) = (a.status.as_ref().unwrap(), b.status.as_ref().unwrap());
+        for (ca, cb) in sa.conditions.as_ref().unwrap().iter().zip(sb.conditions.as_ref().unwrap().iter()) {
+            assert!(Arc::ptr_eq(&ca.said, &cb.said), "condition {} held twice", ca.said.type_);
+        }
+        let image = |s: &CompactStatus| s.container_statuses.as_ref().unwrap()[0].image.clone();
+        assert!(Arc::ptr_eq(&image(sa), &image(sb)), "a revision's container image held twice");
+        for (p, c) in pods.into_iter().zip(&cached) {
+            let mut stripped = p;
+            keep_read_fields(&mut stripped);
+            assert_eq!(c.expand(), stripped, "{}", c.name);
+        }
+    }
+
     /// Each slice the cache keeps is a block of its own, never a decoded `Vec`'s block reused in
     /// place and shrunk (which leaves the rest of that block a hole behind the cached slice).
     #[test]
@@ -1036,7 +1131,7 @@ mod tests {
             pod.metadata.owner_references.as_ref().unwrap().as_ptr() as usize,
         ];
         let compact = CompactPod::from_wire(WirePod(pod), &mut Interner::default());
-        let spec = compact.spec.as_ref().unwrap();
+        let spec = compact.shape.spec.as_ref().unwrap();
         let status = compact.status.as_ref().unwrap();
         let container = &spec.containers[0];
         let kept: Vec<usize> = vec![
@@ -1046,7 +1141,7 @@ mod tests {
             container.resize_policy.as_ref().unwrap().as_ptr() as usize,
             status.conditions.as_ref().unwrap().as_ptr() as usize,
             status.container_statuses.as_ref().unwrap().as_ptr() as usize,
-            compact.owners.as_ptr() as usize,
+            compact.shape.owners.as_ptr() as usize,
         ];
         for (what, (d, k)) in ["containers", "readiness gates", "env", "resize policy", "conditions", "container statuses", "owners"]
             .iter()

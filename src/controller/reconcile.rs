@@ -100,7 +100,7 @@ pub async fn reconcile(ctx: &Arc<Context>, key: &str) -> Result<Option<Duration>
     let owned = ctx.stores.pods.owned_by(&uid);
     // Read compact; a pod is expanded only where a decision or write needs all of it.
     let (active, inactive): (Vec<ReadPod>, Vec<ReadPod>) =
-        owned.into_iter().filter(|p| &*p.namespace == ns).map(ReadPod::new).partition(|p| is_active(p));
+        owned.into_iter().filter(|p| p.namespace() == ns).map(ReadPod::new).partition(|p| is_active(p));
     let pvcs: Vec<Arc<PersistentVolumeClaim>> = ctx
         .stores
         .pvcs
