@@ -142,11 +142,6 @@ fn opt_string(s: &Option<Arc<str>>) -> Option<String> {
     s.as_ref().map(string)
 }
 
-fn boxed(s: Option<String>) -> Option<Box<str>> {
-    // Shrinking a decoded string in place would leave its spare capacity a hole behind it.
-    s.map(|s| if s.capacity() == s.len() { s.into_boxed_str() } else { Box::from(s.as_str()) })
-}
-
 /// `items` in a block of their own, of exactly their size. Collecting a decoded `Vec`'s items
 /// straight into a boxed slice reuses the decoded block in place and shrinks it: the cached
 /// slice keeps the block's head, and its tail becomes a free hole behind it that only a smaller
@@ -158,8 +153,47 @@ fn fresh<T>(items: impl ExactSizeIterator<Item = T>) -> Box<[T]> {
     kept.into_boxed_slice()
 }
 
-fn unboxed(s: &Option<Box<str>>) -> Option<String> {
-    s.as_deref().map(str::to_string)
+/// Where one of a pod's own strings is in its [`CompactPod::texts`].
+#[derive(Clone, Copy, Debug)]
+struct Span {
+    /// `u32::MAX` when the string is absent. A pod is at most a few MiB (etcd's request limit).
+    start: u32,
+    len: u32,
+}
+
+impl Span {
+    const ABSENT: Self = Self { start: u32::MAX, len: 0 };
+
+    fn read(self, texts: &str) -> Option<&str> {
+        (self.start != u32::MAX).then(|| &texts[self.start as usize..][..self.len as usize])
+    }
+
+    fn expand(self, texts: &str) -> Option<String> {
+        self.read(texts).map(str::to_string)
+    }
+}
+
+/// Writes the strings unique to one pod version (UID, resourceVersion, pod IP, container IDs)
+/// one after another, to be kept as one block instead of one block each (three to five
+/// blocks and about 100 bytes less per pod).
+struct Texts(String);
+
+impl Texts {
+    fn new() -> Self {
+        Self(String::with_capacity(256))
+    }
+
+    fn add(&mut self, s: Option<String>) -> Span {
+        let Some(s) = s else { return Span::ABSENT };
+        let start = self.0.len() as u32;
+        self.0.push_str(&s);
+        Span { start, len: s.len() as u32 }
+    }
+
+    /// The strings in a block of exactly their size (see [`fresh`]).
+    fn finish(self) -> Box<str> {
+        Box::from(self.0.as_str())
+    }
 }
 
 type Pairs = Box<[Arc<(Arc<str>, Arc<str>)>]>;
@@ -238,8 +272,10 @@ pub struct CompactPod {
     pub name: Arc<str>,
     /// What the pod has alike with the other pods of its CloneSet's revision.
     shape: Arc<PodShape>,
-    uid: Option<Box<str>>,
-    resource_version: Option<Box<str>>,
+    /// The strings unique to this pod version, which the spans below and in the status point into.
+    texts: Box<str>,
+    uid: Span,
+    resource_version: Span,
     creation_timestamp: Stamp,
     labels: Option<Pairs>,
     annotations: Option<Pairs>,
@@ -314,7 +350,7 @@ struct CompactStatus {
     container_statuses: Option<Box<[CompactContainerStatus]>>,
     init_container_statuses: Option<Box<[CompactContainerStatus]>>,
     host_ip: Option<Arc<str>>,
-    pod_ip: Option<Box<str>>,
+    pod_ip: Span,
     start_time: Stamp,
     /// Every other status field (message, reason, resize, ...), when any is set.
     rest: Option<Box<PodStatus>>,
@@ -351,7 +387,7 @@ enum CompactState {
 #[derive(Debug)]
 struct CompactContainerStatus {
     image: Arc<StatusImage>,
-    container_id: Option<Box<str>>,
+    container_id: Span,
     ready: bool,
     started: Option<bool>,
     restart_count: i32,
@@ -455,7 +491,7 @@ impl CompactCondition {
 }
 
 impl CompactContainerStatus {
-    fn new(mut s: ContainerStatus, i: &mut Interner) -> Self {
+    fn new(mut s: ContainerStatus, i: &mut Interner, texts: &mut Texts) -> Self {
         let image = StatusImage {
             name: i.get(&std::mem::take(&mut s.name)),
             image: i.get(&std::mem::take(&mut s.image)),
@@ -463,7 +499,7 @@ impl CompactContainerStatus {
         };
         Self {
             image: Interner::sized(&mut i.images, image),
-            container_id: boxed(s.container_id.take()),
+            container_id: texts.add(s.container_id.take()),
             ready: std::mem::take(&mut s.ready),
             started: s.started.take(),
             restart_count: std::mem::take(&mut s.restart_count),
@@ -474,12 +510,12 @@ impl CompactContainerStatus {
         }
     }
 
-    fn expand(&self) -> ContainerStatus {
+    fn expand(&self, texts: &str) -> ContainerStatus {
         ContainerStatus {
             name: string(&self.image.name),
             image: string(&self.image.image),
             image_id: string(&self.image.image_id),
-            container_id: unboxed(&self.container_id),
+            container_id: self.container_id.expand(texts),
             ready: self.ready,
             started: self.started,
             restart_count: self.restart_count,
@@ -491,36 +527,36 @@ impl CompactContainerStatus {
     }
 }
 
-fn statuses(s: Option<Vec<ContainerStatus>>, i: &mut Interner) -> Option<Box<[CompactContainerStatus]>> {
-    s.map(|s| fresh(s.into_iter().map(|s| CompactContainerStatus::new(s, i))))
+fn statuses(s: Option<Vec<ContainerStatus>>, i: &mut Interner, texts: &mut Texts) -> Option<Box<[CompactContainerStatus]>> {
+    s.map(|s| fresh(s.into_iter().map(|s| CompactContainerStatus::new(s, i, texts))))
 }
 
-fn expand_statuses(s: &Option<Box<[CompactContainerStatus]>>) -> Option<Vec<ContainerStatus>> {
-    s.as_ref().map(|s| s.iter().map(CompactContainerStatus::expand).collect())
+fn expand_statuses(s: &Option<Box<[CompactContainerStatus]>>, texts: &str) -> Option<Vec<ContainerStatus>> {
+    s.as_ref().map(|s| s.iter().map(|s| s.expand(texts)).collect())
 }
 
 impl CompactStatus {
     /// Compacts `s` once [`PodShape`]'s fields are taken out of it.
-    fn new(mut s: PodStatus, i: &mut Interner) -> Self {
+    fn new(mut s: PodStatus, i: &mut Interner, texts: &mut Texts) -> Self {
         Self {
             conditions: s.conditions.take().map(|cs| fresh(cs.into_iter().map(|c| CompactCondition::new(c, i)))),
-            container_statuses: statuses(s.container_statuses.take(), i),
-            init_container_statuses: statuses(s.init_container_statuses.take(), i),
+            container_statuses: statuses(s.container_statuses.take(), i, texts),
+            init_container_statuses: statuses(s.init_container_statuses.take(), i, texts),
             host_ip: i.opt(s.host_ip.take()),
-            pod_ip: boxed(s.pod_ip.take()),
+            pod_ip: texts.add(s.pod_ip.take()),
             start_time: Stamp::new(s.start_time.take()),
             rest: rest(s),
         }
     }
 
-    fn expand(&self, shape: &PodShape) -> PodStatus {
+    fn expand(&self, shape: &PodShape, texts: &str) -> PodStatus {
         PodStatus {
             phase: opt_string(&shape.phase),
             conditions: self.conditions.as_ref().map(|cs| cs.iter().map(CompactCondition::expand).collect()),
-            container_statuses: expand_statuses(&self.container_statuses),
-            init_container_statuses: expand_statuses(&self.init_container_statuses),
+            container_statuses: expand_statuses(&self.container_statuses, texts),
+            init_container_statuses: expand_statuses(&self.init_container_statuses, texts),
             host_ip: opt_string(&self.host_ip),
-            pod_ip: unboxed(&self.pod_ip),
+            pod_ip: self.pod_ip.expand(texts),
             qos_class: opt_string(&shape.qos_class),
             start_time: self.start_time.expand(),
             observed_generation: shape.observed_generation,
@@ -573,10 +609,13 @@ impl CompactPod {
                 readiness_gates: readiness_gates.map(|gs| fresh(gs.into_iter().map(|g| i.get(&g.condition_type)))),
             }
         });
+        let mut texts = Texts::new();
+        let uid = texts.add(m.uid.take());
+        let resource_version = texts.add(m.resource_version.take());
         let (mut phase, mut qos_class, mut observed_generation) = (None, None, None);
         let status = status.map(|mut s| {
             (phase, qos_class, observed_generation) = (i.opt(s.phase.take()), i.opt(s.qos_class.take()), s.observed_generation.take());
-            CompactStatus::new(s, i)
+            CompactStatus::new(s, i, &mut texts)
         });
         let shape = PodShape {
             namespace: i.get(&m.namespace.take().unwrap_or_default()),
@@ -593,8 +632,9 @@ impl CompactPod {
             // Unique to the pod: not worth a pool entry.
             name: Arc::from(m.name.take().unwrap_or_default()),
             shape: Interner::sized(&mut i.shapes, shape),
-            uid: boxed(m.uid.take()),
-            resource_version: boxed(m.resource_version.take()),
+            texts: texts.finish(),
+            uid,
+            resource_version,
             creation_timestamp: Stamp::new(m.creation_timestamp.take()),
             labels: pairs(m.labels.take(), i),
             annotations: pairs(m.annotations.take(), i),
@@ -621,8 +661,8 @@ impl CompactPod {
             metadata: ObjectMeta {
                 name,
                 namespace,
-                uid: unboxed(&self.uid),
-                resource_version: unboxed(&self.resource_version),
+                uid: self.uid.expand(&self.texts),
+                resource_version: self.resource_version.expand(&self.texts),
                 generate_name: opt_string(&shape.generate_name),
                 creation_timestamp: self.creation_timestamp.expand(),
                 generation: shape.generation,
@@ -641,7 +681,7 @@ impl CompactPod {
                 node_name: opt_string(&self.node_name),
                 ..Default::default()
             }),
-            status: self.status.as_ref().map(|s| s.expand(shape)),
+            status: self.status.as_ref().map(|s| s.expand(shape, &self.texts)),
         }
     }
 
@@ -689,11 +729,11 @@ impl PodRead for ReadPod {
     }
 
     fn pod_uid(&self) -> &str {
-        self.compact.uid.as_deref().unwrap_or_default()
+        self.compact.uid.read(&self.compact.texts).unwrap_or_default()
     }
 
     fn pod_resource_version(&self) -> Option<&str> {
-        self.compact.resource_version.as_deref()
+        self.compact.resource_version.read(&self.compact.texts)
     }
 
     fn label(&self, key: &str) -> Option<&str> {
@@ -756,7 +796,7 @@ impl super::owned_store::Held for CompactPod {
     }
 
     fn resource_version(&self) -> Option<&str> {
-        self.resource_version.as_deref()
+        self.resource_version.read(&self.texts)
     }
 }
 
@@ -807,10 +847,11 @@ mod tests {
                             {"name": "side", "image": "s:1", "imageID": "s@sha256:2", "ready": true, "restartCount": 0,
                              "state": {"running": {"startedAt": "2026-11-25T09:00:00Z"}}, "lastState": {}}]}});
         let pending = json!(
-            {"metadata": {"name": "pending", "namespace": "ns", "generateName": "pending-",
+            {"metadata": {"name": "pending", "namespace": "ns", "generateName": "pending-", "uid": "", "resourceVersion": "",
                           "annotations": {"a": "1", "b": ""}},
              "spec": {"containers": []},
-             "status": {"phase": "Pending", "conditions": [], "containerStatuses": []}});
+             "status": {"phase": "Pending", "podIP": "", "conditions": [],
+                        "containerStatuses": [{"name": "c", "image": "", "imageID": "", "containerID": "", "ready": false, "restartCount": 0}]}});
         let mut pods: Vec<Pod> =
             [terminating, json!({"metadata": {"name": "bare"}}), pending].into_iter().map(|p| serde_json::from_value(p).unwrap()).collect();
         pods.push(golden("pod-after-in-place-update.yaml"));
