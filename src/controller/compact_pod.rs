@@ -775,10 +775,39 @@ impl PodRead for ReadPod {
         self.compact.container(name)?.image.as_deref()
     }
 
+    fn node_name(&self) -> &str {
+        self.compact.node_name.as_deref().unwrap_or_default()
+    }
+
+    fn creation_timestamp(&self) -> Option<k8s_openapi::jiff::Timestamp> {
+        self.compact.creation_timestamp.expand().map(|t| t.0)
+    }
+
+    fn max_restarts(&self) -> (i32, i32) {
+        let (Some(status), shape) = (self.compact.status.as_ref(), &self.compact.shape) else { return (0, 0) };
+        let most = |statuses: Option<&[CompactContainerStatus]>, counted: &dyn Fn(&str) -> bool| {
+            statuses.unwrap_or_default().iter().filter(|s| counted(&s.image.name)).map(|s| s.restart_count).fold(0, i32::max)
+        };
+        let sidecars = shape.spec.as_ref().and_then(|s| s.init_containers.as_deref()).unwrap_or_default();
+        let is_sidecar =
+            |name: &str| sidecars.iter().any(|c| &*c.name == name && c.restart_policy.as_deref() == Some(RESTART_POLICY_ALWAYS));
+        (most(status.container_statuses.as_deref(), &|_| true), most(status.init_container_statuses.as_deref(), &is_sidecar))
+    }
+
     fn full(&self) -> &Pod {
         self.full.get_or_init(|| self.compact.expand())
     }
+
+    fn whole(&self) -> std::borrow::Cow<'_, Pod> {
+        match self.full.get() {
+            Some(full) => std::borrow::Cow::Borrowed(full),
+            None => std::borrow::Cow::Owned(self.compact.expand()),
+        }
+    }
 }
+
+/// A sidecar's `restartPolicy` (an init container that keeps running).
+const RESTART_POLICY_ALWAYS: &str = "Always";
 
 impl super::owned_store::Held for CompactPod {
     fn key(&self) -> super::owned_store::Key {
@@ -822,7 +851,8 @@ mod tests {
                           "managedFields": [{"manager": "kubelet", "operation": "Update"}]},
              "spec": {"nodeName": "n1", "readinessGates": [],
                       "initContainers": [{"name": "proxy", "image": "envoy:1", "restartPolicy": "Always",
-                                          "env": [{"name": "KRUISE_CONTAINER_PRIORITY", "value": "1"}, {"name": "X", "value": "y"}]}],
+                                          "env": [{"name": "KRUISE_CONTAINER_PRIORITY", "value": "1"}, {"name": "X", "value": "y"}]},
+                                         {"name": "setup", "image": "busybox"}],
                       "containers": [{"name": "main", "image": "i:1", "resources": {"requests": {"cpu": "100m"}, "limits": {"memory": "1Gi"}},
                                       "resizePolicy": [{"resourceName": "cpu", "restartPolicy": "NotRequired"}],
                                       "ports": [{"containerPort": 80}], "command": ["sleep"]},
@@ -835,7 +865,9 @@ mod tests {
                                         "lastTransitionTime": "2026-11-25T09:00:01Z", "lastProbeTime": "2026-11-25T09:00:02Z",
                                         "observedGeneration": 2}],
                         "initContainerStatuses": [{"name": "proxy", "image": "envoy:1", "imageID": "e@sha256:1", "ready": true,
-                                                   "restartCount": 4, "started": true, "state": {"running": {}}}],
+                                                   "restartCount": 4, "started": true, "state": {"running": {}}},
+                                                  {"name": "setup", "image": "busybox", "imageID": "b@sha256:3", "ready": false,
+                                                   "restartCount": 9, "state": {"terminated": {"exitCode": 0, "reason": "Completed"}}}],
                         "containerStatuses": [
                             {"name": "main", "image": "i:1", "imageID": "", "ready": false, "restartCount": 2, "started": false,
                              "containerID": "containerd://abc", "stopSignal": "SIGTERM",
@@ -915,8 +947,16 @@ mod tests {
                 assert_eq!(read.container_status(&c), whole.container_status(&c), "{name}: status of {c}");
                 assert_eq!(read.container_image(&c), whole.container_image(&c), "{name}: image of {c}");
             }
+            assert_eq!(
+                (read.node_name(), read.creation_timestamp(), read.max_restarts()),
+                (whole.node_name(), whole.creation_timestamp(), whole.max_restarts()),
+                "{name}"
+            );
             assert!(!read.was_expanded(), "{name}: a read expanded the pod");
+            assert_eq!(&*read.whole(), &stripped, "{name}");
+            assert!(!read.was_expanded(), "{name}: whole() kept the pod it built");
             assert_eq!(read.full(), &stripped, "{name}");
+            assert!(matches!(read.whole(), std::borrow::Cow::Borrowed(_)), "{name}: whole() built the pod again");
         }
     }
 
@@ -983,14 +1023,17 @@ mod tests {
         assert_eq!(expanded, Vec::<String>::new());
     }
 
-    /// A pass that chooses pods to update reads whole only the pods it may choose.
+    /// A pass that chooses pods to update (no priority or scatter strategy, no inPlaceUpdate
+    /// hook) reads none of them whole: the update order and the lifecycle gate read them in
+    /// place, and each write builds its pod for itself alone ([`PodRead::whole`]). A rollout of
+    /// 1,000 pods at maxUnavailable 100% held all 1,000 built while its writes ran.
     #[test]
-    fn an_update_pass_expands_only_the_pods_it_may_update() {
+    fn an_update_pass_expands_none_of_the_pods_it_chooses() {
         let pods = golden_pods_read_compact(|i| if i < 38 { "inplace-new" } else { "inplace-b55cd4488" });
         let (update, expanded) = expanded_by_a_pass(&pods, "inplace-new");
         let chosen: Vec<&str> = update.pods.iter().map(|(n, _)| n.as_str()).collect();
         assert_eq!(chosen, ["inplace-00038", "inplace-00039"]);
-        assert_eq!(expanded, ["inplace-00038", "inplace-00039"]);
+        assert_eq!(expanded, Vec::<String>::new());
     }
 
     /// The pod watch empties managedFields and leaves the list (`Some([])`): the compact pod

@@ -664,7 +664,7 @@ async fn execute_scale(
     {
         for name in names {
             let Some(pod) = find_pod(active, name) else { continue };
-            if let Err(e) = apply_pod_writes(ctx, &ns, pod, &sync::lifecycle_writes(cs, pod.full(), state, now)).await {
+            if let Err(e) = apply_pod_writes(ctx, &ns, pod, &sync::lifecycle_writes(cs, &pod.whole(), state, now)).await {
                 return (changed, Some(e));
             }
             changed += 1;
@@ -753,7 +753,7 @@ async fn execute_update(
             if failed.load(std::sync::atomic::Ordering::Acquire) {
                 return None;
             }
-            let result = apply_pod_writes(ctx, ns, pod, &sync::action_writes(cs, pod.full(), action, label, now)).await;
+            let result = apply_pod_writes(ctx, ns, pod, &sync::action_writes(cs, &pod.whole(), action, label, now)).await;
             if result.is_err() {
                 failed.store(true, std::sync::atomic::Ordering::Release);
             }

@@ -51,11 +51,13 @@ pub enum InPlaceGate {
     NotAllowed(String),
 }
 
-pub fn in_place_gate(pod: &Pod, hook: Option<&LifecycleHook>) -> InPlaceGate {
-    let name = pod.metadata.name.as_deref().unwrap_or_default();
+pub fn in_place_gate(pod: &dyn PodRead, hook: Option<&LifecycleHook>) -> InPlaceGate {
+    let name = pod.name();
+    // Without a hook nothing is hooked, and the pod need not be read whole.
+    let hooked = || hook.is_some() && is_hooked(hook, pod.full());
     match state(pod) {
         None | Some(LifecycleState::PreparingNormal) | Some(LifecycleState::Normal) => {
-            if is_hooked(hook, pod) {
+            if hooked() {
                 InPlaceGate::PrepareUpdate
             } else {
                 InPlaceGate::Proceed
@@ -67,7 +69,7 @@ pub fn in_place_gate(pod: &Pod, hook: Option<&LifecycleHook>) -> InPlaceGate {
         Some(LifecycleState::Updated) => InPlaceGate::Wait,
         Some(LifecycleState::Updating) => InPlaceGate::Proceed,
         Some(LifecycleState::PreparingUpdate) => {
-            if is_hooked(hook, pod) {
+            if hooked() {
                 InPlaceGate::Wait
             } else {
                 InPlaceGate::Proceed

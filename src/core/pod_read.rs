@@ -8,6 +8,8 @@
 //! Each accessor answers as the same question asked of the stripped `Pod` would
 //! (`controller::compact_pod::tests::compact_reads_answer_as_the_expanded_pod_does`).
 
+use std::borrow::Cow;
+
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 
@@ -45,8 +47,20 @@ pub trait PodRead: Send + Sync {
     fn container_status(&self, name: &str) -> Option<ContainerStatusRef<'_>>;
     /// The spec image of the (regular) container of this name.
     fn container_image(&self, name: &str) -> Option<&str>;
+    /// `spec.nodeName`, empty when absent.
+    fn node_name(&self) -> &str;
+    fn creation_timestamp(&self) -> Option<Timestamp>;
+    /// The highest restart count among regular containers, and among sidecars (init containers
+    /// with `restartPolicy: Always`); 0 without any.
+    fn max_restarts(&self) -> (i32, i32);
     /// The whole (stripped) pod.
     fn full(&self) -> &Pod;
+    /// The whole pod for one use: [`PodRead::full`] if it was built already, else built and not
+    /// kept. A write reads its pod whole once; kept, the pods a pass writes would stay built until
+    /// it ends (a 1,000-pod rollout held about 8 MB of them while its writes ran).
+    fn whole(&self) -> Cow<'_, Pod> {
+        Cow::Borrowed(self.full())
+    }
 }
 
 impl PodRead for Pod {
@@ -101,6 +115,18 @@ impl PodRead for Pod {
         self.spec.as_ref()?.containers.iter().find(|c| c.name == name)?.image.as_deref()
     }
 
+    fn node_name(&self) -> &str {
+        self.spec.as_ref().and_then(|s| s.node_name.as_deref()).unwrap_or_default()
+    }
+
+    fn creation_timestamp(&self) -> Option<Timestamp> {
+        self.metadata.creation_timestamp.as_ref().map(|t| t.0)
+    }
+
+    fn max_restarts(&self) -> (i32, i32) {
+        (crate::core::order::max_container_restarts(self), crate::core::order::max_sidecar_restarts(self))
+    }
+
     fn full(&self) -> &Pod {
         self
     }
@@ -152,8 +178,24 @@ impl<T: PodRead + ?Sized> PodRead for &T {
         (**self).container_image(name)
     }
 
+    fn node_name(&self) -> &str {
+        (**self).node_name()
+    }
+
+    fn creation_timestamp(&self) -> Option<Timestamp> {
+        (**self).creation_timestamp()
+    }
+
+    fn max_restarts(&self) -> (i32, i32) {
+        (**self).max_restarts()
+    }
+
     fn full(&self) -> &Pod {
         (**self).full()
+    }
+
+    fn whole(&self) -> Cow<'_, Pod> {
+        (**self).whole()
     }
 }
 

@@ -518,7 +518,7 @@ fn pod_action(input: &SyncInput<'_>, pod: &dyn PodRead, target: &str) -> PodActi
         };
     };
     let hook = input.cloneset.spec.lifecycle.as_ref().and_then(|l| l.in_place_update.as_ref());
-    match lifecycle::in_place_gate(pod.full(), hook) {
+    match lifecycle::in_place_gate(pod, hook) {
         lifecycle::InPlaceGate::Proceed => PodAction::InPlace(spec),
         lifecycle::InPlaceGate::PrepareUpdate => PodAction::PrepareUpdate,
         lifecycle::InPlaceGate::Wait => PodAction::Wait,

@@ -4,8 +4,7 @@
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet};
 
-use k8s_openapi::api::core::v1::{Pod, PodCondition};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
 use crate::api::keys;
@@ -88,37 +87,24 @@ pub fn pod_deletion_cost(pod: &Pod) -> i32 {
     value.parse::<i32>().unwrap_or(0)
 }
 
-fn conditions(pod: &Pod) -> &[PodCondition] {
-    pod.status.as_ref().and_then(|s| s.conditions.as_deref()).unwrap_or(&[])
-}
-
 fn ready_condition(pod: &dyn PodRead) -> Option<ConditionRef<'_>> {
     pod.condition(CONDITION_READY)
 }
 
 /// `podReadyTime`: when the pod became ready, `None` when it is not ready or the time is zero.
-pub(super) fn ready_since(pod: &Pod) -> Option<Timestamp> {
-    if !is_pod_ready(pod) {
-        return None;
-    }
-    conditions(pod)
-        .iter()
-        .find(|c| c.type_ == CONDITION_READY && c.status == STATUS_TRUE)
-        .and_then(|c| non_zero_time(c.last_transition_time.as_ref()))
+/// The first `Ready` condition is the one that is `True`, when the pod is ready.
+pub(super) fn ready_since(pod: &dyn PodRead) -> Option<Timestamp> {
+    ready_condition(pod).filter(|c| c.status == STATUS_TRUE).and_then(|c| non_zero(c.last_transition_time))
 }
 
 /// A `metav1.Time` as Go sees it: absent and Go's zero instant are both "zero" (`None`).
-fn non_zero_time(t: Option<&Time>) -> Option<Timestamp> {
-    non_zero(t.map(|t| t.0))
-}
-
 fn non_zero(t: Option<Timestamp>) -> Option<Timestamp> {
     t.filter(|t| t.as_second() != GO_ZERO_TIME_SECONDS || t.subsec_nanosecond() != 0)
 }
 
 /// `Pending < Unknown < Running`; every other phase (including none) ranks with Pending,
 /// as a missing key in Go's map reads as 0.
-pub(super) fn phase_ordinal(pod: &Pod) -> u8 {
+pub(super) fn phase_ordinal(pod: &dyn PodRead) -> u8 {
     match pod.phase() {
         PHASE_UNKNOWN => 1,
         PHASE_RUNNING => 2,
@@ -126,8 +112,8 @@ pub(super) fn phase_ordinal(pod: &Pod) -> u8 {
     }
 }
 
-pub(super) fn node_name(pod: &Pod) -> &str {
-    pod.spec.as_ref().and_then(|s| s.node_name.as_deref()).unwrap_or("")
+pub(super) fn node_name(pod: &dyn PodRead) -> &str {
+    pod.node_name()
 }
 
 pub(super) fn pod_labels(pod: &Pod) -> Option<&BTreeMap<String, String>> {
@@ -143,12 +129,12 @@ pub(super) fn lifecycle_state(pod: &dyn PodRead) -> &str {
     label_value(pod, keys::LIFECYCLE_STATE)
 }
 
-pub(super) fn creation_time(pod: &Pod) -> Option<Timestamp> {
-    non_zero_time(pod.metadata.creation_timestamp.as_ref())
+pub(super) fn creation_time(pod: &dyn PodRead) -> Option<Timestamp> {
+    non_zero(pod.creation_timestamp())
 }
 
 /// The highest restart count among regular containers.
-pub(super) fn max_container_restarts(pod: &Pod) -> i32 {
+pub fn max_container_restarts(pod: &Pod) -> i32 {
     pod.status.as_ref().and_then(|s| s.container_statuses.as_deref()).unwrap_or(&[]).iter().map(|c| c.restart_count).fold(0, i32::max)
 }
 

@@ -10,8 +10,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::jiff::Timestamp;
 
 use super::pod::{
-    cmp_zero_then_later, creation_time, is_pod_available, is_pod_ready, label_value, lifecycle_state, max_container_restarts,
-    max_sidecar_restarts, node_name, phase_ordinal, pod_labels, ready_since, sorted_positions,
+    cmp_zero_then_later, creation_time, is_pod_available, is_pod_ready, label_value, lifecycle_state, node_name, phase_ordinal, pod_labels,
+    ready_since, sorted_positions,
 };
 use crate::api::shared::{LifecycleState, UpdatePriorityStrategy, UpdateScatterTerm};
 use crate::core::pod_read::PodRead;
@@ -33,15 +33,15 @@ use crate::core::pod_read::PodRead;
 /// 3. `scatter`: see [`scatter_sort`].
 /// 4. Pods in lifecycle state `PreparingUpdate` move to the front (stable).
 ///
-/// Only the candidates are read whole (and, with a scatter strategy, every pod).
+/// No pod is read whole but for a priority strategy (the candidates) or a scatter strategy
+/// (every pod).
 pub fn sort_update_indexes<P: PodRead>(
     pods: &[P],
     mut candidates: Vec<usize>,
     priority: Option<&UpdatePriorityStrategy>,
     scatter: &[UpdateScatterTerm],
 ) -> Vec<usize> {
-    let pod = |i: usize| -> &Pod { pods[i].full() };
-    let keys: Vec<ActiveKeys> = candidates.iter().map(|&i| ActiveKeys::of(pod(i))).collect();
+    let keys: Vec<ActiveKeys> = candidates.iter().map(|&i| ActiveKeys::of(&pods[i])).collect();
     candidates = sorted_positions(&keys, cmp_active).into_iter().map(|k| candidates[k]).collect();
 
     if let Some(strategy) = priority {
@@ -69,14 +69,15 @@ struct ActiveKeys {
 }
 
 impl ActiveKeys {
-    fn of(pod: &Pod) -> Self {
+    fn of(pod: &dyn PodRead) -> Self {
+        let (restarts, sidecar_restarts) = pod.max_restarts();
         ActiveKeys {
             assigned: !node_name(pod).is_empty(),
             phase: phase_ordinal(pod),
             ready: is_pod_ready(pod),
             ready_since: ready_since(pod),
-            restarts: max_container_restarts(pod),
-            sidecar_restarts: max_sidecar_restarts(pod),
+            restarts,
+            sidecar_restarts,
             created: creation_time(pod),
         }
     }
