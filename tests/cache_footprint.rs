@@ -20,6 +20,8 @@ static ALLOCATIONS: AtomicIsize = AtomicIsize::new(0);
 /// What [`LIVE`]'s blocks take in glibc's heap: each rounded up with its 8-byte header to a
 /// multiple of 16, at least 32. Many small blocks cost more than their sizes say.
 static CHUNKS: AtomicIsize = AtomicIsize::new(0);
+/// Blocks allocated and not yet freed.
+static BLOCKS: AtomicIsize = AtomicIsize::new(0);
 
 fn chunk(size: usize) -> isize {
     ((size + 8).div_ceil(16) * 16).max(32) as isize
@@ -50,6 +52,7 @@ unsafe impl GlobalAlloc for Counting {
         LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
         ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
         CHUNKS.fetch_add(chunk(layout.size()), Ordering::Relaxed);
+        BLOCKS.fetch_add(1, Ordering::Relaxed);
         let _ = THREAD_LIVE.try_with(|l| l.set(l.get() + layout.size() as isize));
         unsafe { System.alloc(layout) }
     }
@@ -57,6 +60,7 @@ unsafe impl GlobalAlloc for Counting {
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         LIVE.fetch_sub(layout.size() as isize, Ordering::Relaxed);
         CHUNKS.fetch_sub(chunk(layout.size()), Ordering::Relaxed);
+        BLOCKS.fetch_sub(1, Ordering::Relaxed);
         let _ = THREAD_LIVE.try_with(|l| l.set(l.get() - layout.size() as isize));
         unsafe { System.dealloc(ptr, layout) }
     }
@@ -107,10 +111,11 @@ fn fresh_pod() -> Pod {
 }
 
 /// Heap bytes per pod of a store holding `CLONESETS` × `PODS_EACH` pods like `base`, index
-/// included: as asked for, and as glibc's chunks hold them.
-fn heap_per_pod<H: Held>(base: Pod, hold: impl Fn(&mut Interner, Pod) -> H) -> (isize, isize) {
+/// included: as asked for, as glibc's chunks hold them, and in how many blocks (hundredths).
+fn heap_per_pod<H: Held>(base: Pod, hold: impl Fn(&mut Interner, Pod) -> H) -> (isize, isize, isize) {
     let pods: Vec<Pod> = (0..CLONESETS).flat_map(|c| (0..PODS_EACH).map(move |i| (c, i))).map(|(c, i)| pod(&base, c, i)).collect();
-    let (before, chunks_before) = (LIVE.load(Ordering::SeqCst), CHUNKS.load(Ordering::SeqCst));
+    let (before, chunks_before, blocks_before) =
+        (LIVE.load(Ordering::SeqCst), CHUNKS.load(Ordering::SeqCst), BLOCKS.load(Ordering::SeqCst));
     let (store, mut writer) = owned_store::<H>();
     let mut interner = Interner::default();
     writer.apply_as(Event::Init, |p| hold(&mut interner, p));
@@ -121,9 +126,10 @@ fn heap_per_pod<H: Held>(base: Pod, hold: impl Fn(&mut Interner, Pod) -> H) -> (
     // Each pod's Pod was freed as it was compacted: what stays is the store, index and interner.
     let held = LIVE.load(Ordering::SeqCst) - before;
     let chunks = CHUNKS.load(Ordering::SeqCst) - chunks_before;
+    let blocks = BLOCKS.load(Ordering::SeqCst) - blocks_before;
     assert_eq!(store.owned_by("6c4846ec-ff30-4d6a-b9c7-000000000007").len(), PODS_EACH);
     let pods = (CLONESETS * PODS_EACH) as isize;
-    (held / pods, chunks / pods)
+    (held / pods, chunks / pods, blocks * 100 / pods)
 }
 
 /// The issue's target is 2 KB of resident memory per cached pod at 20,000 pods; the heap is
@@ -134,11 +140,13 @@ fn heap_per_pod<H: Held>(base: Pod, hold: impl Fn(&mut Interner, Pod) -> H) -> (
 #[test]
 fn a_cached_pod_costs_a_tenth_of_a_decoded_one() {
     let _alone = alone();
-    let (fresh, fresh_chunks) = heap_per_pod(fresh_pod(), |i, p| CompactPod::new(p, i));
-    let (updated, updated_chunks) = heap_per_pod(golden_pod(), |i, p| CompactPod::new(p, i));
+    let (fresh, fresh_chunks, fresh_blocks) = heap_per_pod(fresh_pod(), |i, p| CompactPod::new(p, i));
+    let (updated, updated_chunks, updated_blocks) = heap_per_pod(golden_pod(), |i, p| CompactPod::new(p, i));
     println!(
         "heap per cached pod, store and owner index included: {fresh} bytes as created, {updated} after an in-place update \
-         ({fresh_chunks} and {updated_chunks} in glibc's chunks)"
+         ({fresh_chunks} and {updated_chunks} in glibc's chunks; {} and {} blocks)",
+        fresh_blocks as f64 / 100.0,
+        updated_blocks as f64 / 100.0
     );
     assert!(fresh <= 850, "{fresh} bytes of heap per cached pod as created");
     assert!(updated <= 1150, "{updated} bytes of heap per cached pod after an in-place update");
@@ -151,8 +159,8 @@ fn a_cached_pod_costs_a_tenth_of_a_decoded_one() {
 #[test]
 fn a_pod_cached_from_its_watch_costs_what_a_compacted_one_does() {
     let _alone = alone();
-    let (compacted, _) = heap_per_pod(fresh_pod(), |i, p| CompactPod::new(p, i));
-    let (watched, _) = heap_per_pod(fresh_pod(), |i, mut p| {
+    let (compacted, ..) = heap_per_pod(fresh_pod(), |i, p| CompactPod::new(p, i));
+    let (watched, ..) = heap_per_pod(fresh_pod(), |i, mut p| {
         keep_read_fields(&mut p);
         let mut event = WirePod(p);
         without_managed_fields(&mut event);
