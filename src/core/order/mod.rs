@@ -23,7 +23,7 @@ mod pod;
 mod update;
 mod victims;
 
-pub use pod::{is_pod_available, is_pod_ready, max_container_restarts, max_sidecar_restarts, pod_deletion_cost};
+pub use pod::{is_pod_available, is_pod_ready, is_sidecar_restart_policy, max_container_restarts, max_sidecar_restarts, pod_deletion_cost};
 pub use update::{limit_update_indexes, selector_matches, selector_matches_by, sort_update_indexes};
 pub use victims::{PodSpreadConstraint, VictimContext, choose_pods_to_delete, pod_spread_constraints};
 

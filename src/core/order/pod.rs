@@ -112,10 +112,6 @@ pub(super) fn phase_ordinal(pod: &dyn PodRead) -> u8 {
     }
 }
 
-pub(super) fn node_name(pod: &dyn PodRead) -> &str {
-    pod.node_name()
-}
-
 pub(super) fn pod_labels(pod: &Pod) -> Option<&BTreeMap<String, String>> {
     pod.metadata.labels.as_ref()
 }
@@ -138,6 +134,11 @@ pub fn max_container_restarts(pod: &Pod) -> i32 {
     pod.status.as_ref().and_then(|s| s.container_statuses.as_deref()).unwrap_or(&[]).iter().map(|c| c.restart_count).fold(0, i32::max)
 }
 
+/// Whether an init container with this `restartPolicy` is a sidecar (it keeps running).
+pub fn is_sidecar_restart_policy(policy: Option<&str>) -> bool {
+    policy == Some(RESTART_POLICY_ALWAYS)
+}
+
 /// The highest restart count among sidecars (init containers with `restartPolicy: Always`).
 pub fn max_sidecar_restarts(pod: &Pod) -> i32 {
     let sidecars: BTreeSet<&str> = pod
@@ -146,7 +147,7 @@ pub fn max_sidecar_restarts(pod: &Pod) -> i32 {
         .and_then(|s| s.init_containers.as_deref())
         .unwrap_or(&[])
         .iter()
-        .filter(|c| c.restart_policy.as_deref() == Some(RESTART_POLICY_ALWAYS))
+        .filter(|c| is_sidecar_restart_policy(c.restart_policy.as_deref()))
         .map(|c| c.name.as_str())
         .collect();
     pod.status

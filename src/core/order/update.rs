@@ -10,7 +10,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::jiff::Timestamp;
 
 use super::pod::{
-    cmp_zero_then_later, creation_time, is_pod_available, is_pod_ready, label_value, lifecycle_state, node_name, phase_ordinal, pod_labels,
+    cmp_zero_then_later, creation_time, is_pod_available, is_pod_ready, label_value, lifecycle_state, phase_ordinal, pod_labels,
     ready_since, sorted_positions,
 };
 use crate::api::shared::{LifecycleState, UpdatePriorityStrategy, UpdateScatterTerm};
@@ -72,7 +72,7 @@ impl ActiveKeys {
     fn of(pod: &dyn PodRead) -> Self {
         let (restarts, sidecar_restarts) = pod.max_restarts();
         ActiveKeys {
-            assigned: !node_name(pod).is_empty(),
+            assigned: !pod.node_name().is_empty(),
             phase: phase_ordinal(pod),
             ready: is_pod_ready(pod),
             ready_since: ready_since(pod),

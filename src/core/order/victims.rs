@@ -8,8 +8,10 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use k8s_openapi::api::core::v1::{Pod, PodSpec};
 use k8s_openapi::jiff::Timestamp;
 
+use crate::core::pod_read::PodRead as _;
+
 use super::pod::{
-    LABEL_HOSTNAME, cmp_zero_then_later, creation_time, is_pod_available, is_pod_ready, max_container_restarts, node_name, phase_ordinal,
+    LABEL_HOSTNAME, cmp_zero_then_later, creation_time, is_pod_available, is_pod_ready, max_container_restarts, phase_ordinal,
     pod_deletion_cost, ready_since, sorted_positions,
 };
 
@@ -130,7 +132,7 @@ struct VictimKeys {
 impl VictimKeys {
     fn of(pod: &Pod, available: Option<bool>, rank: f64) -> Self {
         VictimKeys {
-            assigned: !node_name(pod).is_empty(),
+            assigned: !pod.node_name().is_empty(),
             phase: phase_ordinal(pod),
             available,
             ready: is_pod_ready(pod),
@@ -169,7 +171,7 @@ fn same_node_ranks(pods: &[&Pod]) -> Vec<f64> {
     let mut ranks = vec![0.0; pods.len()];
     let mut on_node: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
     for (i, p) in pods.iter().enumerate() {
-        let node = node_name(p);
+        let node = p.node_name();
         if !node.is_empty() {
             on_node.entry(node).or_default().push(i);
         }
@@ -201,7 +203,7 @@ fn spread_constraint_ranks(
     let mut nodes: Vec<&str> = Vec::new();
     let mut on_node: HashMap<&str, Vec<usize>> = HashMap::new();
     for (i, p) in pods.iter().enumerate() {
-        let node = node_name(p);
+        let node = p.node_name();
         if node.is_empty() || !node_labels.contains_key(node) {
             continue;
         }
