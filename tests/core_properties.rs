@@ -507,7 +507,7 @@ proptest! {
         let (cs, pods, env) = (s.cloneset(), s.pods(), env());
         let spread = order::pod_spread_constraints(cs.spec.template.spec.as_ref());
         let ctx = order::VictimContext { min_ready_seconds: s.min_ready_seconds, now: now(), spread_constraints: &spread, node_labels: &env.node_labels };
-        let victims = order::choose_pods_to_delete(want, want_old, &pods, |p: &Pod| status::pod_revision(p) == Some(UPDATE), &ctx);
+        let victims = order::choose_pods_to_delete(want, want_old, &pods, |p: &dyn PodRead| status::pod_revision(p) == Some(UPDATE), &ctx);
         let distinct: BTreeSet<usize> = victims.iter().copied().collect();
         prop_assert_eq!(distinct.len(), victims.len());
         prop_assert!(victims.len() <= want && victims.iter().all(|&i| i < pods.len()));

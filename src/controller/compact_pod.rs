@@ -795,6 +795,10 @@ impl PodRead for ReadPod {
         (most(status.container_statuses.as_deref(), &|_| true), most(status.init_container_statuses.as_deref(), &is_sidecar))
     }
 
+    fn has_finalizer(&self, finalizer: &str) -> bool {
+        self.compact.meta_rest.as_ref().and_then(|m| m.finalizers.as_ref()).is_some_and(|f| f.iter().any(|x| x == finalizer))
+    }
+
     fn full(&self) -> &Pod {
         self.full.get_or_init(|| self.compact.expand())
     }
@@ -950,6 +954,10 @@ mod tests {
                 (whole.node_name(), whole.creation_timestamp(), whole.max_restarts()),
                 "{name}"
             );
+            let finalizers = stripped.metadata.finalizers.iter().flatten().cloned();
+            for f in finalizers.chain(["missing".to_string(), String::new()]) {
+                assert_eq!(read.has_finalizer(&f), whole.has_finalizer(&f), "{name}: finalizer {f}");
+            }
             assert!(!read.was_expanded(), "{name}: a read expanded the pod");
             assert_eq!(&*read.whole(), &stripped, "{name}");
             assert!(!read.was_expanded(), "{name}: whole() kept the pod it built");
@@ -961,29 +969,47 @@ mod tests {
     /// Kruise's in-place-updated golden pod as the `i`th of 40 pods of its CloneSet, on
     /// `revision`, read compact.
     fn golden_pods_read_compact(revisions: impl Fn(usize) -> &'static str) -> Vec<ReadPod> {
+        golden_pods_labelled(revisions, |_| vec![])
+    }
+
+    /// [`golden_pods_read_compact`] with more labels on each pod.
+    fn golden_pods_labelled(
+        revisions: impl Fn(usize) -> &'static str,
+        labels: impl Fn(usize) -> Vec<(&'static str, String)>,
+    ) -> Vec<ReadPod> {
         let mut interner = Interner::default();
         (0..40)
             .map(|i| {
                 let mut p = golden("pod-after-in-place-update.yaml");
                 p.metadata.name = Some(format!("inplace-{i:05}"));
                 p.metadata.uid = Some(format!("uid-{i}"));
-                p.metadata.labels.as_mut().unwrap().insert(keys::CONTROLLER_REVISION_HASH.into(), revisions(i).into());
+                let pod_labels = p.metadata.labels.as_mut().unwrap();
+                pod_labels.insert(keys::CONTROLLER_REVISION_HASH.into(), revisions(i).into());
+                pod_labels.extend(labels(i).into_iter().map(|(k, v)| (k.to_string(), v)));
                 ReadPod::new(Arc::new(CompactPod::new(p, &mut interner)))
             })
             .collect()
     }
 
-    /// One pass's plans and status over `pods` of the golden CloneSet scaled to 40, with
-    /// `update` as its update revision; the names of the pods it expanded.
-    fn expanded_by_a_pass(pods: &[ReadPod], update: &str) -> (sync::UpdatePlan, Vec<String>) {
+    /// Kruise's golden in-place CloneSet, scaled to `replicas`.
+    fn golden_cloneset(replicas: i32) -> crate::api::CloneSet {
         let path = format!("{}/tests/golden/kruise-v1.9.0-objects/cloneset-in-place.yaml", env!("CARGO_MANIFEST_DIR"));
         let mut cs: crate::api::CloneSet = serde_saphyr::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
-        cs.spec.replicas = Some(40);
-        let refs = pod_read::refs(pods);
+        cs.spec.replicas = Some(replicas);
+        cs
+    }
+
+    /// Runs `decide` on one pass's input over `pods` of `cs`, with `update` as its update revision.
+    fn with_sync_input<R>(
+        cs: &crate::api::CloneSet,
+        pods: &[&dyn PodRead],
+        update: &str,
+        decide: impl FnOnce(&sync::SyncInput<'_>) -> R,
+    ) -> R {
         let (revision_data, vct_hashes, nodes) = (BTreeMap::new(), BTreeMap::new(), BTreeMap::new());
-        let input = sync::SyncInput {
-            cloneset: &cs,
-            pods: &refs,
+        decide(&sync::SyncInput {
+            cloneset: cs,
+            pods,
             current_revision: "inplace-b55cd4488",
             update_revision: update,
             gates: Default::default(),
@@ -992,22 +1018,34 @@ mod tests {
             revision_data: &revision_data,
             revision_vct_hashes: &vct_hashes,
             now: "2026-11-22T15:00:00Z".parse().unwrap(),
-        };
-        assert!(!sync::plan_scale(&input).changes_pods());
-        assert_eq!(sync::plan_refresh(&input), (vec![], None));
-        let update_plan = sync::plan_update(&input);
+        })
+    }
+
+    /// One pass's plans and status over `pods` of `cs` (40 replicas), with `update` as its
+    /// update revision; the names of the pods it expanded.
+    fn expanded_by_a_pass_of(cs: &crate::api::CloneSet, pods: &[ReadPod], update: &str) -> (sync::UpdatePlan, Vec<String>) {
+        let refs = pod_read::refs(pods);
+        let update_plan = with_sync_input(cs, &refs, update, |input| {
+            assert!(!sync::plan_scale(input).changes_pods());
+            assert_eq!(sync::plan_refresh(input), (vec![], None));
+            sync::plan_update(input)
+        });
         let (st, _) = status::compute(&status::StatusInput {
-            cloneset: &cs,
+            cloneset: cs,
             pods: &refs,
             update_revision: update,
             current_revision: "inplace-b55cd4488",
             collision_count: 0,
             expected_updated_replicas: 40,
-            now: input.now,
+            now: "2026-11-22T15:00:00Z".parse().unwrap(),
         });
         assert_eq!((st.replicas, st.ready_replicas), (40, 40));
-        assert_eq!(sync::stale_pods_to_delete(&cs, &refs), None);
+        assert_eq!(sync::stale_pods_to_delete(cs, &refs), None);
         (update_plan, pods.iter().filter(|p| p.was_expanded()).map(|p| p.name().to_string()).collect())
+    }
+
+    fn expanded_by_a_pass(pods: &[ReadPod], update: &str) -> (sync::UpdatePlan, Vec<String>) {
+        expanded_by_a_pass_of(&golden_cloneset(40), pods, update)
     }
 
     /// The reason the reads exist: a pass over a CloneSet whose pods are settled (Kruise's own
@@ -1032,6 +1070,92 @@ mod tests {
         let chosen: Vec<&str> = update.pods.iter().map(|(n, _)| n.as_str()).collect();
         assert_eq!(chosen, ["inplace-00038", "inplace-00039"]);
         assert_eq!(expanded, Vec::<String>::new());
+    }
+
+    /// The priority and scatter orders read the candidates' labels in place: with both, an update
+    /// pass still expands none of the pods, and chooses as the whole pods would have it.
+    #[test]
+    fn an_update_pass_with_priority_and_scatter_expands_none_of_the_pods() {
+        let pods = golden_pods_labelled(
+            |i| if i < 30 { "inplace-new" } else { "inplace-b55cd4488" },
+            |i| vec![("zone", ["a", "b"][i % 2].to_string()), ("order", format!("o-{i}"))],
+        );
+        let mut cs = golden_cloneset(40);
+        let strategy = &mut cs.spec.update_strategy;
+        strategy.priority_strategy = Some(crate::api::shared::UpdatePriorityStrategy {
+            order_priority: vec![crate::api::shared::UpdatePriorityOrderTerm { ordered_key: "order".into() }],
+            ..Default::default()
+        });
+        strategy.scatter_strategy = vec![crate::api::shared::UpdateScatterTerm { key: "zone".into(), value: "a".into() }];
+        strategy.max_unavailable = Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(10));
+        let (update, expanded) = expanded_by_a_pass_of(&cs, &pods, "inplace-new");
+        assert_eq!(expanded, Vec::<String>::new());
+        let chosen: Vec<&str> = update.pods.iter().map(|(n, _)| n.as_str()).collect();
+        let whole: Vec<Pod> = pods.iter().map(|p| p.whole().into_owned()).collect();
+        let whole_refs = pod_read::refs(&whole);
+        let whole_plan = with_sync_input(&cs, &whole_refs, "inplace-new", sync::plan_update);
+        let whole_chosen: Vec<&str> = whole_plan.pods.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(chosen, whole_chosen);
+        // Higher order suffix first, so the scatter had pods of both zones to interleave.
+        assert_eq!(
+            chosen,
+            [
+                "inplace-00039",
+                "inplace-00038",
+                "inplace-00037",
+                "inplace-00036",
+                "inplace-00035",
+                "inplace-00034",
+                "inplace-00033",
+                "inplace-00032",
+                "inplace-00031",
+                "inplace-00030"
+            ]
+        );
+    }
+
+    /// A scale-down pass sorts its victims (node, phase, readiness, deletion cost, restarts,
+    /// creation) and splits off the ones its preDelete hook holds (labels and finalizers) reading
+    /// the pods in place; it used to build every pod of the CloneSet to sort them, and keep them
+    /// built until the pass ended.
+    #[test]
+    fn a_scale_down_pass_expands_none_of_the_pods_it_considers() {
+        let pods = golden_pods_labelled(
+            |i| if i < 20 { "inplace-new" } else { "inplace-b55cd4488" },
+            |i| if i % 3 == 0 { vec![("hold", "true".to_string())] } else { vec![] },
+        );
+        let mut cs = golden_cloneset(30);
+        cs.spec.lifecycle = Some(crate::api::shared::Lifecycle {
+            pre_delete: Some(crate::api::shared::LifecycleHook {
+                labels_handler: [("hold".to_string(), "true".to_string())].into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        let refs = pod_read::refs(&pods);
+        let plan = with_sync_input(&cs, &refs, "inplace-new", sync::plan_scale);
+        let expanded: Vec<&str> = pods.iter().filter(|p| p.was_expanded()).map(|p| p.name()).collect();
+        assert_eq!(expanded, Vec::<&str>::new());
+        let whole: Vec<Pod> = pods.iter().map(|p| p.whole().into_owned()).collect();
+        let whole_refs = pod_read::refs(&whole);
+        let whole_plan = with_sync_input(&cs, &whole_refs, "inplace-new", sync::plan_scale);
+        assert_eq!((&plan.delete, &plan.prepare_delete), (&whole_plan.delete, &whole_plan.prepare_delete));
+        assert_eq!(plan.delete.len() + plan.prepare_delete.len(), 10, "{plan:?}");
+        assert!(!plan.delete.is_empty() && !plan.prepare_delete.is_empty(), "{plan:?}");
+    }
+
+    /// Every new pod passes through PreparingNormal, and the pass that moves it to Normal once it
+    /// is scheduled reads its node in place: during a creation it built each pod it moved, while
+    /// the cache was storing the pods around it.
+    #[test]
+    fn the_move_to_normal_expands_none_of_the_new_pods() {
+        let pods = golden_pods_labelled(|_| "inplace-b55cd4488", |_| vec![(keys::LIFECYCLE_STATE, "PreparingNormal".to_string())]);
+        let refs = pod_read::refs(&pods);
+        let (refresh, _) = with_sync_input(&golden_cloneset(40), &refs, "inplace-b55cd4488", sync::plan_refresh);
+        let moved = refresh.iter().filter(|r| r.writes.iter().any(|w| format!("{w:?}").contains(r#"String("Normal")"#))).count();
+        assert_eq!(moved, 40, "{refresh:?}");
+        let expanded: Vec<&str> = pods.iter().filter(|p| p.was_expanded()).map(|p| p.name()).collect();
+        assert_eq!(expanded, Vec::<&str>::new());
     }
 
     /// The pod watch empties managedFields and leaves the list (`Some([])`): the compact pod

@@ -1,7 +1,5 @@
 //! Lifecycle hook predicates and the state a pod's lifecycle label should move to (§6).
 
-use k8s_openapi::api::core::v1::Pod;
-
 use crate::api::keys;
 use crate::api::shared::{Lifecycle, LifecycleHook, LifecycleState};
 use crate::core::pod_read::PodRead;
@@ -12,28 +10,24 @@ pub fn state(pod: &dyn PodRead) -> Option<LifecycleState> {
 }
 
 /// Hooked: any handler label has its value, or any handler finalizer is present.
-pub fn is_hooked(hook: Option<&LifecycleHook>, pod: &Pod) -> bool {
+pub fn is_hooked(hook: Option<&LifecycleHook>, pod: &dyn PodRead) -> bool {
     let Some(hook) = hook else { return false };
-    let labels = pod.metadata.labels.as_ref();
-    let finalizers = pod.metadata.finalizers.as_deref().unwrap_or_default();
-    hook.labels_handler.iter().any(|(k, v)| labels.and_then(|l| l.get(k)) == Some(v))
-        || hook.finalizers_handler.iter().any(|f| finalizers.contains(f))
+    hook.labels_handler.iter().any(|(k, v)| pod.label(k) == Some(v.as_str()))
+        || hook.finalizers_handler.iter().any(|f| pod.has_finalizer(f))
 }
 
 /// All hooked: every handler label has its value and every handler finalizer is present.
-pub fn is_all_hooked(hook: Option<&LifecycleHook>, pod: &Pod) -> bool {
+pub fn is_all_hooked(hook: Option<&LifecycleHook>, pod: &dyn PodRead) -> bool {
     let Some(hook) = hook else { return false };
-    let labels = pod.metadata.labels.as_ref();
-    let finalizers = pod.metadata.finalizers.as_deref().unwrap_or_default();
-    hook.labels_handler.iter().all(|(k, v)| labels.and_then(|l| l.get(k)) == Some(v))
-        && hook.finalizers_handler.iter().all(|f| finalizers.contains(f))
+    hook.labels_handler.iter().all(|(k, v)| pod.label(k) == Some(v.as_str()))
+        && hook.finalizers_handler.iter().all(|f| pod.has_finalizer(f))
 }
 
 /// PreparingNormal → Normal: without a preNormal hook once the pod is scheduled (Kruise v1.9.0
 /// waits for `spec.nodeName`), with one once the pod is all hooked.
-pub fn ready_for_normal(pod: &Pod, pre_normal: Option<&LifecycleHook>) -> bool {
+pub fn ready_for_normal(pod: &dyn PodRead, pre_normal: Option<&LifecycleHook>) -> bool {
     match pre_normal {
-        None => pod.spec.as_ref().and_then(|s| s.node_name.as_deref()).is_some_and(|n| !n.is_empty()),
+        None => !pod.node_name().is_empty(),
         Some(_) => is_all_hooked(pre_normal, pod),
     }
 }
@@ -53,8 +47,7 @@ pub enum InPlaceGate {
 
 pub fn in_place_gate(pod: &dyn PodRead, hook: Option<&LifecycleHook>) -> InPlaceGate {
     let name = pod.name();
-    // Without a hook nothing is hooked, and the pod need not be read whole.
-    let hooked = || hook.is_some() && is_hooked(hook, pod.full());
+    let hooked = || is_hooked(hook, pod);
     match state(pod) {
         None | Some(LifecycleState::PreparingNormal) | Some(LifecycleState::Normal) => {
             if hooked() {
@@ -82,14 +75,14 @@ pub fn in_place_gate(pod: &dyn PodRead, hook: Option<&LifecycleHook>) -> InPlace
 /// After an in-place update (or a rollback while waiting): Kruise's
 /// `cs.Spec.Lifecycle != nil && !IsPodAllHooked(inPlaceUpdate, pod)` — so with any lifecycle
 /// but no inPlaceUpdate hook (e.g. only preDelete) the pod passes through Updated too.
-pub fn state_after_update(pod: &Pod, lifecycle: Option<&Lifecycle>) -> LifecycleState {
+pub fn state_after_update(pod: &dyn PodRead, lifecycle: Option<&Lifecycle>) -> LifecycleState {
     let hook = lifecycle.and_then(|l| l.in_place_update.as_ref());
     if lifecycle.is_some() && !is_all_hooked(hook, pod) { LifecycleState::Updated } else { LifecycleState::Normal }
 }
 
 /// Updated → Normal once there is no inPlaceUpdate hook or the hook's owner has re-added all of
 /// its handlers.
-pub fn updated_may_become_normal(pod: &Pod, lifecycle: Option<&Lifecycle>) -> bool {
+pub fn updated_may_become_normal(pod: &dyn PodRead, lifecycle: Option<&Lifecycle>) -> bool {
     match lifecycle.and_then(|l| l.in_place_update.as_ref()) {
         None => true,
         hook => is_all_hooked(hook, pod),
@@ -103,6 +96,8 @@ pub fn hook_handlers_patch(hook: Option<&LifecycleHook>) -> (std::collections::B
 
 #[cfg(test)]
 mod tests {
+    use k8s_openapi::api::core::v1::Pod;
+
     use super::*;
     use serde_json::json;
 

@@ -53,6 +53,8 @@ pub trait PodRead: Send + Sync {
     /// The highest restart count among regular containers, and among sidecars (init containers
     /// with `restartPolicy: Always`); 0 without any.
     fn max_restarts(&self) -> (i32, i32);
+    /// Whether `metadata.finalizers` holds this one (lifecycle hooks are labels or finalizers).
+    fn has_finalizer(&self, finalizer: &str) -> bool;
     /// The whole (stripped) pod.
     fn full(&self) -> &Pod;
     /// The whole pod for one use: [`PodRead::full`] if it was built already, else built and not
@@ -127,6 +129,10 @@ impl PodRead for Pod {
         (crate::core::order::max_container_restarts(self), crate::core::order::max_sidecar_restarts(self))
     }
 
+    fn has_finalizer(&self, finalizer: &str) -> bool {
+        self.metadata.finalizers.iter().flatten().any(|f| f == finalizer)
+    }
+
     fn full(&self) -> &Pod {
         self
     }
@@ -188,6 +194,10 @@ impl<T: PodRead + ?Sized> PodRead for &T {
 
     fn max_restarts(&self) -> (i32, i32) {
         (**self).max_restarts()
+    }
+
+    fn has_finalizer(&self, finalizer: &str) -> bool {
+        (**self).has_finalizer(finalizer)
     }
 
     fn full(&self) -> &Pod {

@@ -60,11 +60,6 @@ impl<'a> SyncInput<'a> {
         pod.label(keys::SPECIFIED_DELETE).is_some() || self.cloneset.spec.scale_strategy.pods_to_delete.iter().any(|n| n == pod.name())
     }
 
-    /// The whole pods, for the orderings (read only while pods are chosen to update or delete).
-    fn full_pods(&self) -> Vec<&'a Pod> {
-        self.pods.iter().map(|p| p.full()).collect()
-    }
-
     fn diff_input(&self) -> DiffInput<'_> {
         let s = &self.cloneset.spec;
         DiffInput {
@@ -168,7 +163,7 @@ fn refresh_in_place(pod: &dyn PodRead, now: Timestamp) -> (Vec<PodWrite>, Option
         if let Some(remaining) = inplace::grace_remaining(&state, grace.grace_seconds, now) {
             return (vec![], Some(remaining));
         }
-        let pod = pod.full();
+        let pod = &*pod.whole();
         let (new_state, batch) = inplace::state_after_grace(pod, &state, &grace, now);
         let mut apply = inplace::apply_patch(pod, &grace, &batch, &new_state, &BTreeMap::new(), None);
         combine_patches(&mut apply, &json!({"metadata": {"annotations": {keys::INPLACE_UPDATE_GRACE: null}}}));
@@ -179,7 +174,7 @@ fn refresh_in_place(pod: &dyn PodRead, now: Timestamp) -> (Vec<PodWrite>, Option
     if let Some(state) = inplace::read_state(pod) {
         if !state.next_container_images.is_empty() {
             // The next batch once the last one runs its new images and is Ready; until then, wait.
-            return (inplace::next_batch_patch(pod.full(), &state, now).map(PodWrite::Patch).into_iter().collect(), None);
+            return (inplace::next_batch_patch(&pod.whole(), &state, now).map(PodWrite::Patch).into_iter().collect(), None);
         }
         if !inplace::update_completed(pod, &state) {
             return (vec![], None);
@@ -196,13 +191,11 @@ fn lifecycle_move(input: &SyncInput<'_>, pod: &dyn PodRead) -> Option<LifecycleS
     let lifecycle_spec = input.cloneset.spec.lifecycle.as_ref();
     let pre_normal = lifecycle_spec.and_then(|l| l.pre_normal.as_ref());
     match lifecycle::state(pod)? {
-        LifecycleState::PreparingNormal if lifecycle::ready_for_normal(pod.full(), pre_normal) => Some(LifecycleState::Normal),
+        LifecycleState::PreparingNormal if lifecycle::ready_for_normal(pod, pre_normal) => Some(LifecycleState::Normal),
         // A rollback reached a pod still waiting to be updated (Kruise issue #1156).
-        LifecycleState::PreparingUpdate if input.is_on_update_revision(pod) => {
-            Some(lifecycle::state_after_update(pod.full(), lifecycle_spec))
-        }
-        LifecycleState::Updating if in_place_update_completed(pod) => Some(lifecycle::state_after_update(pod.full(), lifecycle_spec)),
-        LifecycleState::Updated if lifecycle::updated_may_become_normal(pod.full(), lifecycle_spec) => Some(LifecycleState::Normal),
+        LifecycleState::PreparingUpdate if input.is_on_update_revision(pod) => Some(lifecycle::state_after_update(pod, lifecycle_spec)),
+        LifecycleState::Updating if in_place_update_completed(pod) => Some(lifecycle::state_after_update(pod, lifecycle_spec)),
+        LifecycleState::Updated if lifecycle::updated_may_become_normal(pod, lifecycle_spec) => Some(LifecycleState::Normal),
         _ => None,
     }
 }
@@ -238,7 +231,8 @@ pub fn plan_refresh(input: &SyncInput<'_>) -> (Vec<Refresh>, Option<Duration>) {
             if mark_not_ready && next == LifecycleState::Updated {
                 // Entering Updated releases the hook's not-ready mark (Kruise's
                 // executePodNotReadyPolicy), before the label moves.
-                conditions.extend(readiness::remove_not_ready_key(pod.full(), readiness::PRE_UPDATE_HOOK, input.now).into_iter().flatten());
+                conditions
+                    .extend(readiness::remove_not_ready_key(&pod.whole(), readiness::PRE_UPDATE_HOOK, input.now).into_iter().flatten());
             }
             if lifecycle::state(pod) != Some(next) {
                 combine_patches(&mut patch, &state_patch(next, input.now));
@@ -352,7 +346,7 @@ pub fn plan_scale(input: &SyncInput<'_>) -> ScalePlan {
 
     // PreparingDelete pods whose hook has been released are deleted.
     let released: Vec<String> =
-        preparing.iter().filter(|p| !lifecycle::is_hooked(pre_delete_hook, p.full())).map(|p| p.name().to_string()).collect();
+        preparing.iter().filter(|p| !lifecycle::is_hooked(pre_delete_hook, *p)).map(|p| p.name().to_string()).collect();
     if !released.is_empty() {
         plan.delete = released;
         return plan;
@@ -395,8 +389,8 @@ pub fn plan_scale(input: &SyncInput<'_>) -> ScalePlan {
         let victims = order::choose_pods_to_delete(
             diffs.scale_down_num.max(0) as usize,
             diffs.scale_down_num_old_revision.max(0) as usize,
-            &input.full_pods(),
-            |p: &Pod| input.is_on_update_revision(p),
+            input.pods,
+            |p| input.is_on_update_revision(p),
             &ctx,
         );
         let victims: Vec<&dyn PodRead> = victims.into_iter().map(|i| input.pods[i]).collect();
@@ -408,7 +402,7 @@ pub fn plan_scale(input: &SyncInput<'_>) -> ScalePlan {
 
 /// Pods their preDelete hook holds go to PreparingDelete instead of being deleted.
 fn split_hooked(input: &SyncInput<'_>, hook: Option<&crate::api::shared::LifecycleHook>, plan: &mut ScalePlan) {
-    let hooked = |name: &String| input.pods.iter().any(|p| p.name() == name && lifecycle::is_hooked(hook, p.full()));
+    let hooked = |name: &String| input.pods.iter().any(|p| p.name() == name && lifecycle::is_hooked(hook, *p));
     let (held, free): (Vec<String>, Vec<String>) = plan.delete.drain(..).partition(hooked);
     plan.delete = free;
     plan.prepare_delete = held;

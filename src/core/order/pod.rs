@@ -2,7 +2,7 @@
 //! `cloneset_sync_utils.go`, Kubernetes' `podutil`).
 
 use std::cmp::Ordering;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
@@ -71,8 +71,8 @@ fn k8s_is_pod_available(pod: &dyn PodRead, min_ready_seconds: i32, now: Timestam
 /// parse it: absent or invalid means 0. Valid values are decimal int32 strings starting with
 /// `-`, a non-zero digit, or exactly `"0"`; so `"+10"`, `"008"`, `""`, `" 1"` and anything out of
 /// int32 range are invalid, while `"-0"` and `"-007"` are accepted.
-pub fn pod_deletion_cost(pod: &Pod) -> i32 {
-    let Some(value) = pod.metadata.annotations.as_ref().and_then(|a| a.get(keys::POD_DELETION_COST)) else {
+pub fn pod_deletion_cost(pod: &dyn PodRead) -> i32 {
+    let Some(value) = pod.annotation(keys::POD_DELETION_COST) else {
         return 0;
     };
     let valid_first = match value.as_bytes().first() {
@@ -110,10 +110,6 @@ pub(super) fn phase_ordinal(pod: &dyn PodRead) -> u8 {
         PHASE_RUNNING => 2,
         _ => 0,
     }
-}
-
-pub(super) fn pod_labels(pod: &Pod) -> Option<&BTreeMap<String, String>> {
-    pod.metadata.labels.as_ref()
 }
 
 /// A label value, `""` when absent (Go's map read).

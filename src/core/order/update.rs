@@ -5,13 +5,12 @@
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, HashMap};
 
-use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::jiff::Timestamp;
 
 use super::pod::{
-    cmp_zero_then_later, creation_time, is_pod_available, is_pod_ready, label_value, lifecycle_state, phase_ordinal, pod_labels,
-    ready_since, sorted_positions,
+    cmp_zero_then_later, creation_time, is_pod_available, is_pod_ready, label_value, lifecycle_state, phase_ordinal, ready_since,
+    sorted_positions,
 };
 use crate::api::shared::{LifecycleState, UpdatePriorityStrategy, UpdateScatterTerm};
 use crate::core::pod_read::PodRead;
@@ -33,8 +32,7 @@ use crate::core::pod_read::PodRead;
 /// 3. `scatter`: see [`scatter_sort`].
 /// 4. Pods in lifecycle state `PreparingUpdate` move to the front (stable).
 ///
-/// No pod is read whole but for a priority strategy (the candidates) or a scatter strategy
-/// (every pod).
+/// No pod is read whole: the keys, the priority and the scatter read labels and status in place.
 pub fn sort_update_indexes<P: PodRead>(
     pods: &[P],
     mut candidates: Vec<usize>,
@@ -48,7 +46,7 @@ pub fn sort_update_indexes<P: PodRead>(
         candidates = priority_sort(strategy, pods, candidates);
     }
     if !scatter.is_empty() {
-        let all: Vec<Option<&Pod>> = pods.iter().map(|p| Some(p.full())).collect();
+        let all: Vec<Option<&P>> = pods.iter().map(Some).collect();
         candidates = scatter_sort(scatter, &all, candidates);
     }
 
@@ -99,42 +97,46 @@ fn priority_sort<P: PodRead>(strategy: &UpdatePriorityStrategy, pods: &[P], cand
     if strategy.weight_priority.is_empty() && strategy.order_priority.is_empty() {
         return candidates;
     }
-    let empty = BTreeMap::new();
-    let labels: Vec<&BTreeMap<String, String>> = candidates.iter().map(|&i| pod_labels(pods[i].full()).unwrap_or(&empty)).collect();
-    let order = sorted_positions(&labels, |a, b| cmp_priority(strategy, a, b));
+    let keys: Vec<PriorityKey> = candidates.iter().map(|&i| priority_key(strategy, &|k| pods[i].label(k))).collect();
+    let order = sorted_positions(&keys, |a, b| cmp_priority(strategy, a, b));
     order.into_iter().map(|k| candidates[k]).collect()
+}
+
+/// What the priority compares of one pod: its weight, or its `(level, order)` by `orderPriority`.
+type PriorityKey = (i64, i64);
+
+fn priority_key<'a>(strategy: &UpdatePriorityStrategy, label: &dyn Fn(&str) -> Option<&'a str>) -> PriorityKey {
+    if strategy.weight_priority.is_empty() { order_priority(strategy, label) } else { (weight_priority(strategy, label), 0) }
 }
 
 /// Kruise's `prioritySort.compare` without its tie value: `Less` means `a` updates first,
 /// `Equal` means the strategy does not tell them apart.
-fn cmp_priority(strategy: &UpdatePriorityStrategy, a: &BTreeMap<String, String>, b: &BTreeMap<String, String>) -> Ordering {
+fn cmp_priority(strategy: &UpdatePriorityStrategy, a: &PriorityKey, b: &PriorityKey) -> Ordering {
     if !strategy.weight_priority.is_empty() {
-        weight_priority(strategy, b).cmp(&weight_priority(strategy, a))
+        b.0.cmp(&a.0)
     } else if !strategy.order_priority.is_empty() {
-        let (level_a, order_a) = order_priority(strategy, a);
-        let (level_b, order_b) = order_priority(strategy, b);
-        level_a.cmp(&level_b).then(order_b.cmp(&order_a))
+        a.0.cmp(&b.0).then(b.1.cmp(&a.1))
     } else {
         Ordering::Equal
     }
 }
 
-fn weight_priority(strategy: &UpdatePriorityStrategy, labels: &BTreeMap<String, String>) -> i64 {
+fn weight_priority<'a>(strategy: &UpdatePriorityStrategy, label: &dyn Fn(&str) -> Option<&'a str>) -> i64 {
     strategy
         .weight_priority
         .iter()
-        .filter(|term| selector_matches(&term.match_selector, labels) == Some(true))
+        .filter(|term| selector_matches_by(&term.match_selector, label) == Some(true))
         .map(|term| i64::from(term.weight))
         .sum()
 }
 
 /// `(index of the first orderedKey present, integer suffix of its value)`, `(-1, 0)` if none.
-fn order_priority(strategy: &UpdatePriorityStrategy, labels: &BTreeMap<String, String>) -> (i64, i64) {
+fn order_priority<'a>(strategy: &UpdatePriorityStrategy, label: &dyn Fn(&str) -> Option<&'a str>) -> (i64, i64) {
     strategy
         .order_priority
         .iter()
         .enumerate()
-        .find_map(|(i, term)| labels.get(&term.ordered_key).map(|v| (i as i64, int_suffix(v))))
+        .find_map(|(i, term)| label(&term.ordered_key).map(|v| (i as i64, int_suffix(v))))
         .unwrap_or((-1, 0))
 }
 
@@ -188,7 +190,7 @@ pub fn selector_matches_by<'a>(selector: &LabelSelector, label: impl Fn(&str) ->
 /// moved to the very end, and the rest are interleaved in groups sized by the matched/unmatched
 /// density of the whole pod list (or of the candidates, when the candidates are at least as
 /// dense in unmatched pods as the whole list).
-fn scatter_sort(strategy: &[UpdateScatterTerm], pods: &[Option<&Pod>], mut candidates: Vec<usize>) -> Vec<usize> {
+fn scatter_sort<P: PodRead>(strategy: &[UpdateScatterTerm], pods: &[Option<P>], mut candidates: Vec<usize>) -> Vec<usize> {
     if strategy.is_empty() || candidates.len() <= 1 {
         return candidates;
     }
@@ -199,7 +201,7 @@ fn scatter_sort(strategy: &[UpdateScatterTerm], pods: &[Option<&Pod>], mut candi
 }
 
 /// `scatterSort.getScatterTerms`.
-fn scatter_terms(strategy: &[UpdateScatterTerm], pods: &[Option<&Pod>], candidates: &[usize]) -> Vec<UpdateScatterTerm> {
+fn scatter_terms<P: PodRead>(strategy: &[UpdateScatterTerm], pods: &[Option<P>], candidates: &[usize]) -> Vec<UpdateScatterTerm> {
     if strategy.len() == 1 {
         return strategy.to_vec();
     }
@@ -207,8 +209,8 @@ fn scatter_terms(strategy: &[UpdateScatterTerm], pods: &[Option<&Pod>], candidat
     let mut counts: HashMap<UpdateScatterTerm, usize> = HashMap::new();
     for term in strategy {
         for &i in candidates {
-            let Some(pod) = pods[i] else { continue };
-            if pod_labels(pod).and_then(|l| l.get(&term.key)) == Some(&term.value) {
+            let Some(pod) = &pods[i] else { continue };
+            if pod.label(&term.key) == Some(term.value.as_str()) {
                 *counts.entry(term.clone()).or_insert_with(|| {
                     terms.push(term.clone());
                     0
@@ -221,9 +223,10 @@ fn scatter_terms(strategy: &[UpdateScatterTerm], pods: &[Option<&Pod>], candidat
 }
 
 /// `scatterSort.scatterPodsByRule`.
-fn scatter_by_term(term: &UpdateScatterTerm, pods: &[Option<&Pod>], candidates: Vec<usize>) -> Vec<usize> {
-    let is_matched = |pod: &Pod| label_value(pod, &term.key) == term.value;
-    let (mut matched, mut unmatched): (Vec<usize>, Vec<usize>) = candidates.iter().partition(|&&i| pods[i].is_some_and(is_matched));
+fn scatter_by_term<P: PodRead>(term: &UpdateScatterTerm, pods: &[Option<P>], candidates: Vec<usize>) -> Vec<usize> {
+    let is_matched = |pod: &P| label_value(pod, &term.key) == term.value;
+    let (mut matched, mut unmatched): (Vec<usize>, Vec<usize>) =
+        candidates.iter().partition(|&&i| pods[i].as_ref().is_some_and(is_matched));
     if matched.len() <= 1 || unmatched.len() <= 1 {
         return candidates;
     }
@@ -350,7 +353,7 @@ pub fn limit_update_indexes<P: PodRead>(
 
 #[cfg(test)]
 mod tests {
-    use k8s_openapi::api::core::v1::{Container, ContainerStatus, PodSpec};
+    use k8s_openapi::api::core::v1::{Container, ContainerStatus, Pod, PodSpec};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelectorRequirement, Time};
     use k8s_openapi::jiff::SignedDuration;
 
@@ -470,7 +473,11 @@ mod tests {
             (&o, "key2=o-20", "key2=o-10", Less),
         ];
         for (i, (strategy, a, b, want)) in cases.into_iter().enumerate() {
-            assert_eq!(cmp_priority(strategy, &parse_labels(a), &parse_labels(b)), want, "case #{i}");
+            let key = |l: &str| {
+                let labels = parse_labels(l);
+                priority_key(strategy, &|k| labels.get(k).map(String::as_str))
+            };
+            assert_eq!(cmp_priority(strategy, &key(a), &key(b)), want, "case #{i}");
         }
     }
 
@@ -522,7 +529,10 @@ mod tests {
             ],
             ..Default::default()
         };
-        let w = |l: &str| weight_priority(&s, &parse_labels(l));
+        let w = |l: &str| {
+            let labels = parse_labels(l);
+            weight_priority(&s, &|k| labels.get(k).map(String::as_str))
+        };
         assert_eq!(w("zone=a"), 1 + 8);
         assert_eq!(w("zone=b"), 1 + 2 + 8);
         assert_eq!(w("zone=c,gpu=x"), 2 + 4);
@@ -532,7 +542,7 @@ mod tests {
             weight_priority: vec![UpdatePriorityWeightTerm { weight: 3, match_selector: LabelSelector::default() }],
             ..Default::default()
         };
-        assert_eq!(weight_priority(&all, &BTreeMap::new()), 3);
+        assert_eq!(weight_priority(&all, &|_| None), 3);
     }
 
     // ---- scatter (scatter_sort_test.go)

@@ -1,18 +1,17 @@
 //! Scale-down victims: `choosePodsToDelete` in `cloneset_scale.go` with `ActivePodsWithRanks`,
 //! the same-node ranker and the topology-spread ranker of `cloneset/utils/pod_sorter.go`.
 
-use std::borrow::Borrow;
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use k8s_openapi::api::core::v1::{Pod, PodSpec};
+use k8s_openapi::api::core::v1::PodSpec;
 use k8s_openapi::jiff::Timestamp;
 
-use crate::core::pod_read::PodRead as _;
+use crate::core::pod_read::PodRead;
 
 use super::pod::{
-    LABEL_HOSTNAME, cmp_zero_then_later, creation_time, is_pod_available, is_pod_ready, max_container_restarts, phase_ordinal,
-    pod_deletion_cost, ready_since, sorted_positions,
+    LABEL_HOSTNAME, cmp_zero_then_later, creation_time, is_pod_available, is_pod_ready, phase_ordinal, pod_deletion_cost, ready_since,
+    sorted_positions,
 };
 
 /// One `topologySpreadConstraints` entry as the scale-down ranker uses it (Kruise's
@@ -72,19 +71,19 @@ pub struct VictimContext<'a> {
 /// The rank is computed over the group being sorted: with spread constraints, the
 /// topology-spread rank; otherwise the same-node rank (on a node holding k > 1 of the group's
 /// pods, all but the best get k−1 … 1).
-pub fn choose_pods_to_delete<P: Borrow<Pod>>(
+pub fn choose_pods_to_delete<P: PodRead>(
     total_diff: usize,
     old_revision_diff: usize,
     pods: &[P],
-    is_updated: impl Fn(&Pod) -> bool,
+    is_updated: impl Fn(&dyn PodRead) -> bool,
     ctx: &VictimContext<'_>,
 ) -> Vec<usize> {
-    let (updated, not_updated): (Vec<usize>, Vec<usize>) = (0..pods.len()).partition(|&i| is_updated(pods[i].borrow()));
+    let (updated, not_updated): (Vec<usize>, Vec<usize>) = (0..pods.len()).partition(|&i| is_updated(&pods[i]));
     let choose = |group: Vec<usize>, diff: usize| -> Vec<usize> {
         if diff >= group.len() {
             return group;
         }
-        let members: Vec<&Pod> = group.iter().map(|&i| pods[i].borrow()).collect();
+        let members: Vec<&dyn PodRead> = group.iter().map(|&i| &pods[i] as &dyn PodRead).collect();
         let order = sort_victims(&members, ctx);
         order.into_iter().take(diff).map(|k| group[k]).collect()
     };
@@ -100,7 +99,7 @@ pub fn choose_pods_to_delete<P: Borrow<Pod>>(
 }
 
 /// Sorts a victim group; returns positions in `pods`, first deleted first.
-fn sort_victims(pods: &[&Pod], ctx: &VictimContext<'_>) -> Vec<usize> {
+fn sort_victims(pods: &[&dyn PodRead], ctx: &VictimContext<'_>) -> Vec<usize> {
     let ranks = if ctx.spread_constraints.is_empty() {
         same_node_ranks(pods)
     } else {
@@ -130,7 +129,7 @@ struct VictimKeys {
 }
 
 impl VictimKeys {
-    fn of(pod: &Pod, available: Option<bool>, rank: f64) -> Self {
+    fn of(pod: &dyn PodRead, available: Option<bool>, rank: f64) -> Self {
         VictimKeys {
             assigned: !pod.node_name().is_empty(),
             phase: phase_ordinal(pod),
@@ -139,7 +138,7 @@ impl VictimKeys {
             cost: pod_deletion_cost(pod),
             rank,
             ready_since: ready_since(pod),
-            restarts: max_container_restarts(pod),
+            restarts: pod.max_restarts().0,
             created: creation_time(pod),
         }
     }
@@ -167,7 +166,7 @@ fn cmp_victims(a: &VictimKeys, b: &VictimKeys) -> Ordering {
 /// are sorted by `ActivePodsWithRanks` (no ranker, no availability); the last (best to keep)
 /// gets rank 0 and the others, from the first, k−1 down to 1. Unscheduled pods and pods alone on
 /// their node get 0. Returns one rank per position of `pods`.
-fn same_node_ranks(pods: &[&Pod]) -> Vec<f64> {
+fn same_node_ranks(pods: &[&dyn PodRead]) -> Vec<f64> {
     let mut ranks = vec![0.0; pods.len()];
     let mut on_node: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
     for (i, p) in pods.iter().enumerate() {
@@ -195,7 +194,7 @@ fn same_node_ranks(pods: &[&Pod]) -> Vec<f64> {
 /// hostname key which sorts without a ranker; the i-th of n gets `(n − i) · ln(domains + 2)`
 /// added to its rank. Returns one rank per position of `pods`.
 fn spread_constraint_ranks(
-    pods: &[&Pod],
+    pods: &[&dyn PodRead],
     constraints: &[PodSpreadConstraint],
     node_labels: &BTreeMap<String, BTreeMap<String, String>>,
 ) -> Vec<f64> {
@@ -245,7 +244,7 @@ fn spread_constraint_ranks(
 
 #[cfg(test)]
 mod tests {
-    use k8s_openapi::api::core::v1::{ContainerStatus, TopologySpreadConstraint};
+    use k8s_openapi::api::core::v1::{ContainerStatus, Pod, TopologySpreadConstraint};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
     use k8s_openapi::jiff::SignedDuration;
 
@@ -328,7 +327,7 @@ mod tests {
         // node a: 0, 4, 10; node b: 3, 6; node c: 5; node d: 7, 8, 9; 1 and 2 unscheduled.
         let nodes = ["a", "", "", "b", "a", "c", "b", "d", "d", "d", "a"];
         let pods: Vec<Pod> = nodes.iter().map(|n| on_node(Pod::default(), n)).collect();
-        let refs: Vec<&Pod> = pods.iter().collect();
+        let refs: Vec<&dyn PodRead> = pods.iter().map(|p| p as &dyn PodRead).collect();
         let ranks = same_node_ranks(&refs);
         assert_eq!(ranks, vec![2.0, 0.0, 0.0, 1.0, 1.0, 0.0, 0.0, 2.0, 1.0, 0.0, 0.0]);
     }
@@ -376,7 +375,7 @@ mod tests {
                 ],
             ),
         ];
-        let refs: Vec<&Pod> = pods.iter().collect();
+        let refs: Vec<&dyn PodRead> = pods.iter().map(|p| p as &dyn PodRead).collect();
         for (name, constraints, expected) in cases {
             let ranks = spread_constraint_ranks(&refs, &constraints, &node_labels);
             let mut got: Vec<usize> = (0..pods.len()).filter(|&i| ranks[i] > 0.0).collect();
@@ -394,7 +393,7 @@ mod tests {
         VictimContext { min_ready_seconds: min_ready, now: now(), spread_constraints: constraints, node_labels: nodes }
     }
 
-    fn is_new(p: &Pod) -> bool {
+    fn is_new(p: &dyn PodRead) -> bool {
         label_value(p, keys::CONTROLLER_REVISION_HASH) == "new"
     }
 
