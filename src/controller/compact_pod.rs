@@ -991,6 +991,11 @@ mod tests {
             .collect()
     }
 
+    /// The `now` of the test passes (and of the status they compute).
+    fn pass_time() -> k8s_openapi::jiff::Timestamp {
+        "2026-11-22T15:00:00Z".parse().unwrap()
+    }
+
     /// Kruise's golden in-place CloneSet, scaled to `replicas`.
     fn golden_cloneset(replicas: i32) -> crate::api::CloneSet {
         let path = format!("{}/tests/golden/kruise-v1.9.0-objects/cloneset-in-place.yaml", env!("CARGO_MANIFEST_DIR"));
@@ -1017,7 +1022,7 @@ mod tests {
             node_labels: &nodes,
             revision_data: &revision_data,
             revision_vct_hashes: &vct_hashes,
-            now: "2026-11-22T15:00:00Z".parse().unwrap(),
+            now: pass_time(),
         })
     }
 
@@ -1037,7 +1042,7 @@ mod tests {
             current_revision: "inplace-b55cd4488",
             collision_count: 0,
             expected_updated_replicas: 40,
-            now: "2026-11-22T15:00:00Z".parse().unwrap(),
+            now: pass_time(),
         });
         assert_eq!((st.replicas, st.ready_replicas), (40, 40));
         assert_eq!(sync::stale_pods_to_delete(cs, &refs), None);
