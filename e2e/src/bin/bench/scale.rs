@@ -204,6 +204,7 @@ impl Bench {
         ]
         .map(|(k, v)| (k.to_string(), v))
         .into();
+        extra.extend(bench::heap_extra(&m));
         extra.extend(apiserver_before.map(|(rss, _, _)| ("apiserver_rss_before_mib".to_string(), mib(rss))));
         // Its CPU until the controller was idle: mostly encoding the caches' lists.
         extra.extend(apiserver_cpu.map(|ticks| ("apiserver_cpu_s".to_string(), ticks_to_s(ticks))));
@@ -293,6 +294,7 @@ impl Bench {
         let idle = Reading::take(ctl.pid(), &w)?;
         let mut extra = busy.usage_since(&start);
         extra.extend(idle.memory("steady_rss_mib"));
+        extra.extend(bench::heap_extra(&ctl.metrics().await?.unwrap_or_default()));
         extra.insert("bytes_per_pod".into(), ((idle.rss as f64 - start.rss as f64) / f64::from(total.max(1))).round());
         extra.extend(counts.as_ref().map(|c| c.method_extra(f64::from(total))).unwrap_or_default());
         extra.extend(counts.as_ref().map(|c| ("operator_429".to_string(), c.throttled)));
@@ -347,6 +349,7 @@ impl Bench {
         let secs: Vec<f64> = latencies.iter().map(|(_, s)| *s).collect();
         let mut extra = after.usage_since(&start);
         extra.extend(after.memory("rss_after_mib"));
+        extra.extend(bench::heap_extra(&ctl.metrics().await?.unwrap_or_default()));
         extra.extend(counts.as_ref().map(|c| c.method_extra(f64::from(big))).unwrap_or_default());
         extra.extend(counts.as_ref().map(|c| ("operator_429".to_string(), c.throttled)));
         extra.extend(counts.as_ref().map(Snapshot::reconcile_extra).unwrap_or_default());
