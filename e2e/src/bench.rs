@@ -257,6 +257,19 @@ pub fn metric_sum(text: &str, name: &str) -> f64 {
     samples(text, name).map(|(_, v)| v).sum()
 }
 
+/// The sum of `name`'s samples, or `None` when `text` has none (a controller without that
+/// metric), where [`metric_sum`] would say 0.
+pub fn gauge(text: &str, name: &str) -> Option<f64> {
+    let mut values = samples(text, name).map(|(_, v)| v).peekable();
+    values.peek()?;
+    Some(values.sum())
+}
+
+/// Bytes as MiB, to a tenth: every `*_mib` figure of the report.
+pub fn mib(bytes: u64) -> f64 {
+    (bytes as f64 / 1024.0 / 1024.0 * 10.0).round() / 10.0
+}
+
 /// The controller's heap, from its own `/metrics`: `heap_in_use_mib` (what its caches and work
 /// hold) and `heap_free_mib` (what the allocator keeps free inside its heap, e.g. after a burst),
 /// from `heap_in_use_bytes` and `heap_free_bytes`. Empty for a controller without them (Kruise's
@@ -264,11 +277,7 @@ pub fn metric_sum(text: &str, name: &str) -> f64 {
 pub fn heap_extra(text: &str) -> BTreeMap<String, f64> {
     [("heap_in_use_mib", "heap_in_use_bytes"), ("heap_free_mib", "heap_free_bytes")]
         .into_iter()
-        .filter_map(|(key, name)| {
-            let mut values = samples(text, name).map(|(_, v)| v).peekable();
-            values.peek()?;
-            Some((key.to_string(), round2(values.sum::<f64>() / 1024.0 / 1024.0)))
-        })
+        .filter_map(|(key, name)| Some((key.to_string(), mib(gauge(text, name)? as u64))))
         .collect()
 }
 
@@ -574,8 +583,8 @@ mod tests {
         let ours = "# HELP heap_in_use_bytes Bytes in use\nheap_in_use_bytes 48003312\nheap_free_bytes 9193104\n\
                     heap_in_use_bytes_total 1\n";
         let extra = heap_extra(ours);
-        assert_eq!(extra.get("heap_in_use_mib"), Some(&45.78));
-        assert_eq!(extra.get("heap_free_mib"), Some(&8.77));
+        assert_eq!(extra.get("heap_in_use_mib"), Some(&45.8));
+        assert_eq!(extra.get("heap_free_mib"), Some(&8.8));
         assert_eq!(extra.len(), 2);
         let kruise = "go_memstats_heap_inuse_bytes 5.8e+08\nprocess_resident_memory_bytes 6.1e+08\n";
         assert!(heap_extra(kruise).is_empty(), "{:?}", heap_extra(kruise));

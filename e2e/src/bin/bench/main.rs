@@ -85,7 +85,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 use cloneset_operator::client::RateLimit;
-use e2e::bench::{self, Report, Requests, Row};
+use e2e::bench::{self, Report, Requests, Row, mib};
 use e2e::cluster::{self, UpOptions};
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::{Value, json};
@@ -544,10 +544,6 @@ fn window_pods(window: &str, n: u32) -> u32 {
         None => window.parse().unwrap_or(n),
     };
     w.clamp(1, n.max(1))
-}
-
-fn mib(bytes: u64) -> f64 {
-    (bytes as f64 / 1024.0 / 1024.0 * 10.0).round() / 10.0
 }
 
 fn ticks_to_s(ticks: u64) -> f64 {

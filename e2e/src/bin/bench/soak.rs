@@ -94,7 +94,7 @@ impl Bench {
         let (rss, _, cpu) = proc_reading(pid)?;
         let (fds, sockets, threads) = descriptors(pid)?;
         let metrics = ctl.metrics().await.ok().flatten();
-        let gauge = |name: &str| metrics.as_deref().filter(|m| m.contains(name)).map(|m| bench::metric_sum(m, name));
+        let gauge = |name: &str| metrics.as_deref().and_then(|m| bench::gauge(m, name));
         Ok(Sample {
             t: t0.elapsed().as_secs_f64(),
             rss,
