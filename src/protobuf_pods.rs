@@ -10,8 +10,9 @@
 //! (only the fields below, the rest, managedFields first, is skipped unread) and written back as
 //! JSON, which kube decodes as usual. Lists, watch events, bookmarks and error statuses keep
 //! their JSON shape, so kube's list/watch/relist logic and its errors are unchanged. Every pod
-//! list and watch made through the client is answered so and holds only those fields (the pod
-//! cache is their only reader in this crate). A write is answered with the written pod's name,
+//! list and watch made through kube's `Api` is answered so and holds only those fields. The pod
+//! cache's own watcher (`controller::pod_watch`) marks its requests [`Untranscoded`] and decodes
+//! the protobuf itself, straight into the same pod ([`Pod::into_wire`]), with no JSON between. A write is answered with the written pod's name,
 //! namespace, uid and resourceVersion only ([`WrittenPod`]): the writes' resourceVersion
 //! expectations are all that reads it. A reader that needs a whole pod GETs it by name, which
 //! stays JSON.
@@ -40,6 +41,8 @@ use serde::{Serialize, Serializer};
 use tower::{Layer, Service};
 
 use crate::controller::compact_pod::is_read_env;
+
+mod into_wire;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -716,6 +719,8 @@ pub enum TranscodeError {
     Json(#[from] serde_json::Error),
     #[error("a watch frame of {0} bytes is cut short")]
     Truncated(usize),
+    #[error("a time out of range: {0}")]
+    Time(String),
 }
 
 /// Writes `object` as JSON with its apiVersion and kind first (kube reads a bookmark's).
@@ -745,17 +750,21 @@ enum Answering {
     Write,
 }
 
-/// Writes one object (`k8s\0` + `runtime.Unknown`) as JSON into `out`.
-fn object_json(mut envelope: Bytes, answering: Answering, out: &mut Vec<u8>) -> Result<(), TranscodeError> {
+/// One object's envelope (`k8s\0` + `runtime.Unknown`) opened: its apiVersion, kind and bytes.
+pub fn unenvelope(mut envelope: Bytes) -> Result<(Option<String>, String, Bytes), TranscodeError> {
     if !envelope.starts_with(MAGIC) {
         return Err(TranscodeError::NoMagic);
     }
     envelope.advance(MAGIC.len());
     let unknown = Unknown::decode(envelope)?;
     let meta = unknown.type_meta.unwrap_or_default();
-    let api_version = meta.api_version.as_deref().unwrap_or("v1");
-    let kind = meta.kind.unwrap_or_default();
-    let raw = unknown.raw.unwrap_or_default();
+    Ok((meta.api_version, meta.kind.unwrap_or_default(), unknown.raw.unwrap_or_default()))
+}
+
+/// Writes one object (`k8s\0` + `runtime.Unknown`) as JSON into `out`.
+fn object_json(envelope: Bytes, answering: Answering, out: &mut Vec<u8>) -> Result<(), TranscodeError> {
+    let (api_version, kind, raw) = unenvelope(envelope)?;
+    let api_version = api_version.as_deref().unwrap_or("v1");
     match kind.as_str() {
         "Pod" if answering == Answering::Write => typed_json(api_version, &kind, &WrittenPod::decode(raw)?, out)?,
         "Pod" => typed_json(api_version, &kind, &Pod::decode(raw)?, out)?,
@@ -882,6 +891,12 @@ fn pods_answer_in_protobuf(method: &http::Method, path: &str) -> bool {
     }
 }
 
+/// Marks a pod list or watch whose reader decodes the response itself (the pod cache's watcher,
+/// `controller::pod_watch`): the layer asks for protobuf when enabled and passes the response
+/// through untouched.
+#[derive(Clone, Copy, Debug)]
+pub struct Untranscoded;
+
 /// Asks for protobuf on pod lists, watches and writes and hands kube their JSON (see the module);
 /// not `enabled`, it passes every request and response through as they are.
 #[derive(Clone, Copy, Debug)]
@@ -925,13 +940,14 @@ where
         if pods {
             req.headers_mut().insert(header::ACCEPT, http::HeaderValue::from_static(ACCEPT));
         }
+        let untranscoded = req.extensions().get::<Untranscoded>().is_some();
         // Every pod request answered in protobuf but a GET (a list or watch) is a write.
         let answering = if req.method() == http::Method::GET { Answering::Read } else { Answering::Write };
         let res = self.inner.call(req);
         Box::pin(async move {
             let res = res.await?;
             let content_type = res.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or_default();
-            if !(pods && content_type.starts_with(PROTOBUF_CONTENT_TYPE)) {
+            if untranscoded || !(pods && content_type.starts_with(PROTOBUF_CONTENT_TYPE)) {
                 return Ok(res.map(|b| UnsyncBoxBody::new(b.map_err(Into::into))));
             }
             let watch = content_type.contains("stream=watch");

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use cloneset_operator::controller::pod_watch::{PodWatchConfig, pod_events};
 use cloneset_operator::controller::wire_pod::WirePod;
 use cloneset_operator::metrics::Metrics;
 use e2e::testenv::{self, TestNamespace};
@@ -174,6 +175,45 @@ async fn pods_read_in_protobuf_decode_as_they_do_from_json() {
     .await
     .expect("the change is watched");
     assert_eq!(changed, json_pods.get("pending").await.unwrap());
+
+    // The pod cache's own watcher, which decodes protobuf straight into the cached pod: a
+    // streaming list and a paged one (a pod a page), each then watching the next change; and
+    // the same through a client that asks for JSON.
+    let mut change = 0;
+    for (protobuf, streaming) in [(true, true), (true, false), (false, true), (false, false)] {
+        let config = PodWatchConfig { namespace: Some(ns.name.clone()), streaming, page_size: 1 };
+        let mut events = pod_events(operator_client(protobuf).await, config).boxed();
+        let mut listed = Vec::new();
+        tokio::time::timeout(T, async {
+            loop {
+                match events.next().await.unwrap().unwrap() {
+                    watcher::Event::Init => listed.clear(),
+                    watcher::Event::InitApply(p) => listed.push(p),
+                    watcher::Event::InitDone => break,
+                    other => panic!("{other:?} before the list ended"),
+                }
+            }
+        })
+        .await
+        .expect("the pod watch lists");
+        let how = format!("protobuf {protobuf}, streaming {streaming}");
+        assert_eq!(by_name(listed), by_name(json_pods.list(&ListParams::default()).await.unwrap().items), "{how}");
+        change += 1;
+        let label = json!({"metadata": {"labels": {"change": change.to_string()}}});
+        pods.patch("pending", &PatchParams::default(), &Patch::Merge(label)).await.unwrap();
+        let changed = tokio::time::timeout(T, async {
+            loop {
+                if let watcher::Event::Apply(p) = events.next().await.unwrap().unwrap()
+                    && p.0.labels().get("change") == Some(&change.to_string())
+                {
+                    return p;
+                }
+            }
+        })
+        .await
+        .expect("the change is watched");
+        assert_eq!(changed, json_pods.get("pending").await.unwrap(), "{how}");
+    }
 
     // What kube was handed is the transcoded JSON: no managedFields, which the apiserver's JSON has.
     let path = format!("/api/v1/namespaces/{}/pods", ns.name);

@@ -10,6 +10,7 @@ pub mod cached_revision;
 mod cloneset_cache;
 pub mod compact_pod;
 pub mod owned_store;
+pub mod pod_watch;
 pub mod queue;
 mod reconcile;
 pub mod wire_pod;
@@ -188,7 +189,16 @@ where
         without_managed_fields(obj);
         strip(obj);
     };
-    watcher::watcher(api, cfg).default_backoff().modify(modify).filter_map(move |ev| {
+    kept(watcher::watcher(api, cfg).default_backoff().modify(modify), keep)
+}
+
+/// The events of the objects `keep` accepts; an object `keep` stops accepting is yielded as
+/// deleted. Errors are logged (the watcher retries, after its backoff).
+fn kept<K: Send, E: std::fmt::Display + Send>(
+    events: impl Stream<Item = Result<Event<K>, E>> + Send,
+    keep: fn(&K) -> bool,
+) -> impl Stream<Item = Event<K>> + Send {
+    events.filter_map(move |ev| {
         std::future::ready(match ev {
             Ok(Event::InitApply(o)) if !keep(&o) => None,
             Ok(Event::Apply(o)) if !keep(&o) => Some(Event::Delete(o)),
@@ -280,16 +290,26 @@ fn dropping<K: Resource + Send>(events: impl Stream<Item = Event<K>> + Send, fra
 fn owned_cache<K, H>(
     api: Api<K>,
     cfg: watcher::Config,
-    mut writer: OwnedStoreWriter<H>,
+    writer: OwnedStoreWriter<H>,
     keep: fn(&K) -> bool,
-    mut hold: impl FnMut(K) -> H + Send + 'static,
+    hold: impl FnMut(K) -> H + Send + 'static,
     drop_fraction: f64,
 ) -> impl Stream<Item = Arc<H>> + Send
 where
     K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
     H: Held,
 {
-    dropping(kept_events(api, cfg, |_| {}, keep), drop_fraction).flat_map(move |ev| futures::stream::iter(writer.apply_as(ev, &mut hold)))
+    applied(dropping(kept_events(api, cfg, |_| {}, keep), drop_fraction), writer, hold)
+}
+
+/// Applies `events` to an owner-indexed cache, holding each object as `hold` makes it, and
+/// yields each changed object once it is applied.
+fn applied<K: Resource, H: Held>(
+    events: impl Stream<Item = Event<K>> + Send,
+    mut writer: OwnedStoreWriter<H>,
+    mut hold: impl FnMut(K) -> H + Send + 'static,
+) -> impl Stream<Item = Arc<H>> + Send {
+    events.flat_map(move |ev| futures::stream::iter(writer.apply_as(ev, &mut hold)))
 }
 
 /// Nodes are read for their labels only (topology spread): the status (images, conditions,
@@ -337,7 +357,10 @@ pub async fn run(client: Client, config: ControllerConfig, runtime: Runtime, shu
     let mut interner = Interner::default();
     let compact = move |pod| CompactPod::from_wire(pod, &mut interner);
     let drop_pods = config.drop_pod_events;
-    let pod_events = owned_cache(api::<WirePod>(&client, ns), paged.clone(), pod_writer, owned_by_a_cloneset, compact, drop_pods);
+    // Pods through their own watcher, which decodes protobuf without JSON in between.
+    let pod_watch = pod_watch::PodWatchConfig { namespace: config.namespace.clone(), streaming, page_size: LIST_PAGE_SIZE };
+    let pod_events = pod_watch::pod_events(client.clone(), pod_watch).default_backoff();
+    let pod_events = applied(dropping(kept(pod_events, owned_by_a_cloneset::<WirePod>), drop_pods), pod_writer, compact);
     let pvc_events = owned_cache(api::<PersistentVolumeClaim>(&client, ns), paged.clone(), pvc_writer, owned_by_a_cloneset, |p| p, 0.0);
     let revisions = paged.labels(keys::CONTROLLER_REVISION_HASH_LABEL);
     let rev_events =
