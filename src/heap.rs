@@ -12,29 +12,6 @@ use std::time::Duration;
 /// takes well under a millisecond), often enough that RSS follows the caches, not the peaks.
 pub const TRIM_EVERY: Duration = Duration::from_secs(10);
 
-/// Blocks this large or larger (list pages, response bodies, a rollout's buffers) get pages of
-/// their own, unmapped whole when freed. glibc's default moves this threshold up to the largest
-/// such block freed (up to 32 MiB), and from then on those buffers are carved from the heap
-/// among the caches' long-lived blocks, where freeing them leaves holes no trim can return.
-/// Fixed at glibc's initial value: after a 1,000-pod rollout among 4,000 idle pods the
-/// operator kept 14.8 MiB free in its heap instead of 22.3, and its RSS was 35.9 MiB
-/// instead of 43.4 (one run each, README: sizing notes).
-pub const MMAP_THRESHOLD: usize = 128 * 1024;
-
-/// Sets the allocator's options (see [`MMAP_THRESHOLD`]); call once, first thing in `main`.
-/// Whether the C library took them.
-pub fn configure() -> bool {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    {
-        // SAFETY: mallopt only sets the allocator's parameters, under its own lock.
-        unsafe { libc::mallopt(libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD as libc::c_int) == 1 }
-    }
-    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-    {
-        false
-    }
-}
-
 /// Returns free heap pages to the kernel; whether any memory was released.
 pub fn trim() -> bool {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
@@ -132,38 +109,6 @@ mod tests {
         }
         #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
         assert_eq!(usage(), None);
-    }
-
-    #[test]
-    fn a_large_block_freed_does_not_send_later_large_blocks_into_the_heap() {
-        #[cfg(all(target_os = "linux", target_env = "gnu"))]
-        {
-            let _alone = ONE_BURST_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-            assert!(configure());
-            // Without a fixed threshold, freeing this 8 MiB block would raise it to 8 MiB.
-            drop(std::hint::black_box(vec![1u8; 8 * 1024 * 1024]));
-            // So a 1 MiB block would then come from the heap: it must have pages of its own.
-            // Other test threads map and unmap blocks too; one of three tries must see it.
-            let mut tries = Vec::new();
-            for _ in 0..3 {
-                let before = mapped_bytes();
-                let block = std::hint::black_box(vec![1u8; 1024 * 1024]);
-                let during = mapped_bytes();
-                drop(block);
-                if during >= before + 1024 * 1024 {
-                    return;
-                }
-                tries.push((before, during));
-            }
-            panic!("a 1 MiB block after an 8 MiB one was freed was not mapped on its own: (before, during) {tries:?}");
-        }
-    }
-
-    /// Bytes in blocks that have pages of their own (glibc's `hblkhd`).
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    fn mapped_bytes() -> usize {
-        // SAFETY: as in `usage`.
-        unsafe { libc::mallinfo2() }.hblkhd
     }
 
     fn resident_kib() -> i64 {

@@ -312,8 +312,6 @@ async fn main() -> anyhow::Result<()> {
 }
 
 async fn run(args: RunArgs) -> anyhow::Result<()> {
-    // Before the caches fill: which blocks get pages of their own decides the heap's holes.
-    cloneset_operator::heap::configure();
     let shutdown = shutdown_signal()?;
     let mut config = args.controller_config();
     let election = args.election().map_err(anyhow::Error::msg)?;
