@@ -13,8 +13,8 @@ use e2e::testenv::{Operator, TestNamespace};
 use e2e::workload::manifest;
 use futures::{StreamExt as _, TryStreamExt as _};
 use k8s_openapi::api::core::v1::Pod;
-use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
+use kube::{Api, ResourceExt as _};
 use serde_json::{Value, json};
 
 use crate::cache::Cache;
@@ -25,8 +25,16 @@ use crate::{External, POLL, TIMEOUT, image, mib, proc_reading, ready_with, strat
 /// rollout starts).
 const PROBE_SPACING: Duration = Duration::from_secs(1);
 
+/// The annotation the large scenario's observe step gives every pod: read by no controller.
+const OBSERVED_ANNOTATION: &str = "bench.cloneset-operator.dev/observed";
+
+/// How long a controller's reconcile count must stay still, with its queue empty and no worker
+/// busy, for it to count as settled after the observe step.
+const SETTLED: Duration = Duration::from_secs(2);
+
 /// One namespace's CloneSets and pods, watched.
 pub(crate) struct Watched {
+    pub namespace: String,
     pub api: Api<CloneSet>,
     pub pods: Cache<Pod>,
     pub sets: Cache<CloneSet>,
@@ -100,6 +108,7 @@ async fn restart_external(command: &str, old: &External) -> anyhow::Result<Exter
 impl Bench {
     pub(crate) async fn watched(&self, ns: &TestNamespace, timeout: Duration) -> anyhow::Result<Watched> {
         Ok(Watched {
+            namespace: ns.name.clone(),
             api: ns.api(),
             pods: Cache::start(ns.api(), &ns.name).await?.with_timeout(timeout),
             sets: Cache::start(ns.api(), &ns.name).await?.with_timeout(timeout),
@@ -302,6 +311,13 @@ impl Bench {
         rows.push(row(format!("large: create {c}x{p}"), total, c, secs, counts.and_then(|c| c.per_pod(f64::from(total))), extra));
         eprintln!("{}", bench::table(rows));
 
+        eprintln!("bench: large: one change to each of the {total} idle pods, that the controller observes and need not act on");
+        let (observe_s, extra, wrote) = self.observe_only(&ctl, &w).await?;
+        if wrote > 0.0 {
+            failures.push(format!("large: observe: the {} wrote {wrote} times for changes that ask for no write", self.controller_label()));
+        }
+        rows.push(row(format!("large: observe {total} pod changes"), total, c, observe_s, None, extra));
+
         eprintln!("bench: large: one CloneSet of {big} pods");
         let t0 = Instant::now();
         let end = self.create_and_converge(&w, vec!["big".into()], big, strategy("InPlaceIfPossible", "100%"), total + big).await?;
@@ -417,6 +433,57 @@ impl Bench {
         drop(ctl);
         drop(w);
         self.leave_namespace(ns).await
+    }
+
+    /// Gives every pod of the namespace one change that no controller acts on (an annotation of
+    /// the bench's own, at most the baseline's concurrency of patches in flight), and waits until
+    /// the bench has seen them all and the controller has gone idle (queue empty, no worker
+    /// busy, no reconcile for [`SETTLED`]). What holding a large cluster costs apart from the
+    /// controller's own writes: the seconds, the controller's CPU per 1,000 of these pod events
+    /// and its reconciles (`extra`), and how many writes it made to pods, CloneSets and events
+    /// meanwhile (which should be none; 0 when its metrics do not name resources).
+    async fn observe_only(&self, ctl: &Ctl, w: &Watched) -> anyhow::Result<(f64, BTreeMap<String, f64>, f64)> {
+        let names: Vec<String> = w.pods.store.state().iter().map(|p| p.name_any()).collect();
+        let total = names.len();
+        let pods: Api<Pod> = Api::namespaced(w.api.clone().into_client(), &w.namespace);
+        let start = Reading::take(ctl.pid(), w)?;
+        let before = ctl.snapshot().await?;
+        let t0 = Instant::now();
+        let touch = Patch::Merge(json!({"metadata": {"annotations": {OBSERVED_ANNOTATION: "1"}}}));
+        let patches = names.iter().map(|name| {
+            let (pods, touch) = (&pods, &touch);
+            async move { pods.patch(name, &PatchParams::default(), touch).await }
+        });
+        futures::stream::iter(patches).buffer_unordered(self.knobs.concurrency).try_for_each(|_| async { Ok(()) }).await?;
+        w.pods.wait_count(total, "changed", |p| p.annotations().contains_key(OBSERVED_ANNOTATION)).await?;
+        let end = self.until_settled(ctl).await?;
+        let after = Reading::take(ctl.pid(), w)?;
+        let counts = since(ctl.snapshot().await?, &before);
+        let mut extra = after.usage_since(&start);
+        extra.extend(counts.as_ref().map(Snapshot::reconcile_extra).unwrap_or_default());
+        extra.extend(counts.as_ref().map(|c| c.method_extra(total as f64)).unwrap_or_default());
+        let r = counts.filter(|c| c.per_resource).map(|c| c.requests).unwrap_or_default();
+        Ok((end.duration_since(t0).as_secs_f64(), extra, r.pod_writes() + r.cs_status + r.events))
+    }
+
+    /// Waits until the controller's CloneSet queue is empty, no worker is busy and its reconcile
+    /// count has not moved for [`SETTLED`]; returns when that quiet began.
+    async fn until_settled(&self, ctl: &Ctl) -> anyhow::Result<Instant> {
+        let deadline = Instant::now() + TIMEOUT;
+        let mut quiet: Option<(f64, Instant)> = None;
+        loop {
+            let m = ctl.metrics().await?.context("settling is judged from the controller's metrics (BENCH_EXTERNAL_METRICS)")?;
+            let reconciles = Snapshot::from_metrics(&m).reconciles;
+            quiet = match quiet {
+                Some((n, since)) if n == reconciles && bench::reconciled_and_idle(&m, 0.0) => Some((n, since)),
+                _ => bench::reconciled_and_idle(&m, 0.0).then(|| (reconciles, Instant::now())),
+            };
+            if let Some((_, since)) = quiet.filter(|(_, since)| since.elapsed() >= SETTLED) {
+                return Ok(since);
+            }
+            anyhow::ensure!(Instant::now() < deadline, "the controller did not settle within {TIMEOUT:?}");
+            tokio::time::sleep(POLL * 10).await;
+        }
     }
 
     /// Deletes a large scenario's namespace, unless the cluster goes away anyway (deleting
