@@ -704,14 +704,25 @@ impl CompactPod {
 /// A value of `pairs` (sorted by key, as they came from a `BTreeMap`).
 fn pair_value<'a>(pairs: &'a Option<Pairs>, key: &str) -> Option<&'a str> {
     let pairs = pairs.as_deref()?;
+    // A pod's few labels are read by a scan that compares lengths first (held beside each key's
+    // pointer), so most keys are passed without reading their text; a binary search reads the
+    // text of every key it visits. Every reconcile reads several labels of each of its pods.
+    if pairs.len() <= LINEAR_PAIRS {
+        return pairs.iter().find(|kv| kv.0.len() == key.len() && *kv.0 == *key).map(|kv| &*kv.1);
+    }
     pairs.binary_search_by(|kv| (*kv.0).cmp(key)).ok().map(|i| &*pairs[i].1)
 }
+
+/// Up to this many labels (or annotations), [`pair_value`] scans instead of searching.
+const LINEAR_PAIRS: usize = 12;
 
 /// A cached pod as one reconcile reads it: through its compact form, expanded into a `Pod`
 /// only when a decision or a write needs the whole of it, and then once.
 pub struct ReadPod {
     compact: Arc<CompactPod>,
-    full: OnceLock<Pod>,
+    /// Boxed: a `Pod` is about 2 KB, and a pass moves its `ReadPod`s around (partitioned,
+    /// filtered), almost none of them ever expanded.
+    full: OnceLock<Box<Pod>>,
 }
 
 impl ReadPod {
@@ -800,7 +811,7 @@ impl PodRead for ReadPod {
     }
 
     fn full(&self) -> &Pod {
-        self.full.get_or_init(|| self.compact.expand())
+        self.full.get_or_init(|| Box::new(self.compact.expand()))
     }
 
     fn whole(&self) -> std::borrow::Cow<'_, Pod> {
@@ -904,6 +915,26 @@ mod tests {
             let compact = CompactPod::new(pod, &mut interner);
             assert_eq!(compact.expand(), stripped, "{}", compact.name);
             assert_eq!(compact.is_terminating(), stripped.metadata.deletion_timestamp.is_some());
+        }
+    }
+
+    /// A label or annotation reads the same whether the pod has few (scanned) or many (searched),
+    /// keys of the same length included.
+    #[test]
+    fn every_label_and_annotation_reads_its_value_however_many_the_pod_has() {
+        let mut interner = Interner::default();
+        for count in [0, 1, 3, LINEAR_PAIRS, LINEAR_PAIRS + 1, 40] {
+            let labels: BTreeMap<String, String> = (0..count).map(|k| (format!("key-{k:02}"), format!("value-{k}"))).collect();
+            let mut pod = Pod::default();
+            pod.metadata.labels = Some(labels.clone());
+            pod.metadata.annotations = Some(labels.clone());
+            let read = ReadPod::new(Arc::new(CompactPod::new(pod, &mut interner)));
+            for (k, v) in &labels {
+                assert_eq!((read.label(k), read.annotation(k)), (Some(v.as_str()), Some(v.as_str())), "{k} of {count}");
+            }
+            for absent in ["key-99", "key-", "", "key-000"] {
+                assert_eq!((read.label(absent), read.annotation(absent)), (None, None), "{absent} of {count}");
+            }
         }
     }
 
