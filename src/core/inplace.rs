@@ -170,8 +170,18 @@ fn finalizers_patch(old_meta: &Value, new_meta: &Value) -> Map<String, Value> {
 
 /// The state annotation's value as a pod carries it (current key first, legacy key as fallback).
 pub fn read_state(pod: &dyn PodRead) -> Option<InPlaceUpdateState> {
-    let raw = pod.annotation(keys::INPLACE_UPDATE_STATE).or_else(|| pod.annotation(keys::INPLACE_UPDATE_STATE_LEGACY))?;
-    serde_json::from_str(raw).ok()
+    serde_json::from_str(state_annotation(pod)?).ok()
+}
+
+fn state_annotation(pod: &dyn PodRead) -> Option<&str> {
+    pod.annotation(keys::INPLACE_UPDATE_STATE).or_else(|| pod.annotation(keys::INPLACE_UPDATE_STATE_LEGACY))
+}
+
+/// Whether the pod's state may name a next launch-priority batch, read without parsing it: the
+/// state is written with `nextContainerImages` omitted when empty (Kruise's `omitempty`, and ours),
+/// so a state without the key has no batch left. `true` means "parse it to know".
+pub fn may_have_next_batch(pod: &dyn PodRead) -> bool {
+    state_annotation(pod).is_some_and(|raw| raw.contains("\"nextContainerImages\""))
 }
 
 /// The grace annotation's UpdateSpec, if the pod is in a grace period.
