@@ -23,6 +23,7 @@
 //! | `kruise_manager_is_leader` | gauge | — |
 //! | `leader_election_master_status` | gauge | `name` (the Lease) |
 //! | `cloneset_operator_standing_by_for_kruise` | gauge | — |
+//! | `cloneset_operator_pod_updates_unread_total` | counter | — (pod updates that changed nothing a decision reads, so queued no reconcile) |
 //! | `cloneset_status_replicas` | gauge | `namespace`, `name`, `state` = replicas, ready, available, updated, updated_ready, expected_updated (the CloneSet's status as last computed, for rollout progress) |
 //! | `process_cpu_seconds_total`, `process_open_fds`, `process_max_fds`, `process_resident_memory_bytes`, `process_virtual_memory_bytes`, `process_virtual_memory_max_bytes`, `process_start_time_seconds` | counter / gauges | — |
 //! | `tokio_alive_tasks` | gauge | — (the async tasks alive in the runtime that serves the scrape: our counterpart of Go's `go_goroutines`, for leak checks) |
@@ -196,6 +197,7 @@ pub struct Metrics {
     is_leader: Gauge,
     master_status: Family<NameLabels, Gauge>,
     standing_by_for_kruise: Gauge,
+    pod_updates_unread: Counter,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -231,6 +233,7 @@ impl Metrics {
         let is_leader = Gauge::default();
         let master_status = Family::<NameLabels, Gauge>::default();
         let standing_by_for_kruise = Gauge::default();
+        let pod_updates_unread = Counter::default();
 
         // Counters are registered without `_total`: the encoder appends it.
         registry.register("controller_runtime_reconcile", "Total number of reconciliations per controller", reconcile_total.clone());
@@ -299,6 +302,11 @@ impl Metrics {
             "1 while a running Kruise manager (its renewed leader-election Lease) keeps this operator from reconciling",
             standing_by_for_kruise.clone(),
         );
+        registry.register(
+            "cloneset_operator_pod_updates_unread",
+            "Pod updates that changed only the resourceVersion and annotations no decision reads, so queued no reconcile",
+            pod_updates_unread.clone(),
+        );
         registry.register_collector(Box::new(ProcessCollector));
         registry.register_collector(Box::new(RuntimeCollector));
         registry.register_collector(Box::new(HeapCollector));
@@ -323,6 +331,7 @@ impl Metrics {
             is_leader,
             master_status,
             standing_by_for_kruise,
+            pod_updates_unread,
         }
     }
 
@@ -423,6 +432,10 @@ impl Metrics {
 
     pub fn set_standing_by_for_kruise(&self, standing_by: bool) {
         self.standing_by_for_kruise.set(i64::from(standing_by));
+    }
+
+    pub fn pod_update_unread(&self) {
+        self.pod_updates_unread.inc();
     }
 }
 

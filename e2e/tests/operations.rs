@@ -138,6 +138,23 @@ fn cluster_api(ns: &TestNamespace, group: &str, version: &str, kind: &str, plura
     Api::all_with(ns.client.clone(), &kube::api::ApiResource::from_gvk_with_plural(&gvk, plural))
 }
 
+/// The operator's /metrics once it is quiet: its queue empty, no worker busy, and the reconcile
+/// count unchanged for a second of scrapes (a poll with a deadline, not a sleep).
+async fn quiet_metrics(op: &Operator) -> String {
+    let last = std::sync::Mutex::new((String::new(), 0u32));
+    wait_until(T, "the operator to be quiet", || async {
+        let m = op.metrics().await?;
+        let idle = metric(&m, "workqueue_depth", &[]) == Some(0.0) && metric(&m, "controller_runtime_active_workers", &[]) == Some(0.0);
+        let mut last = last.lock().unwrap();
+        let same = idle && !last.0.is_empty() && reconciles(&last.0) == reconciles(&m);
+        *last = (m, if same { last.1 + 1 } else { 0 });
+        Ok(last.1 >= 10)
+    })
+    .await
+    .unwrap();
+    last.into_inner().unwrap().0
+}
+
 /// Every line of a JSON-format log parses as a JSON object.
 fn json_log_lines(op: &Operator) -> Vec<Value> {
     let text = std::fs::read_to_string(&op.log).unwrap();
@@ -229,6 +246,47 @@ async fn metrics_use_controller_runtime_names_and_count_reconciles() {
 
     let logs = json_log_lines(&op);
     assert!(logs.iter().any(|l| l["message"] == "caches synced"), "JSON log lines carry the message field");
+}
+
+/// A pod update that changes only an annotation no decision reads (another controller's, a
+/// user's) queues no reconcile and is counted as unread; the changes after it that a decision
+/// reads (a read annotation, then `specified-delete`) are acted on as before.
+#[tokio::test]
+async fn a_pod_update_no_decision_reads_queues_no_reconcile_and_hides_nothing_after_it() {
+    install_api().await.unwrap();
+    let ns = TestNamespace::create("ops-unread").await.unwrap();
+    let op = Operator::start(&ns.name, &[]).await.unwrap();
+    wait_ready(&op).await;
+    let clonesets: Api<CloneSet> = ns.api();
+    clonesets.create(&PostParams::default(), &cloneset("web", 2, "nginx:1.27", json!({}))).await.unwrap();
+    watch_until(&clonesets, "web", T, |cs| all_ready(cs, 2)).await.unwrap();
+    let unread = |m: &str| metric(m, "cloneset_operator_pod_updates_unread_total", &[]).unwrap_or(0.0);
+
+    let quiet = quiet_metrics(&op).await;
+    let pods: Api<Pod> = ns.api();
+    let before: Vec<String> = pods.list(&Default::default()).await.unwrap().items.iter().map(|p| p.name_any()).collect();
+    let annotate = |key: &str, value: &str| Patch::Merge(json!({"metadata": {"annotations": {key: value}}}));
+    pods.patch(&before[0], &PatchParams::default(), &annotate("example.com/seen-by", "another-controller")).await.unwrap();
+    wait_until(T, "the update to be counted as unread", || async { Ok(unread(&op.metrics().await?) > unread(&quiet)) }).await.unwrap();
+    let after_unread = quiet_metrics(&op).await;
+    assert_eq!(unread(&after_unread), unread(&quiet) + 1.0, "one unread update:\n{after_unread}");
+    assert_eq!(reconciles(&after_unread), reconciles(&quiet), "a reconcile was queued for an annotation no decision reads");
+
+    pods.patch(&before[0], &PatchParams::default(), &annotate(keys::POD_DELETION_COST, "100")).await.unwrap();
+    wait_until(T, "a reconcile for a read annotation", || async { Ok(reconciles(&op.metrics().await?) > reconciles(&after_unread)) })
+        .await
+        .unwrap();
+    assert_eq!(unread(&op.metrics().await.unwrap()), unread(&after_unread), "a read annotation counted as unread");
+
+    let delete = Patch::Merge(json!({"metadata": {"labels": {keys::SPECIFIED_DELETE: "true"}}}));
+    pods.patch(&before[0], &PatchParams::default(), &delete).await.unwrap();
+    wait_until(T, "the specified pod to be replaced", || async {
+        let names: Vec<String> = pods.list(&Default::default()).await?.items.iter().map(|p| p.name_any()).collect();
+        Ok(names.len() == 2 && !names.contains(&before[0]) && names.contains(&before[1]))
+    })
+    .await
+    .unwrap();
+    watch_until(&clonesets, "web", T, |cs| all_ready(cs, 2)).await.unwrap();
 }
 
 /// The apiserver's `host:port` in the test kubeconfig.

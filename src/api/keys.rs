@@ -36,6 +36,25 @@ pub const CONTAINER_PRIORITY_ENV: &str = "KRUISE_CONTAINER_PRIORITY";
 /// ConfigMap key reference whose key is `p_<priority>`.
 pub const CONTAINER_BARRIER_ENV: &str = "KRUISE_CONTAINER_BARRIER";
 
+/// Every pod annotation above: the only ones a decision reads (`PodRead::annotation` checks this
+/// in debug builds). A pod update that changes other annotations, its resourceVersion, and
+/// nothing else the cache keeps queues no reconcile (`CompactPod::reads_as`).
+pub const READ_POD_ANNOTATIONS: [&str; 8] = [
+    LIFECYCLE_TIMESTAMP,
+    INPLACE_UPDATE_STATE,
+    INPLACE_UPDATE_STATE_LEGACY,
+    INPLACE_UPDATE_GRACE,
+    INPLACE_UPDATE_GRACE_LEGACY,
+    RUNTIME_CONTAINERS_META,
+    POD_DELETION_COST,
+    CONTAINER_LAUNCH_PRIORITY,
+];
+
+/// Whether a decision can read the pod annotation `key` ([`READ_POD_ANNOTATIONS`]).
+pub fn is_read_pod_annotation(key: &str) -> bool {
+    READ_POD_ANNOTATIONS.contains(&key)
+}
+
 // ---- Pod readiness gates / conditions
 /// Readiness gate on every CloneSet pod; False while an in-place update runs.
 pub const INPLACE_UPDATE_READY: &str = "InPlaceUpdateReady";

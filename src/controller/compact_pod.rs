@@ -359,7 +359,7 @@ struct CompactStatus {
 }
 
 /// A condition: what it says is shared, when it last changed is the pod's own.
-#[derive(Debug)]
+#[derive(Debug, PartialEq)]
 struct CompactCondition {
     said: Arc<ConditionSaid>,
     last_transition_time: Stamp,
@@ -378,7 +378,7 @@ struct ConditionSaid {
 }
 
 /// A container state: most are absent, empty or running since a time.
-#[derive(Debug)]
+#[derive(Debug, PartialEq)]
 enum CompactState {
     Absent,
     Empty,
@@ -529,6 +529,35 @@ impl CompactContainerStatus {
     }
 }
 
+impl CompactContainerStatus {
+    /// Equal, its own strings read from `texts` and the other's from `other_texts`.
+    fn reads_as(&self, texts: &str, other: &Self, other_texts: &str) -> bool {
+        self.image == other.image
+            && self.container_id.read(texts) == other.container_id.read(other_texts)
+            && self.ready == other.ready
+            && self.started == other.started
+            && self.restart_count == other.restart_count
+            && self.state == other.state
+            && self.last_state == other.last_state
+            && self.resources == other.resources
+            && self.rest == other.rest
+    }
+}
+
+/// [`CompactContainerStatus::reads_as`] for lists of them.
+fn statuses_read_alike(
+    a: &Option<Box<[CompactContainerStatus]>>,
+    texts: &str,
+    b: &Option<Box<[CompactContainerStatus]>>,
+    b_texts: &str,
+) -> bool {
+    match (a, b) {
+        (None, None) => true,
+        (Some(a), Some(b)) => a.len() == b.len() && a.iter().zip(b.iter()).all(|(a, b)| a.reads_as(texts, b, b_texts)),
+        _ => false,
+    }
+}
+
 fn statuses(s: Option<Vec<ContainerStatus>>, i: &mut Interner, texts: &mut Texts) -> Option<Box<[CompactContainerStatus]>> {
     s.map(|s| fresh(s.into_iter().map(|s| CompactContainerStatus::new(s, i, texts))))
 }
@@ -549,6 +578,17 @@ impl CompactStatus {
             start_time: Stamp::new(s.start_time.take()),
             rest: rest(s),
         }
+    }
+
+    /// Equal, its own strings read from `texts` and the other's from `other_texts`.
+    fn reads_as(&self, texts: &str, other: &Self, other_texts: &str) -> bool {
+        self.conditions == other.conditions
+            && statuses_read_alike(&self.container_statuses, texts, &other.container_statuses, other_texts)
+            && statuses_read_alike(&self.init_container_statuses, texts, &other.init_container_statuses, other_texts)
+            && self.host_ip == other.host_ip
+            && self.pod_ip.read(texts) == other.pod_ip.read(other_texts)
+            && self.start_time == other.start_time
+            && self.rest == other.rest
     }
 
     fn expand(&self, shape: &PodShape, texts: &str) -> PodStatus {
@@ -691,6 +731,35 @@ impl CompactPod {
         &self.shape.namespace
     }
 
+    /// `metadata.uid`, empty when absent.
+    pub fn uid(&self) -> &str {
+        self.uid.read(&self.texts).unwrap_or_default()
+    }
+
+    /// Whether this version of the pod reads as `older` does to every decision: all that is
+    /// kept is equal but the resourceVersion and the annotations no decision reads (those not in
+    /// [`keys::READ_POD_ANNOTATIONS`]). Labels are all compared: a selector or a lifecycle hook
+    /// can name any. Shared parts are compared by pointer first, so an update that changed one
+    /// annotation costs a few comparisons.
+    pub fn reads_as(&self, older: &Self) -> bool {
+        let (texts, older_texts) = (&*self.texts, &*older.texts);
+        let status_alike = match (&self.status, &older.status) {
+            (None, None) => true,
+            (Some(a), Some(b)) => a.reads_as(texts, b, older_texts),
+            _ => false,
+        };
+        self.name == older.name
+            && self.shape == older.shape
+            && self.uid.read(texts) == older.uid.read(older_texts)
+            && self.creation_timestamp == older.creation_timestamp
+            && self.labels == older.labels
+            && self.annotations.is_some() == older.annotations.is_some()
+            && read_annotations(&self.annotations).eq(read_annotations(&older.annotations))
+            && self.meta_rest == older.meta_rest
+            && self.node_name == older.node_name
+            && status_alike
+    }
+
     /// Whether the pod is being deleted.
     pub fn is_terminating(&self) -> bool {
         self.meta_rest.as_ref().is_some_and(|m| m.deletion_timestamp.is_some())
@@ -699,6 +768,11 @@ impl CompactPod {
     fn container(&self, name: &str) -> Option<&CompactContainer> {
         self.shape.spec.as_ref()?.containers.iter().find(|c| &*c.name == name)
     }
+}
+
+/// The annotations of `pairs` a decision reads, in key order.
+fn read_annotations(pairs: &Option<Pairs>) -> impl Iterator<Item = &Arc<(Arc<str>, Arc<str>)>> {
+    pairs.as_deref().unwrap_or_default().iter().filter(|kv| keys::is_read_pod_annotation(&kv.0))
 }
 
 /// A value of `pairs` (sorted by key, as they came from a `BTreeMap`).
@@ -754,6 +828,7 @@ impl PodRead for ReadPod {
     }
 
     fn annotation(&self, key: &str) -> Option<&str> {
+        debug_assert!(keys::is_read_pod_annotation(key), "{key} is read: add it to keys::READ_POD_ANNOTATIONS");
         pair_value(&self.compact.annotations, key)
     }
 
@@ -918,6 +993,115 @@ mod tests {
         }
     }
 
+    /// A pod update reads as the version before it only when it changed the resourceVersion,
+    /// annotations no decision reads, or what the cache does not keep: every other change the
+    /// cache keeps (labels, each read annotation, owners, deletion, finalizers, spec, status)
+    /// queues a reconcile.
+    #[test]
+    fn a_pod_reads_as_before_only_when_nothing_a_decision_reads_changed() {
+        type Mutation = (&'static str, fn(&mut Pod));
+        let alike: &[Mutation] = &[
+            ("resourceVersion", |p| p.metadata.resource_version = Some("999".into())),
+            ("managedFields", |p| p.metadata.managed_fields = Some(vec![Default::default()])),
+            ("an unread annotation", |p| {
+                if let Some(a) = p.metadata.annotations.as_mut() {
+                    a.insert("example.com/touched".into(), "1".into());
+                }
+            }),
+            ("an unread annotation's value", |p| {
+                if let Some(a) = p.metadata.annotations.as_mut() {
+                    for (k, v) in a.iter_mut().filter(|(k, _)| !keys::is_read_pod_annotation(k)) {
+                        *v = format!("{k}-changed");
+                    }
+                }
+            }),
+            ("a spec field not cached", |p| {
+                if let Some(s) = p.spec.as_mut() {
+                    s.priority = Some(77);
+                }
+            }),
+        ];
+        let differ: &[Mutation] = &[
+            ("a label", |p| _ = p.metadata.labels.get_or_insert_with(Default::default).insert("app".into(), "other".into())),
+            ("the uid", |p| p.metadata.uid = Some("another".into())),
+            ("the creation time", |p| p.metadata.creation_timestamp = Some(Time("2030-01-01T00:00:00Z".parse().unwrap()))),
+            ("the generation", |p| p.metadata.generation = Some(p.metadata.generation.unwrap_or(0) + 1)),
+            ("the deletion", |p| p.metadata.deletion_timestamp = Some(Time("2030-01-01T00:00:00Z".parse().unwrap()))),
+            ("a finalizer", |p| p.metadata.finalizers.get_or_insert_with(Vec::new).push("example.com/f".into())),
+            ("the owners", |p| {
+                p.metadata.owner_references.get_or_insert_with(Vec::new).push(OwnerReference {
+                    api_version: "apps.kruise.io/v1alpha1".into(),
+                    kind: "CloneSet".into(),
+                    name: "other".into(),
+                    uid: "u-other".into(),
+                    controller: Some(false),
+                    ..Default::default()
+                })
+            }),
+            ("the node", |p| p.spec.get_or_insert_with(Default::default).node_name = Some("elsewhere".into())),
+            ("an image", |p| {
+                let spec = p.spec.get_or_insert_with(Default::default);
+                match spec.containers.first_mut() {
+                    Some(c) => c.image = Some("changed:1".into()),
+                    None => spec.containers.push(Container { name: "added".into(), ..Default::default() }),
+                }
+            }),
+            ("the phase", |p| p.status.get_or_insert_with(Default::default).phase = Some("Failed".into())),
+            ("a condition", |p| {
+                p.status.get_or_insert_with(Default::default).conditions.get_or_insert_with(Vec::new).push(PodCondition {
+                    type_: "Ready".into(),
+                    status: "Unknown".into(),
+                    ..Default::default()
+                })
+            }),
+            ("a container's restart count, or its first status", |p| {
+                let statuses = p.status.get_or_insert_with(Default::default).container_statuses.get_or_insert_with(Vec::new);
+                match statuses.first_mut() {
+                    Some(s) => s.restart_count += 1,
+                    None => statuses.push(ContainerStatus { name: "c".into(), ..Default::default() }),
+                }
+            }),
+            ("a container ID", |p| {
+                let statuses = p.status.get_or_insert_with(Default::default).container_statuses.get_or_insert_with(Vec::new);
+                match statuses.first_mut() {
+                    Some(s) => s.container_id = Some("containerd://changed".into()),
+                    None => statuses.push(ContainerStatus { name: "c".into(), ..Default::default() }),
+                }
+            }),
+            ("the pod IP", |p| p.status.get_or_insert_with(Default::default).pod_ip = Some("10.9.9.9".into())),
+            ("the status message", |p| p.status.get_or_insert_with(Default::default).message = Some("changed".into())),
+        ];
+        let mut interner = Interner::default();
+        for pod in pods() {
+            let name = pod.metadata.name.clone().unwrap_or_default();
+            let before = CompactPod::new(pod.clone(), &mut interner);
+            assert!(CompactPod::new(pod.clone(), &mut interner).reads_as(&before), "{name}: compacted again");
+            for (what, change) in alike {
+                let mut changed = pod.clone();
+                change(&mut changed);
+                let after = CompactPod::new(changed, &mut interner);
+                assert!(after.reads_as(&before) && before.reads_as(&after), "{name}: {what} changed");
+            }
+            type Named = (String, Box<dyn Fn(&mut Pod)>);
+            let mut changes: Vec<Named> =
+                differ.iter().map(|(what, change)| (what.to_string(), Box::new(*change) as Box<dyn Fn(&mut Pod)>)).collect();
+            for key in keys::READ_POD_ANNOTATIONS {
+                changes.push((
+                    format!("annotation {key}"),
+                    Box::new(move |p: &mut Pod| {
+                        _ = p.metadata.annotations.get_or_insert_with(Default::default).insert(key.into(), "x".into())
+                    }),
+                ));
+            }
+            for (what, change) in &changes {
+                let mut changed = pod.clone();
+                change(&mut changed);
+                let after = CompactPod::new(changed, &mut interner);
+                assert!(!after.reads_as(&before) && !before.reads_as(&after), "{name}: {what} changed, and it read as before");
+            }
+        }
+    }
+
     /// A label or annotation reads the same whether the pod has few (scanned) or many (searched),
     /// keys of the same length included.
     #[test]
@@ -929,11 +1113,14 @@ mod tests {
             pod.metadata.labels = Some(labels.clone());
             pod.metadata.annotations = Some(labels.clone());
             let read = ReadPod::new(Arc::new(CompactPod::new(pod, &mut interner)));
+            // Annotations through `pair_value`, as `annotation` reads them: it asks only for
+            // the keys a decision reads.
+            let annotation = |k: &str| pair_value(&read.compact.annotations, k);
             for (k, v) in &labels {
-                assert_eq!((read.label(k), read.annotation(k)), (Some(v.as_str()), Some(v.as_str())), "{k} of {count}");
+                assert_eq!((read.label(k), annotation(k)), (Some(v.as_str()), Some(v.as_str())), "{k} of {count}");
             }
             for absent in ["key-99", "key-", "", "key-000"] {
-                assert_eq!((read.label(absent), read.annotation(absent)), (None, None), "{absent} of {count}");
+                assert_eq!((read.label(absent), annotation(absent)), (None, None), "{absent} of {count}");
             }
         }
     }
@@ -960,8 +1147,13 @@ mod tests {
             for k in keys(&stripped.metadata.labels) {
                 assert_eq!(read.label(&k), whole.label(&k), "{name}: label {k}");
             }
+            // Only the annotations a decision reads can be asked for (`keys::READ_POD_ANNOTATIONS`).
+            for k in keys::READ_POD_ANNOTATIONS {
+                assert_eq!(read.annotation(k), whole.annotation(k), "{name}: annotation {k}");
+            }
             for k in keys(&stripped.metadata.annotations) {
-                assert_eq!(read.annotation(&k), whole.annotation(&k), "{name}: annotation {k}");
+                let value = stripped.metadata.annotations.as_ref().and_then(|a| a.get(&k)).map(String::as_str);
+                assert_eq!(pair_value(&read.compact.annotations, &k), value, "{name}: annotation {k}");
             }
             let status = stripped.status.clone().unwrap_or_default();
             let types = status.conditions.iter().flatten().map(|c| c.type_.clone());

@@ -39,7 +39,7 @@ use crate::metrics::{Metrics, ReconcileResult};
 use crate::server::Health;
 use cloneset_cache::CachedCloneSet;
 use compact_pod::{CompactPod, Interner};
-use owned_store::{Held, OwnedStore, OwnedStoreWriter, owned_store};
+use owned_store::{Change, Held, OwnedStore, OwnedStoreWriter, owned_store};
 use queue::WorkQueue;
 use wire_pod::WirePod;
 
@@ -299,17 +299,30 @@ where
     K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
     H: Held,
 {
-    applied(dropping(kept_events(api, cfg, |_| {}, keep), drop_fraction), writer, hold)
+    applied(dropping(kept_events(api, cfg, |_| {}, keep), drop_fraction), writer, hold).map(|change| change.object)
 }
 
 /// Applies `events` to an owner-indexed cache, holding each object as `hold` makes it, and
-/// yields each changed object once it is applied.
+/// yields each change once it is applied.
 fn applied<K: Resource, H: Held>(
     events: impl Stream<Item = Event<K>> + Send,
     mut writer: OwnedStoreWriter<H>,
     mut hold: impl FnMut(K) -> H + Send + 'static,
-) -> impl Stream<Item = Arc<H>> + Send {
+) -> impl Stream<Item = Change<H>> + Send {
     events.flat_map(move |ev| futures::stream::iter(writer.apply_as(ev, &mut hold)))
+}
+
+/// Whether a pod change can change what a reconcile of its CloneSet decides: all but an update
+/// that changed only what no decision reads ([`CompactPod::reads_as`]: the resourceVersion,
+/// annotations of other controllers and users). Kruise queues a reconcile for every pod update;
+/// one that reads the pods as the last did writes nothing, and on a large idle cluster such
+/// updates would be most of the reconciles. One is still queued when a write of ours `awaits`
+/// the pod's new version (read-your-writes holds a reconcile back until the cache shows it).
+fn queues_a_reconcile(change: &Change<CompactPod>, awaits: impl FnOnce(&str) -> bool) -> bool {
+    match &change.replaced {
+        Some(older) if change.object.reads_as(older) => awaits(change.object.uid()),
+        _ => true,
+    }
 }
 
 /// Nodes are read for their labels only (topology spread): the status (images, conditions,
@@ -391,8 +404,17 @@ pub async fn run(client: Client, config: ControllerConfig, runtime: Runtime, shu
         c.enqueue(&format!("{}/{}", cs.namespace().unwrap_or_default(), cs.name_any()));
         std::future::ready(())
     }));
+    let c = ctx.clone();
+    tasks.spawn(pod_events.for_each(move |change| {
+        let awaits = |uid: &str| c.rv_expectations.lock().unwrap_or_else(|e| e.into_inner()).awaits(uid);
+        if !queues_a_reconcile(&change, awaits) {
+            c.metrics.pod_update_unread();
+        } else if let Some(key) = owned_store::owner_key(change.object.as_ref()) {
+            c.enqueue(&key);
+        }
+        std::future::ready(())
+    }));
     for stream in [
-        pod_events.filter_map(|p| std::future::ready(owned_store::owner_key(p.as_ref()))).boxed(),
         pvc_events.filter_map(|p| std::future::ready(owned_store::owner_key(p.as_ref()))).boxed(),
         rev_events.filter_map(|r| std::future::ready(owned_store::owner_key(r.as_ref()))).boxed(),
     ] {
@@ -653,6 +675,40 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Through the pod store as the pod watch feeds it: a new pod, a deletion and a relist
+    /// queue a reconcile; an update queues one when it changed what a decision reads, or when a
+    /// write of ours awaits its version, and only then.
+    #[test]
+    fn a_pod_update_queues_a_reconcile_only_when_a_decision_can_read_it_or_a_write_awaits_it() {
+        let pod = |version: &str, annotations: serde_json::Value, labels: serde_json::Value| -> Pod {
+            serde_json::from_value(serde_json::json!({"metadata": {"name": "p", "namespace": "ns", "uid": "u", "resourceVersion": version,
+                "labels": labels, "annotations": annotations}}))
+            .unwrap()
+        };
+        let (_, mut writer) = owned_store::<CompactPod>();
+        let mut interner = Interner::default();
+        let mut apply = |ev: Event<Pod>| -> Vec<Change<CompactPod>> { writer.apply_as(ev, |p| CompactPod::new(p, &mut interner)) };
+        let awaited = |uid: &str| uid == "u";
+        let nothing_awaited = |_: &str| false;
+        let queued = |changes: Vec<Change<CompactPod>>, awaits: &dyn Fn(&str) -> bool| -> Vec<bool> {
+            changes.iter().map(|c| queues_a_reconcile(c, awaits)).collect()
+        };
+        let (a, l) = (serde_json::json!({"x": "1"}), serde_json::json!({"app": "web"}));
+        assert_eq!(queued(apply(Event::Apply(pod("1", a.clone(), l.clone()))), &nothing_awaited), [true], "a new pod");
+        let touched = serde_json::json!({"x": "2", "example.com/seen": "yes"});
+        assert_eq!(queued(apply(Event::Apply(pod("2", touched.clone(), l.clone()))), &nothing_awaited), [false], "unread annotations");
+        assert_eq!(queued(apply(Event::Apply(pod("3", touched.clone(), l.clone()))), &awaited), [true], "a write awaits it");
+        let cost = serde_json::json!({"x": "2", "example.com/seen": "yes", keys::POD_DELETION_COST: "5"});
+        assert_eq!(queued(apply(Event::Apply(pod("4", cost.clone(), l.clone()))), &nothing_awaited), [true], "a read annotation");
+        let relabelled = serde_json::json!({"app": "web", "tier": "x"});
+        assert_eq!(queued(apply(Event::Apply(pod("5", cost.clone(), relabelled.clone()))), &nothing_awaited), [true], "a label");
+        assert_eq!(queued(apply(Event::Apply(pod("6", cost.clone(), relabelled.clone()))), &nothing_awaited), [false], "a version");
+        apply(Event::Init);
+        apply(Event::InitApply(pod("7", cost.clone(), relabelled.clone())));
+        assert_eq!(queued(apply(Event::InitDone), &nothing_awaited), [true], "a relist");
+        assert_eq!(queued(apply(Event::Delete(pod("8", cost, relabelled))), &nothing_awaited), [true], "a deletion");
+    }
 
     /// A CloneSet changed while the operator relists (say the apiserver restarted) arrives in the
     /// relist; a reconcile it triggers must read the store with it, or it finds nothing to do and

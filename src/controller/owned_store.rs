@@ -132,15 +132,17 @@ fn drop_from<K>(index: &mut Map<String, Entries<K>>, at: &str, key: &Key) {
 }
 
 impl<K: Held> Indexed<K> {
-    fn insert(&mut self, obj: Arc<K>) {
+    /// Stores `obj`, returning the version it replaced.
+    fn insert(&mut self, obj: Arc<K>) -> Option<Arc<K>> {
         let key = obj.key();
         // Unindex the old version before indexing the new: its owners may have changed. Most
         // changes (status, labels, annotations) leave them as they were, and the new version
         // only takes the old one's place in its entries.
-        if let Some(old) = self.objects.insert(key.clone(), obj.clone())
+        let old = self.objects.insert(key.clone(), obj.clone());
+        if let Some(old) = &old
             && !indexed_alike(old.as_ref(), obj.as_ref())
         {
-            self.unindex(&key, &old);
+            self.unindex(&key, old);
         }
         for uid in cloneset_owners(obj.as_ref()) {
             add(&mut self.by_owner, uid, &key, &obj);
@@ -148,6 +150,7 @@ impl<K: Held> Indexed<K> {
         if !has_controller(obj.as_ref()) {
             add(&mut self.orphans, &key.0, &key, &obj);
         }
+        old
     }
 
     fn remove(&mut self, key: &Key) {
@@ -180,6 +183,20 @@ pub struct OwnedStore<K> {
 impl<K> Clone for OwnedStore<K> {
     fn clone(&self) -> Self {
         Self { shared: self.shared.clone() }
+    }
+}
+
+/// An object the store now shows (or, deleted, no longer shows), to pass on.
+pub struct Change<K> {
+    pub object: Arc<K>,
+    /// The version an update replaced, when the store held one: what the update changed is
+    /// `object` against it. `None` for a new object, a deletion and a relist.
+    pub replaced: Option<Arc<K>>,
+}
+
+impl<K> Change<K> {
+    fn whole(object: Arc<K>) -> Self {
+        Self { object, replaced: None }
     }
 }
 
@@ -234,27 +251,27 @@ impl<K: Held> OwnedStoreWriter<K> {
     where
         K: Resource,
     {
-        self.apply_as(event, |obj| obj)
+        self.apply_as(event, |obj| obj).into_iter().map(|c| c.object).collect()
     }
 
-    /// Applies one watcher event, holding its object as `hold` makes it, and returns the objects
+    /// Applies one watcher event, holding its object as `hold` makes it, and returns the changes
     /// to pass on, each already reflected in store and index: the event's own, or at the end of
     /// a relist everything it listed and every object it dropped (deleted while the watch was
     /// away). Nothing during a relist: the store shows the old state until it completes.
     ///
     /// A relisted object the store already holds at the same resource version is kept as it is
     /// rather than built again, so a relist does not hold a second copy of what did not change.
-    pub fn apply_as<W: Resource>(&mut self, event: Event<W>, mut hold: impl FnMut(W) -> K) -> Vec<Arc<K>> {
+    pub fn apply_as<W: Resource>(&mut self, event: Event<W>, mut hold: impl FnMut(W) -> K) -> Vec<Change<K>> {
         match event {
             Event::Apply(obj) => {
                 let obj = Arc::new(hold(obj));
-                self.write().insert(obj.clone());
-                vec![obj]
+                let replaced = self.write().insert(obj.clone());
+                vec![Change { object: obj, replaced }]
             }
             Event::Delete(obj) => {
                 let obj = Arc::new(hold(obj));
                 self.write().remove(&obj.key());
-                vec![obj]
+                vec![Change::whole(obj)]
             }
             Event::Init => {
                 self.relist = Some(Indexed::default());
@@ -269,7 +286,7 @@ impl<K: Held> OwnedStoreWriter<K> {
                 let listed = self.relist.take().unwrap_or_default();
                 let mut state = self.write();
                 let gone = state.objects.iter().filter(|(key, _)| !listed.objects.contains_key(*key)).map(|(_, obj)| obj.clone());
-                let changed: Vec<Arc<K>> = listed.objects.values().cloned().chain(gone).collect();
+                let changed: Vec<Change<K>> = listed.objects.values().cloned().chain(gone).map(Change::whole).collect();
                 *state = listed;
                 drop(state);
                 self.shared.ready.send_replace(true);

@@ -126,6 +126,11 @@ impl ResourceVersionExpectations {
         self.by_uid.remove(uid);
     }
 
+    /// Whether a write to `uid` waits for the cache to show its version.
+    pub fn awaits(&self, uid: &str) -> bool {
+        self.by_uid.contains_key(uid)
+    }
+
     /// `cached` is the resourceVersion the cache holds for `uid`, or `None` when the object is
     /// gone (a gone object has nothing left to wait for).
     pub fn check(&mut self, uid: &str, cached: Option<&str>, now: Instant, timeout: Duration) -> Gate {

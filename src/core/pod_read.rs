@@ -13,6 +13,8 @@ use std::borrow::Cow;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 
+use crate::api::keys;
+
 /// A pod condition's fields the decisions compare.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ConditionRef<'a> {
@@ -36,6 +38,7 @@ pub trait PodRead: Send + Sync {
     fn pod_uid(&self) -> &str;
     fn pod_resource_version(&self) -> Option<&str>;
     fn label(&self, key: &str) -> Option<&str>;
+    /// One of [`keys::READ_POD_ANNOTATIONS`]: a change to any other queues no reconcile.
     fn annotation(&self, key: &str) -> Option<&str>;
     /// `status.phase`, empty when absent.
     fn phase(&self) -> &str;
@@ -83,6 +86,7 @@ impl PodRead for Pod {
     }
 
     fn annotation(&self, key: &str) -> Option<&str> {
+        debug_assert!(keys::is_read_pod_annotation(key), "{key} is read: add it to keys::READ_POD_ANNOTATIONS");
         self.metadata.annotations.as_ref()?.get(key).map(String::as_str)
     }
 

@@ -25,8 +25,11 @@ use crate::{External, POLL, TIMEOUT, image, mib, proc_reading, ready_with, strat
 /// rollout starts).
 const PROBE_SPACING: Duration = Duration::from_secs(1);
 
-/// The annotation the large scenario's observe step gives every pod: read by no controller.
-const OBSERVED_ANNOTATION: &str = "bench.cloneset-operator.dev/observed";
+/// The annotation, then the label, the large scenario's observe steps give every pod: read by no
+/// controller. The annotation changes nothing the operator's cache reads, so it queues no
+/// reconcile there (Kruise's manager reconciles for it); a label can be in a selector or a
+/// lifecycle hook, so a label change is reconciled by both (and asks for no write).
+const OBSERVED: &str = "bench.cloneset-operator.dev/observed";
 
 /// How long a controller's reconcile count must stay still, with its queue empty and no worker
 /// busy, for it to count as settled after the observe step.
@@ -312,13 +315,19 @@ impl Bench {
         eprintln!("{}", bench::table(rows));
 
         if ctl.metrics().await?.is_some() {
-            eprintln!("bench: large: one change to each of the {total} idle pods, that the controller observes and need not act on");
-            let (observe_s, extra, wrote) = self.observe_only(&ctl, &w).await?;
-            if wrote > 0.0 {
-                failures
-                    .push(format!("large: observe: the {} wrote {wrote} times for changes that ask for no write", self.controller_label()));
+            for field in ["annotation", "label"] {
+                eprintln!(
+                    "bench: large: one {field} set on each of the {total} idle pods, that the controller observes and need not act on"
+                );
+                let (observe_s, extra, wrote) = self.observe_only(&ctl, &w, field).await?;
+                if wrote > 0.0 {
+                    failures.push(format!(
+                        "large: observe ({field}): the {} wrote {wrote} times for changes that ask for no write",
+                        self.controller_label()
+                    ));
+                }
+                rows.push(row(format!("large: observe {total} pod changes ({field})"), total, c, observe_s, None, extra));
             }
-            rows.push(row(format!("large: observe {total} pod changes"), total, c, observe_s, None, extra));
         } else {
             eprintln!("bench: large: no observe step: it is judged from the controller's metrics (BENCH_EXTERNAL_METRICS is not set)");
         }
@@ -440,27 +449,30 @@ impl Bench {
         self.leave_namespace(ns).await
     }
 
-    /// Gives every pod of the namespace one change that no controller acts on (an annotation of
-    /// the bench's own, at most the baseline's concurrency of patches in flight), and waits until
+    /// Gives every pod of the namespace one change that no controller acts on (the bench's own
+    /// [`OBSERVED`] as an annotation or a label, by `field`; at most the baseline's concurrency
+    /// of patches in flight), and waits until
     /// the bench has seen them all and the controller has gone idle (queue empty, no worker
     /// busy, no reconcile for [`SETTLED`]). What holding a large cluster costs apart from the
     /// controller's own writes: the seconds, the controller's CPU per 1,000 of these pod events
     /// and its reconciles (`extra`), and how many writes it made to pods, CloneSets and events
     /// meanwhile (which should be none; 0 when its metrics do not name resources).
-    async fn observe_only(&self, ctl: &Ctl, w: &Watched) -> anyhow::Result<(f64, BTreeMap<String, f64>, f64)> {
+    async fn observe_only(&self, ctl: &Ctl, w: &Watched, field: &str) -> anyhow::Result<(f64, BTreeMap<String, f64>, f64)> {
         let names: Vec<String> = w.pods.store.state().iter().map(|p| p.name_any()).collect();
         let total = names.len();
         let pods: Api<Pod> = Api::namespaced(w.api.clone().into_client(), &w.namespace);
         let start = Reading::take(ctl.pid(), w)?;
         let before = ctl.snapshot().await?;
         let t0 = Instant::now();
-        let touch = Patch::Merge(json!({"metadata": {"annotations": {OBSERVED_ANNOTATION: "1"}}}));
+        let touch = Patch::Merge(json!({"metadata": {format!("{field}s"): {OBSERVED: "1"}}}));
         let patches = names.iter().map(|name| {
             let (pods, touch) = (&pods, &touch);
             async move { pods.patch(name, &PatchParams::default(), touch).await }
         });
         futures::stream::iter(patches).buffer_unordered(self.knobs.concurrency).try_for_each(|_| async { Ok(()) }).await?;
-        w.pods.wait_count(total, "changed", |p| p.annotations().contains_key(OBSERVED_ANNOTATION)).await?;
+        let seen: fn(&Pod) -> bool =
+            if field == "label" { |p: &Pod| p.labels().contains_key(OBSERVED) } else { |p: &Pod| p.annotations().contains_key(OBSERVED) };
+        w.pods.wait_count(total, "changed", seen).await?;
         let end = self.until_settled(ctl).await?;
         let after = Reading::take(ctl.pid(), w)?;
         let counts = since(ctl.snapshot().await?, &before);
