@@ -144,7 +144,7 @@ async fn quiet_metrics(op: &Operator) -> String {
     let last = std::sync::Mutex::new((String::new(), 0u32));
     wait_until(T, "the operator to be quiet", || async {
         let m = op.metrics().await?;
-        let idle = metric(&m, "workqueue_depth", &[]) == Some(0.0) && metric(&m, "controller_runtime_active_workers", &[]) == Some(0.0);
+        let idle = e2e::bench::reconciled_and_idle(&m, 0.0);
         let mut last = last.lock().unwrap();
         let same = idle && !last.0.is_empty() && reconciles(&last.0) == reconciles(&m);
         *last = (m, if same { last.1 + 1 } else { 0 });

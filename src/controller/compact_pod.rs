@@ -551,9 +551,14 @@ fn statuses_read_alike(
     b: &Option<Box<[CompactContainerStatus]>>,
     b_texts: &str,
 ) -> bool {
+    both_alike(a.as_deref(), b.as_deref(), |a, b| a.len() == b.len() && a.iter().zip(b).all(|(a, b)| a.reads_as(texts, b, b_texts)))
+}
+
+/// Both absent, or both present and `alike`.
+fn both_alike<T: ?Sized>(a: Option<&T>, b: Option<&T>, alike: impl FnOnce(&T, &T) -> bool) -> bool {
     match (a, b) {
         (None, None) => true,
-        (Some(a), Some(b)) => a.len() == b.len() && a.iter().zip(b.iter()).all(|(a, b)| a.reads_as(texts, b, b_texts)),
+        (Some(a), Some(b)) => alike(a, b),
         _ => false,
     }
 }
@@ -743,11 +748,6 @@ impl CompactPod {
     /// annotation costs a few comparisons.
     pub fn reads_as(&self, older: &Self) -> bool {
         let (texts, older_texts) = (&*self.texts, &*older.texts);
-        let status_alike = match (&self.status, &older.status) {
-            (None, None) => true,
-            (Some(a), Some(b)) => a.reads_as(texts, b, older_texts),
-            _ => false,
-        };
         self.name == older.name
             && self.shape == older.shape
             && self.uid.read(texts) == older.uid.read(older_texts)
@@ -757,7 +757,7 @@ impl CompactPod {
             && read_annotations(&self.annotations).eq(read_annotations(&older.annotations))
             && self.meta_rest == older.meta_rest
             && self.node_name == older.node_name
-            && status_alike
+            && both_alike(self.status.as_ref(), older.status.as_ref(), |a, b| a.reads_as(texts, b, older_texts))
     }
 
     /// Whether the pod is being deleted.

@@ -451,9 +451,8 @@ impl Bench {
 
     /// Gives every pod of the namespace one change that no controller acts on (the bench's own
     /// [`OBSERVED`] as an annotation or a label, by `field`; at most the baseline's concurrency
-    /// of patches in flight), and waits until
-    /// the bench has seen them all and the controller has gone idle (queue empty, no worker
-    /// busy, no reconcile for [`SETTLED`]). What holding a large cluster costs apart from the
+    /// of patches in flight), and waits until the bench has seen them all and the controller
+    /// has gone idle (queue empty, no worker busy, no reconcile for [`SETTLED`]). What holding a large cluster costs apart from the
     /// controller's own writes: the seconds, the controller's CPU per 1,000 of these pod events
     /// and its reconciles (`extra`), and how many writes it made to pods, CloneSets and events
     /// meanwhile (which should be none; 0 when its metrics do not name resources).
