@@ -267,7 +267,8 @@ fn a_cached_revision_costs_a_fraction_of_a_decoded_one() {
 /// The event correlator remembers at most client-go's two caches of 4,096 entries, whatever
 /// the number of distinct events: in a soak it fills them over about 100 minutes (one entry per
 /// pod a CloneSet's events name, until ten distinct messages within ten minutes are combined),
-/// which is the heap-in-use growth a soak shows before it levels off.
+/// which is the heap-in-use growth a soak shows before it levels off. Full, they held 6.25 MB
+/// while they kept each key's strings, and 2.25 MB keyed by 64-bit digests.
 #[test]
 fn the_event_correlator_holds_at_most_its_two_caches() {
     use cloneset_operator::core::events::{EventCorrelator, NewEvent};
@@ -291,5 +292,5 @@ fn the_event_correlator_holds_at_most_its_two_caches() {
     println!("event correlator: bytes held after every 8,000 distinct events: {held:?}");
     let full = held[held.len() - 2];
     assert!(held[held.len() - 1] <= full + full / 20, "{held:?}: grows past its caches");
-    assert!(full <= 8 << 20, "{full} bytes for 2 x 4,096 entries");
+    assert!(full <= 3 << 20, "{full} bytes for 2 x 4,096 entries");
 }

@@ -5,7 +5,7 @@
 //! [`AGGREGATE_INTERVAL`], the rest are folded into one "(combined from similar events): …" event.
 //! The per-object spam filter is `controller::writes::EventBudget`.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::hash::Hash;
 
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
@@ -48,77 +48,113 @@ pub struct Occurrence {
 /// The correlator's memory: two LRU caches of [`CACHE_ENTRIES`] each.
 #[derive(Debug, Default)]
 pub struct EventCorrelator {
-    similar: Lru<String, SimilarRecord>,
-    seen: Lru<String, Seen>,
-    last_nanos: i128,
+    similar: Lru<Digest, SimilarRecord>,
+    seen: Lru<Digest, Seen>,
+    last_nanos: i64,
 }
 
+/// What the caches are keyed by, and remember messages as: 64 bits of the strings client-go
+/// keys them by (object, type, reason, message). Keeping the strings cost about 760 bytes per
+/// entry, 6 MiB with both caches full; two keys with one digest (a chance of about 10^-12
+/// among 4,096 entries) would only count as one event.
+type Digest = u64;
+
+fn digest(parts: &[&str]) -> Digest {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = foldhash::quality::FixedState::with_seed(0x9e37_79b9_7f4a_7c15).build_hasher();
+    for part in parts {
+        // With its length, so ("ab", "c") and ("a", "bc") differ.
+        h.write_usize(part.len());
+        h.write(part.as_bytes());
+    }
+    h.finish()
+}
+
+/// The distinct messages of one object, type and reason (at most [`AGGREGATE_MAX_EVENTS`] - 1):
+/// a list, smaller than a set for so few.
 #[derive(Clone, Debug)]
 struct SimilarRecord {
-    messages: BTreeSet<String>,
+    messages: Vec<Digest>,
     last: Timestamp,
 }
 
+/// An event written: its name is `<object name>.<nanos in hex>` (the object is in the key).
 #[derive(Clone, Debug)]
 struct Seen {
-    name: String,
-    count: i32,
+    nanos: i64,
     first: Timestamp,
+    count: i32,
 }
 
 impl EventCorrelator {
     /// client-go's `EventCorrelate` (aggregate, then observe) for an event recorded at `now`.
     pub fn correlate(&mut self, ev: &NewEvent<'_>, now: Timestamp) -> Occurrence {
-        let similar_key = format!("{}\0{}\0{}", ev.object_key, ev.type_, ev.reason);
+        let similar_key = digest(&[ev.object_key, ev.type_, ev.reason]);
         let mut record = self
             .similar
             .get(&similar_key)
             .filter(|r| now.duration_since(r.last) <= AGGREGATE_INTERVAL)
-            .unwrap_or_else(|| SimilarRecord { messages: BTreeSet::new(), last: now });
-        record.messages.insert(ev.message.to_string());
+            .unwrap_or_else(|| SimilarRecord { messages: Vec::new(), last: now });
+        let message_digest = digest(&[ev.message]);
+        if !record.messages.contains(&message_digest) {
+            record.messages.push(message_digest);
+        }
         record.last = now;
         let combined = record.messages.len() >= AGGREGATE_MAX_EVENTS;
         if combined {
-            // Keeps the set from growing (client-go's PopAny).
-            record.messages.pop_first();
+            // Keeps the set from growing (client-go's PopAny: any one of them).
+            record.messages.remove(0);
         }
-        self.similar.put(similar_key.clone(), record);
+        self.similar.put(similar_key, record);
         let (key, message) = if combined {
             (similar_key, format!("{COMBINED_PREFIX}{}", ev.message))
         } else {
-            (format!("{similar_key}\0{}", ev.message), ev.message.to_string())
+            (digest(&[ev.object_key, ev.type_, ev.reason, ev.message]), ev.message.to_string())
         };
 
-        let occurrence = match self.seen.get(&key) {
-            Some(seen) => Occurrence {
-                name: seen.name,
-                message,
-                count: seen.count + 1,
-                first_timestamp: seen.first,
-                last_timestamp: now,
-                reporting: !combined,
-                patch: true,
-            },
-            None => Occurrence {
-                name: format!("{}.{:x}", ev.object_name, self.unique_nanos(now)),
-                message,
-                count: 1,
-                first_timestamp: now,
-                last_timestamp: now,
-                reporting: !combined,
-                patch: false,
-            },
+        let (nanos, occurrence) = match self.seen.get(&key) {
+            Some(seen) => (
+                seen.nanos,
+                Occurrence {
+                    name: event_name(ev.object_name, seen.nanos),
+                    message,
+                    count: seen.count + 1,
+                    first_timestamp: seen.first,
+                    last_timestamp: now,
+                    reporting: !combined,
+                    patch: true,
+                },
+            ),
+            None => {
+                let nanos = self.unique_nanos(now);
+                (
+                    nanos,
+                    Occurrence {
+                        name: event_name(ev.object_name, nanos),
+                        message,
+                        count: 1,
+                        first_timestamp: now,
+                        last_timestamp: now,
+                        reporting: !combined,
+                        patch: false,
+                    },
+                )
+            }
         };
-        let seen = Seen { name: occurrence.name.clone(), count: occurrence.count, first: occurrence.first_timestamp };
-        self.seen.put(key, seen);
+        self.seen.put(key, Seen { nanos, count: occurrence.count, first: occurrence.first_timestamp });
         occurrence
     }
 
     /// `now` in nanoseconds, made unique so two events of one instant get distinct names.
-    fn unique_nanos(&mut self, now: Timestamp) -> i128 {
-        self.last_nanos = now.as_nanosecond().max(self.last_nanos + 1);
+    fn unique_nanos(&mut self, now: Timestamp) -> i64 {
+        self.last_nanos = i64::try_from(now.as_nanosecond()).unwrap_or(i64::MAX).max(self.last_nanos.saturating_add(1));
         self.last_nanos
     }
+}
+
+/// client-go's event name: the object's name and the first occurrence's time in hex nanoseconds.
+fn event_name(object_name: &str, nanos: i64) -> String {
+    format!("{object_name}.{nanos:x}")
 }
 
 /// A least-recently-used map of at most [`CACHE_ENTRIES`] entries.
@@ -201,6 +237,13 @@ mod tests {
         assert_eq!(c.correlate(&ev("SuccessfulDelete", "x"), t0).message, "x");
         let later = t0 + AGGREGATE_INTERVAL + SignedDuration::from_secs(1);
         assert_eq!(c.correlate(&ev("SuccessfulCreate", "succeed to create pod web-99"), later).message, "succeed to create pod web-99");
+    }
+
+    #[test]
+    fn a_key_s_parts_are_digested_apart() {
+        assert_ne!(digest(&["ab", "c"]), digest(&["a", "bc"]));
+        assert_ne!(digest(&["CloneSet/ns/web", "Normal", "R"]), digest(&["CloneSet/ns/web", "Normal", "R", ""]));
+        assert_eq!(digest(&["CloneSet/ns/web", "Normal"]), digest(&["CloneSet/ns/web", "Normal"]));
     }
 
     #[test]
