@@ -29,9 +29,11 @@
 //!   `BENCH_LARGE_ROLLOUT` (default 1000) pods rolled in place at maxUnavailable 100% while
 //!   `BENCH_LARGE_PROBES` (default 20) idle CloneSets are each scaled P → P+1, one a second: the
 //!   probes' latency must stay within `e2e::bench::probe_bound_s` (the larger of 30 s and half
-//!   the rollout) or the run fails; then the raw baseline's scale-up and in-place rollout of
-//!   as many pods in a namespace of its own among the idle ones (the rollout row's `base(s)`
-//!   and ratio; `baseline_create_big_s`), unless the controller is external without
+//!   the rollout) or the run fails, and two more rollouts without probes (the row's time is the
+//!   median of the three; `rollout_first_s`, `rollout_min_s`, `rollout_max_s`); then the raw
+//!   baseline's scale-up and three in-place rollouts of as many pods in a namespace of its own
+//!   among the idle ones (the rollout row's `base(s)` is their median, and its ratio;
+//!   `baseline_min_s`, `baseline_max_s`, `baseline_create_big_s`), unless the controller is external without
 //!   `BENCH_EXTERNAL_BASELINE=1`; then a restart (time to observe every CloneSet, and zero
 //!   writes, or the run fails). Runs last; its namespace is left to the cluster's shutdown.
 //! * `BENCH_SOAK` (default empty: skipped; e.g. `100x40`): C CloneSets × P pods under one
