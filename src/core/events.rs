@@ -112,36 +112,21 @@ impl EventCorrelator {
             (digest(&[ev.object_key, ev.type_, ev.reason, ev.message]), ev.message.to_string())
         };
 
-        let (nanos, occurrence) = match self.seen.get(&key) {
-            Some(seen) => (
-                seen.nanos,
-                Occurrence {
-                    name: event_name(ev.object_name, seen.nanos),
-                    message,
-                    count: seen.count + 1,
-                    first_timestamp: seen.first,
-                    last_timestamp: now,
-                    reporting: !combined,
-                    patch: true,
-                },
-            ),
-            None => {
-                let nanos = self.unique_nanos(now);
-                (
-                    nanos,
-                    Occurrence {
-                        name: event_name(ev.object_name, nanos),
-                        message,
-                        count: 1,
-                        first_timestamp: now,
-                        last_timestamp: now,
-                        reporting: !combined,
-                        patch: false,
-                    },
-                )
-            }
+        // A repeat keeps the first occurrence's name and time; a new event is named now.
+        let (nanos, count, first_timestamp, patch) = match self.seen.get(&key) {
+            Some(seen) => (seen.nanos, seen.count + 1, seen.first, true),
+            None => (self.unique_nanos(now), 1, now, false),
         };
-        self.seen.put(key, Seen { nanos, count: occurrence.count, first: occurrence.first_timestamp });
+        let occurrence = Occurrence {
+            name: event_name(ev.object_name, nanos),
+            message,
+            count,
+            first_timestamp,
+            last_timestamp: now,
+            reporting: !combined,
+            patch,
+        };
+        self.seen.put(key, Seen { nanos, count, first: first_timestamp });
         occurrence
     }
 

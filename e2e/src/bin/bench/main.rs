@@ -33,8 +33,8 @@
 //!   median of the three; `rollout_first_s`, `rollout_min_s`, `rollout_max_s`); then the raw
 //!   baseline's scale-up and three in-place rollouts of as many pods in a namespace of its own
 //!   among the idle ones (the rollout row's `base(s)` is their median, and its ratio;
-//!   `baseline_min_s`, `baseline_max_s`, `baseline_create_big_s`), unless the controller is external without
-//!   `BENCH_EXTERNAL_BASELINE=1`; then a restart (time to observe every CloneSet, and zero
+//!   `baseline_min_s`, `baseline_max_s`, `baseline_create_big_s`), unless the controller is
+//!   external without `BENCH_EXTERNAL_BASELINE=1`; then a restart (time to observe every CloneSet, and zero
 //!   writes, or the run fails). Runs last; its namespace is left to the cluster's shutdown.
 //! * `BENCH_SOAK` (default empty: skipped; e.g. `100x40`): C CloneSets × P pods under one
 //!   controller for `BENCH_SOAK_MINUTES` (default 120) of churn, one change set a minute (see

@@ -396,11 +396,8 @@ impl Bench {
                 .await?;
             rollouts.push(end.duration_since(t0).as_secs_f64());
         }
-        if let (Some(min), Some(max)) = (rollouts.iter().copied().reduce(f64::min), rollouts.iter().copied().reduce(f64::max)) {
-            extra.insert("rollout_first_s".into(), bench::round2(rollout_s));
-            extra.insert("rollout_min_s".into(), bench::round2(min));
-            extra.insert("rollout_max_s".into(), bench::round2(max));
-        }
+        extra.insert("rollout_first_s".into(), bench::round2(rollout_s));
+        extra.extend(spread("rollout", &rollouts));
         extra.extend(after.memory("rss_after_mib"));
         extra.extend(bench::heap_extra(&ctl.metrics().await?.unwrap_or_default()));
         extra.extend(counts.as_ref().map(|c| c.method_extra(f64::from(big))).unwrap_or_default());
@@ -432,8 +429,7 @@ impl Bench {
             let times: Vec<f64> = rolls.iter().map(|r| r.secs).collect();
             if let (Some(first), Some(median)) = (rolls.first(), bench::median(&times)) {
                 rollout_row.add_baseline(median, first.extra());
-                rollout_row.extra.insert("baseline_min_s".into(), bench::round2(times.iter().copied().fold(f64::MAX, f64::min)));
-                rollout_row.extra.insert("baseline_max_s".into(), bench::round2(times.iter().copied().fold(f64::MIN, f64::max)));
+                rollout_row.extra.extend(spread("baseline", &times));
             }
             rollout_row.extra.insert("baseline_create_big_s".into(), bench::round2(up.secs));
         }
@@ -480,10 +476,11 @@ impl Bench {
     /// Gives every pod of the namespace one change that no controller acts on (the bench's own
     /// [`OBSERVED`] as an annotation or a label, by `field`; at most the baseline's concurrency
     /// of patches in flight), and waits until the bench has seen them all and the controller
-    /// has gone idle (queue empty, no worker busy, no reconcile for [`SETTLED`]). What holding a large cluster costs apart from the
-    /// controller's own writes: the seconds, the controller's CPU per 1,000 of these pod events
-    /// and its reconciles (`extra`), and how many writes it made to pods, CloneSets and events
-    /// meanwhile (which should be none; 0 when its metrics do not name resources).
+    /// has gone idle (queue empty, no worker busy, no reconcile for [`SETTLED`]). What holding a
+    /// large cluster costs apart from the controller's own writes: the seconds, the controller's
+    /// CPU per 1,000 of these pod events and its reconciles (`extra`), and how many writes it
+    /// made to pods, CloneSets and events meanwhile (which should be none; 0 when its metrics do
+    /// not name resources).
     async fn observe_only(&self, ctl: &Ctl, w: &Watched, field: &str) -> anyhow::Result<(f64, BTreeMap<String, f64>, f64)> {
         let names: Vec<String> = w.pods.store.state().iter().map(|p| p.name_any()).collect();
         let total = names.len();
@@ -541,5 +538,24 @@ impl Bench {
         }
         std::mem::forget(ns);
         Ok(())
+    }
+}
+
+/// `<what>_min_s` and `<what>_max_s` of `times` (none when empty).
+fn spread(what: &str, times: &[f64]) -> Vec<(String, f64)> {
+    let min = times.iter().copied().reduce(f64::min);
+    let max = times.iter().copied().reduce(f64::max);
+    [("min", min), ("max", max)].into_iter().filter_map(|(k, v)| Some((format!("{what}_{k}_s"), bench::round2(v?)))).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_spread_is_the_least_and_the_most_rounded() {
+        let got: BTreeMap<String, f64> = spread("rollout", &[30.004, 28.37, 32.781]).into_iter().collect();
+        assert_eq!(got, BTreeMap::from([("rollout_min_s".into(), 28.37), ("rollout_max_s".into(), 32.78)]));
+        assert!(spread("baseline", &[]).is_empty());
     }
 }
