@@ -20,13 +20,16 @@
 //!   The operator runs at its defaults, or with a bucket of `BENCH_RESOURCES_QPS` (default
 //!   empty) and twice that burst.
 //! * `BENCH_LARGE` (default empty: skipped; e.g. `500x40` = 500 CloneSets × 40 pods): one
-//!   operator at its defaults over C×P pods in one namespace: create all (time, steady and peak
+//!   operator at its defaults over C×P pods in one namespace. First one CloneSet of
+//!   `BENCH_LARGE_ROLLOUT` (default 1000) pods, created and rolled in place three times on the
+//!   empty cluster (the rollout row's `empty_rollout_s`, their median, and `idle_over_empty`, its
+//!   median among the idle over that). Then the C×P: create all (time, steady and peak
 //!   RSS, bytes per cached pod, CPU seconds per 1,000 pod events); then one annotation of the
 //!   bench's own patched on every pod, then one label (the controller's CPU per 1,000 of these
 //!   events and its reconciles, each step a row: they ask for no write, and a write to pods,
 //!   CloneSets or events meanwhile fails the run; the operator reconciles for the label, not
-//!   for the annotation, which no decision reads); then one CloneSet of
-//!   `BENCH_LARGE_ROLLOUT` (default 1000) pods rolled in place at maxUnavailable 100% while
+//!   for the annotation, which no decision reads); then the first CloneSet rolled in place
+//!   again at maxUnavailable 100% while
 //!   `BENCH_LARGE_PROBES` (default 20) idle CloneSets are each scaled P → P+1, one a second: the
 //!   probes' latency must stay within `e2e::bench::probe_bound_s` (the larger of 30 s and half
 //!   the rollout) or the run fails, and two more rollouts without probes (the row's time is the

@@ -299,6 +299,18 @@ impl Bench {
         let w = self.watched(&ns, timeout).await?;
         let ctl = self.controller(&ns.name, None).await?;
 
+        // The yardstick for the rollout among the idle: the same rollouts of the same
+        // CloneSet, by the same controller, before the idle pods exist.
+        eprintln!("bench: large: one CloneSet of {big} pods, rolled out in place on the empty cluster");
+        let t0 = Instant::now();
+        let end = self.create_and_converge(&w, vec!["big".into()], big, strategy("InPlaceIfPossible", "100%"), big).await?;
+        let create_big_s = end.duration_since(t0).as_secs_f64();
+        let mut empty_rollouts = Vec::new();
+        for v in 2..LARGE_ROLLOUTS + 2 {
+            empty_rollouts.push(roll_out(&w, big, v).await?);
+        }
+        let first_idle_image = LARGE_ROLLOUTS + 2;
+
         eprintln!("bench: large: {c} CloneSets x {p} pods");
         let start = Reading::take(ctl.pid(), &w)?;
         let before = ctl.snapshot().await?;
@@ -322,7 +334,8 @@ impl Bench {
         if ctl.metrics().await?.is_some() {
             for field in ["annotation", "label"] {
                 eprintln!(
-                    "bench: large: one {field} set on each of the {total} idle pods, that the controller observes and need not act on"
+                    "bench: large: one {field} set on each of the {} pods, that the controller observes and need not act on",
+                    total + big
                 );
                 let (observe_s, extra, wrote) = self.observe_only(&ctl, &w, field).await?;
                 if wrote > 0.0 {
@@ -331,25 +344,17 @@ impl Bench {
                         self.controller_label()
                     ));
                 }
-                rows.push(row(format!("large: observe {total} pod changes ({field})"), total, c, observe_s, None, extra));
+                rows.push(row(format!("large: observe {} pod changes ({field})", total + big), total + big, c + 1, observe_s, None, extra));
             }
         } else {
             eprintln!("bench: large: no observe step: it is judged from the controller's metrics (BENCH_EXTERNAL_METRICS is not set)");
         }
 
-        eprintln!("bench: large: one CloneSet of {big} pods");
-        let t0 = Instant::now();
-        let end = self.create_and_converge(&w, vec!["big".into()], big, strategy("InPlaceIfPossible", "100%"), total + big).await?;
-        let create_big_s = end.duration_since(t0).as_secs_f64();
-
         eprintln!("bench: large: rolling out {big} pods in place with {probes} probes on idle CloneSets");
         let start = Reading::take(ctl.pid(), &w)?;
         let before = ctl.snapshot().await?;
         let t0 = Instant::now();
-        let patch = Patch::Merge(json!({"spec": {"template": {"spec": {"containers": [{"name": "main", "image": image(2)}]}}}}));
-        let min_gen = generation(&w.api.patch("big", &PatchParams::default(), &patch).await?);
-        let bi = big as i32;
-        let rollout = w.sets.wait_object("big", "to report the rollout done", move |cs| observed(cs, min_gen, |s| converged(s, bi, true)));
+        let rollout = roll_out(&w, big, first_idle_image);
         let probe_runs = (0..probes).map(|k| {
             let name = format!("cs-{:04}", u64::from(k) * u64::from(c) / u64::from(probes.max(1)));
             let (api, sets) = (w.api.clone(), &w.sets);
@@ -366,9 +371,10 @@ impl Bench {
             }
         });
         let (done, latencies) = tokio::join!(rollout, futures::future::try_join_all(probe_runs));
-        let rollout_s = done?.duration_since(t0).as_secs_f64();
+        let rollout_s = done?;
         let latencies = latencies?;
-        w.pods.wait_count((total + big + probes) as usize, "ready", |p| ready_with(p, &image(1)) || ready_with(p, &image(2))).await?;
+        let rolled = image(first_idle_image);
+        w.pods.wait_count((total + big + probes) as usize, "ready", move |p| ready_with(p, &image(1)) || ready_with(p, &rolled)).await?;
         tokio::time::sleep(Duration::from_secs(1)).await;
         let after = Reading::take(ctl.pid(), &w)?;
         let counts = since(ctl.snapshot().await?, &before);
@@ -385,19 +391,17 @@ impl Bench {
         let mut extra = after.usage_since(&start);
         // The same rollout again (no probes), each to a new image, for the median.
         let mut rollouts = vec![rollout_s];
-        for v in 3..LARGE_ROLLOUTS + 2 {
-            eprintln!("bench: large: rolling out {big} pods in place again ({} of {LARGE_ROLLOUTS})", v - 1);
-            let t0 = Instant::now();
-            let patch = Patch::Merge(json!({"spec": {"template": {"spec": {"containers": [{"name": "main", "image": image(v)}]}}}}));
-            let min_gen = generation(&w.api.patch("big", &PatchParams::default(), &patch).await?);
-            let end = w
-                .sets
-                .wait_object("big", "to report the rollout done", move |cs| observed(cs, min_gen, |s| converged(s, bi, true)))
-                .await?;
-            rollouts.push(end.duration_since(t0).as_secs_f64());
+        for v in first_idle_image + 1..first_idle_image + LARGE_ROLLOUTS {
+            eprintln!("bench: large: rolling out {big} pods in place again among the idle");
+            rollouts.push(roll_out(&w, big, v).await?);
         }
         extra.insert("rollout_first_s".into(), bench::round2(rollout_s));
         extra.extend(spread("rollout", &rollouts));
+        if let (Some(idle), Some(empty)) = (bench::median(&rollouts), bench::median(&empty_rollouts)) {
+            extra.insert("empty_rollout_s".into(), bench::round2(empty));
+            extra.insert("idle_over_empty".into(), bench::round2(idle / empty));
+        }
+        extra.extend(spread("empty_rollout", &empty_rollouts));
         extra.extend(after.memory("rss_after_mib"));
         extra.extend(bench::heap_extra(&ctl.metrics().await?.unwrap_or_default()));
         extra.extend(counts.as_ref().map(|c| c.method_extra(f64::from(big))).unwrap_or_default());
@@ -539,6 +543,18 @@ impl Bench {
         std::mem::forget(ns);
         Ok(())
     }
+}
+
+/// Rolls the large scenario's CloneSet `big` (of `pods` pods) in place to `image(version)`;
+/// the seconds until it reports the rollout done.
+async fn roll_out(w: &Watched, pods: u32, version: u32) -> anyhow::Result<f64> {
+    let t0 = Instant::now();
+    let patch = Patch::Merge(json!({"spec": {"template": {"spec": {"containers": [{"name": "main", "image": image(version)}]}}}}));
+    let min_gen = generation(&w.api.patch("big", &PatchParams::default(), &patch).await?);
+    let pods = pods as i32;
+    let end =
+        w.sets.wait_object("big", "to report the rollout done", move |cs| observed(cs, min_gen, |s| converged(s, pods, true))).await?;
+    Ok(end.duration_since(t0).as_secs_f64())
 }
 
 /// `<what>_min_s` and `<what>_max_s` of `times` (none when empty).
