@@ -7,7 +7,7 @@
 //! and restarts as a standby), as controller-runtime does.
 
 pub mod cached_revision;
-mod cloneset_cache;
+pub mod cloneset_cache;
 pub mod compact_pod;
 pub mod owned_store;
 pub mod pod_watch;
@@ -30,14 +30,14 @@ use kube::runtime::{WatchStreamExt as _, reflector::ObjectRef};
 use kube::{Api, Client, Resource, ResourceExt as _};
 use tracing::Instrument as _;
 
-use crate::api::{CloneSet, keys};
+use crate::api::keys;
 use crate::config::{ControllerConfig, InitialLists};
 use crate::core::expectations::{ResourceVersionExpectations, ScaleExpectations};
 use crate::kruise_guard::{KruiseGuard, KruiseState};
 use crate::leader::LeaderElector;
 use crate::metrics::{Metrics, ReconcileResult};
 use crate::server::Health;
-use cloneset_cache::CachedCloneSet;
+use cloneset_cache::{CachedCloneSet, CompactCloneSet};
 use compact_pod::{CompactPod, Interner};
 use owned_store::{Change, Held, OwnedStore, OwnedStoreWriter, owned_store};
 use queue::WorkQueue;
@@ -59,7 +59,7 @@ pub struct Stores {
 
 impl Stores {
     /// The CloneSet `ns/name` if it is cached and decodes (the worker handles one that does not).
-    pub fn cloneset(&self, ns: &str, name: &str) -> Option<Arc<CloneSet>> {
+    pub fn cloneset(&self, ns: &str, name: &str) -> Option<Arc<CompactCloneSet>> {
         match cached(&self.clonesets, ns, name)?.as_ref() {
             CachedCloneSet::Decoded(cs) => Some(cs.clone()),
             CachedCloneSet::Undecodable(_) => None,

@@ -13,7 +13,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt as _;
 use kube::runtime::events::EventType;
-use serde_json::json;
+use serde_json::{Value, json};
 
 use super::Context;
 use super::cached_revision::CachedRevision;
@@ -55,13 +55,13 @@ const AFTER_FORCED_EXPECTATIONS: Duration = Duration::from_secs(10);
 
 pub async fn reconcile(ctx: &Arc<Context>, key: &str) -> Result<Option<Duration>, ReconcileError> {
     let (ns, name) = key.split_once('/').unwrap_or(("", key));
-    let Some(cs) = ctx.stores.cloneset(ns, name) else {
+    let Some(cached) = ctx.stores.cloneset(ns, name) else {
         ctx.metrics.forget_status(ns, name);
         ctx.scale_expectations.lock().unwrap_or_else(|e| e.into_inner()).forget(key);
         ctx.template_revisions.forget(key);
         return Ok(None);
     };
-    let cs: &CloneSet = &cs;
+    let cs: &CloneSet = &cached.cloneset;
     let now_i = Instant::now();
     let now = Timestamp::now();
     let timeout = ctx.config.expectation_timeout;
@@ -115,7 +115,7 @@ pub async fn reconcile(ctx: &Arc<Context>, key: &str) -> Result<Option<Duration>
     let active = release_mismatched_pods(ctx, cs, active).await?;
 
     // Revisions.
-    let revs = sync_revisions(ctx, key, cs).await?;
+    let revs = sync_revisions(ctx, key, cs, &cached.template).await?;
     let update_revision = revs.update.clone();
     let current_revision = revs.current.clone();
 
@@ -313,8 +313,9 @@ pub struct TemplateRevisionData {
 }
 
 impl TemplateRevisionData {
-    fn compute(cs: &CloneSet, template_no_defaults: bool) -> Result<Self, ReconcileError> {
-        let stored = serde_json::to_value(&cs.spec.template).map_err(|e| ReconcileError::Revision(e.to_string()))?;
+    /// `template`: `cs.spec.template` as JSON (the cache keeps it as text, see `CompactCloneSet`).
+    fn compute(cs: &CloneSet, template: &str, template_no_defaults: bool) -> Result<Self, ReconcileError> {
+        let stored: Value = serde_json::from_str(template).map_err(|e| ReconcileError::Revision(e.to_string()))?;
         let stored_data: Arc<[u8]> = revision::revision_data(&stored).into();
         let candidate = if template_no_defaults {
             stored_data.clone()
@@ -340,16 +341,23 @@ impl TemplateRevisionData {
 pub struct TemplateRevisionCache(Mutex<HashMap<String, Arc<TemplateRevisionData>>>);
 
 impl TemplateRevisionCache {
-    pub fn get(&self, key: &str, cs: &CloneSet, template_no_defaults: bool) -> Result<Arc<TemplateRevisionData>, ReconcileError> {
+    /// `template`: `cs.spec.template` as JSON.
+    pub fn get(
+        &self,
+        key: &str,
+        cs: &CloneSet,
+        template: &str,
+        template_no_defaults: bool,
+    ) -> Result<Arc<TemplateRevisionData>, ReconcileError> {
         let uid = cs.metadata.uid.as_deref().unwrap_or_default();
         let Some(generation) = cs.metadata.generation else {
-            return TemplateRevisionData::compute(cs, template_no_defaults).map(Arc::new);
+            return TemplateRevisionData::compute(cs, template, template_no_defaults).map(Arc::new);
         };
         let cached = self.lock().get(key).filter(|d| d.uid == uid && d.generation == generation).cloned();
         if let Some(data) = cached {
             return Ok(data);
         }
-        let data = Arc::new(TemplateRevisionData::compute(cs, template_no_defaults)?);
+        let data = Arc::new(TemplateRevisionData::compute(cs, template, template_no_defaults)?);
         self.lock().insert(key.to_string(), data.clone());
         Ok(data)
     }
@@ -427,13 +435,13 @@ fn recorded_vct_hashes(revisions: &[RevisionView], current: &str, legacy_of_curr
 }
 
 /// §3.3: find or create the update revision; pick the current one.
-async fn sync_revisions(ctx: &Context, key: &str, cs: &CloneSet) -> Result<Revisions, ReconcileError> {
+async fn sync_revisions(ctx: &Context, key: &str, cs: &CloneSet, template: &str) -> Result<Revisions, ReconcileError> {
     let ns = cs.namespace().unwrap_or_default();
     let cs_name = cs.name_any();
     let existing = owned_revisions(ctx, cs);
     let mut sorted: Vec<RevisionView> = existing.iter().map(|r| view(r)).collect();
     history::sort_revisions(&mut sorted);
-    let template = ctx.template_revisions.get(key, cs, ctx.config.gates.template_no_defaults)?;
+    let template = ctx.template_revisions.get(key, cs, template, ctx.config.gates.template_no_defaults)?;
     // Kruise hashes (and builds pods from) the template its webhook defaulted, unless TemplateNoDefaults.
     let data = &template.candidate;
     let mut collision_count = cs.status.as_ref().and_then(|s| s.collision_count).unwrap_or(0);
@@ -801,6 +809,7 @@ async fn execute_update(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::controller::cloneset_cache::CompactCloneSet;
 
     const KEY: &str = "takeover/inplace";
 
@@ -808,6 +817,16 @@ mod tests {
     fn golden_cloneset() -> CloneSet {
         let path = format!("{}/tests/golden/kruise-v1.9.0-objects/cloneset-in-place.yaml", env!("CARGO_MANIFEST_DIR"));
         serde_saphyr::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+    }
+
+    /// The template revision data of `cs` as a reconcile gets it: from the cached (compact) CloneSet.
+    fn get(cache: &TemplateRevisionCache, key: &str, cs: &CloneSet) -> Arc<TemplateRevisionData> {
+        let cached = CompactCloneSet::new(cs.clone());
+        cache.get(key, &cached.cloneset, &cached.template, false).unwrap()
+    }
+
+    fn compute(cs: &CloneSet, template_no_defaults: bool) -> TemplateRevisionData {
+        TemplateRevisionData::compute(cs, &serde_json::to_string(&cs.spec.template).unwrap(), template_no_defaults).unwrap()
     }
 
     fn revision_name_of(cs: &CloneSet, data: &TemplateRevisionData) -> String {
@@ -818,49 +837,90 @@ mod tests {
     fn a_cloneset_s_template_revision_data_is_computed_once_per_generation() {
         let cache = TemplateRevisionCache::default();
         let mut cs = golden_cloneset();
-        let first = cache.get(KEY, &cs, false).unwrap();
+        let first = get(&cache, KEY, &cs);
         assert_eq!(revision_name_of(&cs, &first), "inplace-b55cd4488", "the revision Kruise's manager made of this template");
-        assert!(Arc::ptr_eq(&first, &cache.get(KEY, &cs, false).unwrap()), "the same generation again: not computed again");
+        assert!(Arc::ptr_eq(&first, &get(&cache, KEY, &cs)), "the same generation again: not computed again");
         // A status write or a relist gives a new object of the same generation.
         cs.metadata.resource_version = Some("9999".into());
         cs.status.as_mut().unwrap().ready_replicas = 0;
-        assert!(Arc::ptr_eq(&first, &cache.get(KEY, &cs, false).unwrap()));
+        assert!(Arc::ptr_eq(&first, &get(&cache, KEY, &cs)));
 
         cs.spec.template.spec.as_mut().unwrap().containers[0].image = Some("nginx:1.27".into());
         cs.metadata.generation = Some(3);
-        let changed = cache.get(KEY, &cs, false).unwrap();
+        let changed = get(&cache, KEY, &cs);
         assert_ne!(changed.candidate, first.candidate, "a new generation's template is encoded anew");
-        assert_eq!(*changed, TemplateRevisionData::compute(&cs, false).unwrap());
-        assert!(Arc::ptr_eq(&changed, &cache.get(KEY, &cs, false).unwrap()));
+        assert_eq!(*changed, compute(&cs, false));
+        assert!(Arc::ptr_eq(&changed, &get(&cache, KEY, &cs)));
     }
 
     #[test]
     fn a_recreated_or_forgotten_cloneset_s_template_revision_data_is_computed_again() {
         let cache = TemplateRevisionCache::default();
         let cs = golden_cloneset();
-        let first = cache.get(KEY, &cs, false).unwrap();
+        let first = get(&cache, KEY, &cs);
 
         let mut recreated = cs.clone();
         recreated.metadata.uid = Some("another-uid".into());
         recreated.spec.template.spec.as_mut().unwrap().containers[0].image = Some("nginx:1.27".into());
-        let second = cache.get(KEY, &recreated, false).unwrap();
+        let second = get(&cache, KEY, &recreated);
         assert_ne!(second.candidate, first.candidate, "same name and generation, another uid: its own template");
 
         cache.forget(KEY);
-        assert!(!Arc::ptr_eq(&second, &cache.get(KEY, &recreated, false).unwrap()), "forgotten: computed again");
+        assert!(!Arc::ptr_eq(&second, &get(&cache, KEY, &recreated)), "forgotten: computed again");
 
         let mut without_generation = cs;
         without_generation.metadata.generation = None;
-        let a = cache.get("other/one", &without_generation, false).unwrap();
-        assert!(!Arc::ptr_eq(&a, &cache.get("other/one", &without_generation, false).unwrap()), "never cached");
+        let a = get(&cache, "other/one", &without_generation);
+        assert!(!Arc::ptr_eq(&a, &get(&cache, "other/one", &without_generation)), "never cached");
     }
 
     #[test]
     fn without_defaults_the_candidate_is_the_stored_template() {
         let cs = golden_cloneset();
-        let no_defaults = TemplateRevisionData::compute(&cs, true).unwrap();
+        let no_defaults = compute(&cs, true);
         assert!(Arc::ptr_eq(&no_defaults.stored, &no_defaults.candidate));
-        let defaulted = TemplateRevisionData::compute(&cs, false).unwrap();
+        let defaulted = compute(&cs, false);
         assert_eq!(defaulted.stored, no_defaults.stored);
+    }
+
+    /// The cache keeps a CloneSet's template as text; its revision data must be the bytes the
+    /// decoded template gave (what Kruise hashes), for a template using much of the pod spec.
+    #[test]
+    fn the_cached_template_text_gives_the_revision_data_of_the_decoded_template() {
+        let mut cs = golden_cloneset();
+        let rich = serde_json::json!({
+            "metadata": {"labels": {"app": "inplace", "tier": "web"}, "annotations": {"a": "b"}},
+            "spec": {
+                "containers": [{"name": "main", "image": "nginx:1.26", "ports": [{"containerPort": 80}],
+                                "env": [{"name": "X", "value": "1"}, {"name": "P", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
+                                "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"memory": "128Mi"}},
+                                "readinessProbe": {"httpGet": {"path": "/", "port": 80}, "periodSeconds": 5},
+                                "volumeMounts": [{"name": "data", "mountPath": "/data"}]},
+                               {"name": "sidecar", "image": "busybox", "command": ["sleep", "3600"]}],
+                "initContainers": [{"name": "init", "image": "busybox"}],
+                "volumes": [{"name": "data", "emptyDir": {"sizeLimit": "1Gi"}}],
+                "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "ScheduleAnyway",
+                                               "labelSelector": {"matchLabels": {"app": "inplace"}}}],
+                "tolerations": [{"key": "k", "operator": "Exists"}],
+                "terminationGracePeriodSeconds": 5,
+            },
+        });
+        cs.spec.template = serde_json::from_value(rich).unwrap();
+        for no_defaults in [false, true] {
+            let stored = serde_json::to_value(&cs.spec.template).unwrap();
+            let expected = if no_defaults { stored.clone() } else { crate::core::defaults::default_pod_template(&stored) };
+            let cached = CompactCloneSet::new(cs.clone());
+            let data = TemplateRevisionCache::default().get(KEY, &cached.cloneset, &cached.template, no_defaults).unwrap();
+            assert_eq!(&*data.stored, revision::revision_data(&stored).as_slice());
+            assert_eq!(&*data.candidate, revision::revision_data(&expected).as_slice());
+        }
+        // What a pass reads of the template besides: its metadata and spread constraints.
+        let cached = CompactCloneSet::new(cs.clone());
+        assert_eq!(cached.cloneset.spec.template.metadata, cs.spec.template.metadata);
+        assert!(has_spread_constraints(&cached.cloneset));
+        let spread = |c: &CloneSet| crate::core::order::pod_spread_constraints(c.spec.template.spec.as_ref());
+        assert_eq!(spread(&cached.cloneset), spread(&cs));
+        assert!(cached.cloneset.spec.template.spec.as_ref().unwrap().containers.is_empty(), "the rest is kept as text only");
+        assert!(!has_spread_constraints(&CompactCloneSet::new(golden_cloneset()).cloneset));
     }
 }
