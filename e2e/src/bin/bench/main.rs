@@ -23,8 +23,11 @@
 //!   operator at its defaults over C×P pods in one namespace. First one CloneSet of
 //!   `BENCH_LARGE_ROLLOUT` (default 1000) pods, created and rolled in place three times on the
 //!   empty cluster (the rollout row's `empty_rollout_s`, their median, and `idle_over_empty`, its
-//!   median among the idle over that). Then the C×P: create all (time, steady and peak
-//!   RSS, bytes per cached pod, CPU seconds per 1,000 pod events); then one annotation of the
+//!   median among the idle over that), and the raw baseline's scale-up and three rollouts of as
+//!   many pods there too (`baseline_empty_s`, `baseline_idle_over_empty`). Then the C×P: create
+//!   all (time, steady and peak
+//!   RSS, bytes per cached pod: RSS growth since before the first CloneSet over all pods, CPU
+//!   seconds per 1,000 pod events); then one annotation of the
 //!   bench's own patched on every pod, then one label (the controller's CPU per 1,000 of these
 //!   events and its reconciles, each step a row: they ask for no write, and a write to pods,
 //!   CloneSets or events meanwhile fails the run; the operator reconciles for the label, not

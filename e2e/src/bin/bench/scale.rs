@@ -302,6 +302,8 @@ impl Bench {
         // The yardstick for the rollout among the idle: the same rollouts of the same
         // CloneSet, by the same controller, before the idle pods exist.
         eprintln!("bench: large: one CloneSet of {big} pods, rolled out in place on the empty cluster");
+        // Bytes per cached pod are counted from here: the operator holding no pod yet.
+        let podless = Reading::take(ctl.pid(), &w)?;
         let t0 = Instant::now();
         let end = self.create_and_converge(&w, vec!["big".into()], big, strategy("InPlaceIfPossible", "100%"), big).await?;
         let create_big_s = end.duration_since(t0).as_secs_f64();
@@ -310,6 +312,14 @@ impl Bench {
             empty_rollouts.push(roll_out(&w, big, v).await?);
         }
         let first_idle_image = LARGE_ROLLOUTS + 2;
+        // And the raw baseline's, so the loaded control plane's share of the slowdown shows.
+        let windows = vec!["100%".to_string(); LARGE_ROLLOUTS as usize];
+        let mut empty_baseline = Vec::new();
+        if self.baselines() {
+            eprintln!("bench: large: the raw baseline's {big} pods, scaled up and rolled in place on the empty cluster");
+            let (_, rolls) = self.raw_baseline(big, "InPlaceIfPossible", &windows).await?;
+            empty_baseline = rolls.iter().map(|r| r.secs).collect();
+        }
 
         eprintln!("bench: large: {c} CloneSets x {p} pods");
         let start = Reading::take(ctl.pid(), &w)?;
@@ -324,7 +334,8 @@ impl Bench {
         let mut extra = busy.usage_since(&start);
         extra.extend(idle.memory("steady_rss_mib"));
         extra.extend(bench::heap_extra(&ctl.metrics().await?.unwrap_or_default()));
-        extra.insert("bytes_per_pod".into(), ((idle.rss as f64 - start.rss as f64) / f64::from(total.max(1))).round());
+        // Over every cached pod (the big CloneSet's too), from before the first was cached.
+        extra.insert("bytes_per_pod".into(), ((idle.rss as f64 - podless.rss as f64) / f64::from((total + big).max(1))).round());
         extra.extend(counts.as_ref().map(|c| c.method_extra(f64::from(total))).unwrap_or_default());
         extra.extend(counts.as_ref().map(|c| ("operator_429".to_string(), c.throttled)));
         extra.extend(counts.as_ref().map(Snapshot::reconcile_extra).unwrap_or_default());
@@ -428,13 +439,17 @@ impl Bench {
         // the rollout's time among the idle is the operator's and how much the apiserver's.
         if self.baselines() {
             eprintln!("bench: large: the raw baseline's {big} pods, scaled up and rolled in place among the idle");
-            let windows = vec!["100%".to_string(); LARGE_ROLLOUTS as usize];
             let (up, rolls) = self.raw_baseline(big, "InPlaceIfPossible", &windows).await?;
             let times: Vec<f64> = rolls.iter().map(|r| r.secs).collect();
             if let (Some(first), Some(median)) = (rolls.first(), bench::median(&times)) {
                 rollout_row.add_baseline(median, first.extra());
                 rollout_row.extra.extend(spread("baseline", &times));
+                if let Some(empty) = bench::median(&empty_baseline) {
+                    rollout_row.extra.insert("baseline_empty_s".into(), bench::round2(empty));
+                    rollout_row.extra.insert("baseline_idle_over_empty".into(), bench::round2(median / empty));
+                }
             }
+            rollout_row.extra.extend(spread("baseline_empty", &empty_baseline));
             rollout_row.extra.insert("baseline_create_big_s".into(), bench::round2(up.secs));
         }
         rows.push(rollout_row);
