@@ -283,6 +283,10 @@ impl RunArgs {
     }
 }
 
+/// jemalloc, for its smaller footprint and fewer CPU cycles per pod event (see `heap`).
+#[global_allocator]
+static ALLOCATOR: cloneset_operator::heap::Allocator = cloneset_operator::heap::Allocator {};
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let (cli, matches) = parse_args(std::env::args_os()).unwrap_or_else(|e| e.exit());

@@ -27,7 +27,7 @@
 //! | `cloneset_status_replicas` | gauge | `namespace`, `name`, `state` = replicas, ready, available, updated, updated_ready, expected_updated (the CloneSet's status as last computed, for rollout progress) |
 //! | `process_cpu_seconds_total`, `process_open_fds`, `process_max_fds`, `process_resident_memory_bytes`, `process_virtual_memory_bytes`, `process_virtual_memory_max_bytes`, `process_start_time_seconds` | counter / gauges | — |
 //! | `tokio_alive_tasks` | gauge | — (the async tasks alive in the runtime that serves the scrape: our counterpart of Go's `go_goroutines`, for leak checks) |
-//! | `heap_in_use_bytes`, `heap_free_bytes` | gauges | — (what the C allocator has handed out, and what it keeps free in its heaps: our counterparts of `go_memstats_heap_inuse_bytes` and `_idle_bytes`, to tell a leak from fragmentation) |
+//! | `heap_in_use_bytes`, `heap_free_bytes` | gauges | — (what the allocator (jemalloc) has handed out, and what it keeps resident beyond that: our counterparts of `go_memstats_heap_inuse_bytes` and `_idle_bytes`, to tell a leak from fragmentation) |
 //!
 //! `rest_client_requests_total` keeps client-go's name and its `code`, `host` and `method`
 //! labels; `resource` and `subresource` (from the request path, e.g. `pods` + `status` for a pod
@@ -481,7 +481,7 @@ impl prometheus_client::collector::Collector for RuntimeCollector {
 }
 
 /// `heap_in_use_bytes` and `heap_free_bytes`, read from the allocator at each scrape (left out
-/// where the C library cannot tell).
+/// if it cannot tell).
 #[derive(Debug)]
 struct HeapCollector;
 
@@ -497,7 +497,7 @@ impl prometheus_client::collector::Collector for HeapCollector {
             ),
             (
                 "heap_free_bytes",
-                "Bytes free inside the allocator's heaps, resident or not (the counterpart of go_memstats_heap_idle_bytes).",
+                "Bytes the allocator keeps resident beyond those in use: free space in its pages, pages not yet returned, its metadata (the counterpart of go_memstats_heap_idle_bytes).",
                 usage.free,
             ),
         ] {
@@ -581,7 +581,14 @@ mod tests {
 
     #[test]
     fn the_heap_is_read_at_each_scrape() {
+        // This test binary allocates through the system's allocator: hold a block of the
+        // operator's, so there is something in use to count.
+        let layout = std::alloc::Layout::from_size_align(1 << 20, 8).unwrap();
+        // SAFETY: a non-zero size; freed below with the same layout.
+        let block = unsafe { std::alloc::GlobalAlloc::alloc(&crate::heap::Allocator {}, layout) };
         let text = Metrics::new().encode();
+        // SAFETY: allocated above by the same allocator with the same layout.
+        unsafe { std::alloc::GlobalAlloc::dealloc(&crate::heap::Allocator {}, block, layout) };
         let value =
             |name: &str| -> Option<f64> { text.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')).map(|v| v.parse().unwrap()) };
         if crate::heap::usage().is_some() {
