@@ -59,8 +59,9 @@
 //! Where: the bench starts its own control plane in `BENCH_CLUSTER_DIR` (default
 //! `target/bench-cluster`) and stops it at the end, also after a failure or Ctrl-C, unless
 //! `BENCH_KEEP_CLUSTER=1` (`BENCH_KEEP_NAMESPACE=1` also keeps the large scenario's and the
-//! soak's namespace and pods). The simulated kubelet gets 3 nodes with room for the largest
-//! scenario. kube-scheduler binds at most 50 pods a second (its client's default QPS, as in a
+//! soak's namespace and pods). The simulated kubelet gets 3 nodes of room for 4,000 pods when
+//! that holds the largest scenario and a quarter more, otherwise as many nodes of 1,000 as it
+//! needs (`BENCH_PODS_PER_NODE=<n>` sets the room per node). kube-scheduler binds at most 50 pods a second (its client's default QPS, as in a
 //! default cluster), which bounds every scale-up, the baseline's too; `BENCH_SCHEDULER_QPS=<n>`
 //! raises it (burst 2n). `BENCH_KUBECONFIG=<file>` uses that cluster instead (never started or
 //! stopped).
@@ -109,8 +110,17 @@ const LIMIT: RateLimit = RateLimit { qps: 30.0, burst: 50 };
 /// The longest any single wait may take (the large scenario scales it with its pod count).
 const TIMEOUT: Duration = Duration::from_secs(900);
 const POLL: Duration = Duration::from_millis(20);
-/// Simulated nodes: pods are spread over them; the scheduler's work grows with their number.
+/// Simulated nodes of the default scenarios: pods are spread over them; the scheduler's work per
+/// pod it places grows with their number.
 const SIM_NODES: u32 = 3;
+/// Room per node in those default scenarios (3 × 4,000, as their reference results were taken).
+const SIM_DEFAULT_PODS_PER_NODE: u32 = 4000;
+/// Room per node above that (the large scenario, a large soak): kube-scheduler's cache finds a
+/// pod in its node's list by a linear scan on every update of it, so 7,000 pods on each of 3
+/// nodes cost it 0.8 ms per pod event at 21,000 pods against 0.24 ms on the empty cluster (one
+/// run, 2026-11-28). Real nodes hold at most 110 pods by default; 1,000 keeps the node count
+/// (leases, node status) small while each list stays short.
+const SIM_PODS_PER_NODE_AT_SCALE: u32 = 1000;
 
 /// Everything the environment can set (see the module documentation).
 #[derive(Clone, Debug, PartialEq)]
@@ -131,6 +141,8 @@ struct Knobs {
     soak_minutes: u32,
     soak_relist_minutes: u32,
     scheduler_qps: Option<u32>,
+    /// `BENCH_PODS_PER_NODE`: the simulated nodes' room, instead of the sizes above.
+    pods_per_node: Option<u32>,
     kubeconfig: Option<PathBuf>,
     external: Option<External>,
     external_baseline: bool,
@@ -222,6 +234,15 @@ impl Knobs {
                 "" => None,
                 q => Some(q.parse().with_context(|| format!("BENCH_SCHEDULER_QPS={q}: expected a whole number"))?),
             },
+            pods_per_node: match var("BENCH_PODS_PER_NODE", "").trim() {
+                "" => None,
+                n => Some(
+                    n.parse()
+                        .ok()
+                        .filter(|&n: &u32| n > 0)
+                        .with_context(|| format!("BENCH_PODS_PER_NODE={n}: expected a positive whole number"))?,
+                ),
+            },
             kubeconfig: get("BENCH_KUBECONFIG").filter(|k| !k.is_empty()).map(PathBuf::from),
             external,
             external_baseline: flag("BENCH_EXTERNAL_BASELINE"),
@@ -244,14 +265,27 @@ impl Knobs {
         timed.chain(resources).chain(large).chain(soak).max().unwrap_or(0)
     }
 
-    /// The simulated kubelet's flags: 3 nodes with room for the largest scenario and a quarter
-    /// more (at least 4,000 pods each, as before the large scenario existed), 32 workers, and
-    /// short restart and grace delays.
+    /// The simulated kubelet's nodes and the room on each: a quarter more room than the largest
+    /// scenario needs; 3 × 4,000 where that is enough (the default scenarios), otherwise nodes of
+    /// 1,000 pods, or of `BENCH_PODS_PER_NODE` (at least 3 nodes).
+    fn sim_nodes(&self) -> (u32, u32) {
+        let room = u64::from(self.most_pods()) * 5 / 4;
+        let per_node = match self.pods_per_node {
+            Some(n) => n,
+            None if room <= u64::from(SIM_NODES * SIM_DEFAULT_PODS_PER_NODE) => return (SIM_NODES, SIM_DEFAULT_PODS_PER_NODE),
+            None => SIM_PODS_PER_NODE_AT_SCALE,
+        };
+        let nodes = room.div_ceil(u64::from(per_node)).max(u64::from(SIM_NODES));
+        (u32::try_from(nodes).unwrap_or(u32::MAX), per_node)
+    }
+
+    /// The simulated kubelet's flags: [`Self::sim_nodes`], 32 workers, and short restart and
+    /// grace delays.
     fn sim_kubelet_args(&self) -> Vec<String> {
-        let per_node = (u64::from(self.most_pods()) * 5 / 4).div_ceil(u64::from(SIM_NODES)).div_ceil(1000) * 1000;
+        let (nodes, per_node) = self.sim_nodes();
         vec![
-            format!("--nodes={SIM_NODES}"),
-            format!("--pods-per-node={}", per_node.max(4000)),
+            format!("--nodes={nodes}"),
+            format!("--pods-per-node={per_node}"),
             "--workers=32".into(),
             "--max-grace-period=1s".into(),
             "--restart-delay=200ms".into(),
@@ -659,15 +693,18 @@ mod tests {
 
     #[test]
     fn the_simulated_kubelet_fits_the_largest_scenario() {
-        let per_node = |k: &Knobs| k.sim_kubelet_args().iter().find_map(|a| a.strip_prefix("--pods-per-node=")?.parse::<u32>().ok());
         let d = knobs(&[]).unwrap();
         assert_eq!(d.most_pods(), 5000);
-        assert_eq!(per_node(&d), Some(4000), "the defaults keep the old 3 × 4,000");
+        assert_eq!(d.sim_nodes(), (3, 4000), "the defaults keep the old 3 × 4,000");
+        assert_eq!(&d.sim_kubelet_args()[..2], ["--nodes=3", "--pods-per-node=4000"]);
         let large = knobs(&[("BENCH_LARGE", "500x40")]).unwrap();
         assert_eq!(large.most_pods(), 20000 + 1000 + 20 + 1000);
-        let cap = per_node(&large).unwrap();
-        assert_eq!(cap, 10000);
-        assert!(cap * SIM_NODES >= large.most_pods() * 5 / 4);
+        assert_eq!(large.sim_nodes(), (28, 1000), "nodes of 1,000 pods, room for a quarter more");
+        let dense = knobs(&[("BENCH_LARGE", "500x40"), ("BENCH_PODS_PER_NODE", "10000")]).unwrap();
+        assert_eq!(dense.sim_nodes(), (3, 10000), "the layout of the runs before 2026-11-28");
+        let (nodes, per_node) = knobs(&[("BENCH_LARGE", "2500x40")]).unwrap().sim_nodes();
+        assert!(nodes * per_node >= 102_020 * 5 / 4 && nodes <= 128, "{nodes} nodes: pod IPs repeat after 128");
+        assert!(knobs(&[("BENCH_PODS_PER_NODE", "0")]).is_err());
         assert_eq!(knobs(&[("BENCH_SOAK", "2000x40")]).unwrap().most_pods(), 2000 * 42, "a soak's CloneSets scaled up");
     }
 }
