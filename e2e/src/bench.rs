@@ -288,6 +288,17 @@ pub fn apiserver_bytes_sent(text: &str) -> f64 {
     metric_sum(text, "apiserver_response_sizes_sum") + metric_sum(text, "apiserver_watch_events_sizes_sum")
 }
 
+/// Pod writes kube-apiserver has answered 409 Conflict so far, from its `apiserver_request_total`
+/// (a write made with a stale resourceVersion, or a create of a name that exists): each is a
+/// whole attempt of the apiserver's, and the simulated kubelet's stale status patches were a
+/// fifth of all pod writes before it waited for its watch after one.
+pub fn apiserver_pod_conflicts(text: &str) -> f64 {
+    samples(text, "apiserver_request_total")
+        .filter(|(l, _)| l.get("resource").is_some_and(|r| r == "pods") && l.get("code").is_some_and(|c| c == "409"))
+        .map(|(_, v)| v)
+        .sum()
+}
+
 /// The sum of `name`'s samples of the CloneSet controller: ours (`controller="cloneset"`) or
 /// Kruise's manager, which runs many controllers (`controller="cloneset-controller"`, its queue
 /// `name="cloneset-controller"`).
@@ -808,5 +819,14 @@ rest_client_requests_total{code=\"200\",host=\"10.0.0.1:6443\",method=\"GET\"} 4
                     apiserver_watch_events_sizes_sum{group=\"\",resource=\"pods\",version=\"v1\"} 4000\n\
                     apiserver_watch_events_sizes_bucket{group=\"\",resource=\"pods\",version=\"v1\",le=\"1024\"} 3\n";
         assert_eq!(apiserver_bytes_sent(text), 5050.0);
+    }
+
+    #[test]
+    fn apiserver_pod_conflicts_count_409s_on_pods_alone() {
+        let text = "apiserver_request_total{code=\"409\",component=\"apiserver\",resource=\"pods\",subresource=\"status\",verb=\"PATCH\"} 30\n\
+                    apiserver_request_total{code=\"409\",component=\"apiserver\",resource=\"pods\",subresource=\"\",verb=\"POST\"} 2\n\
+                    apiserver_request_total{code=\"200\",component=\"apiserver\",resource=\"pods\",subresource=\"status\",verb=\"PATCH\"} 900\n\
+                    apiserver_request_total{code=\"409\",component=\"apiserver\",resource=\"clonesets\",subresource=\"status\",verb=\"PUT\"} 7\n";
+        assert_eq!(apiserver_pod_conflicts(text), 32.0);
     }
 }

@@ -143,6 +143,12 @@ impl Bench {
         Ok(bench::apiserver_bytes_sent(&text))
     }
 
+    /// Pod writes kube-apiserver has answered 409 so far ([`bench::apiserver_pod_conflicts`]).
+    pub async fn apiserver_pod_conflicts(&self) -> anyhow::Result<f64> {
+        let text = self.admin.request_text(http::Request::get("/metrics").body(Vec::new())?).await?;
+        Ok(bench::apiserver_pod_conflicts(&text))
+    }
+
     pub fn controller_label(&self) -> &'static str {
         if self.knobs.external.is_some() { "external" } else { "operator" }
     }

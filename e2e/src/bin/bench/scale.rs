@@ -304,6 +304,7 @@ impl Bench {
         eprintln!("bench: large: one CloneSet of {big} pods, rolled out in place on the empty cluster");
         // Bytes per cached pod are counted from here: the operator holding no pod yet.
         let podless = Reading::take(ctl.pid(), &w)?;
+        let conflicts_before_empty = self.apiserver_pod_conflicts().await.ok();
         let t0 = Instant::now();
         let end = self.create_and_converge(&w, vec!["big".into()], big, strategy("InPlaceIfPossible", "100%"), big).await?;
         let create_big_s = end.duration_since(t0).as_secs_f64();
@@ -312,6 +313,7 @@ impl Bench {
             empty_rollouts.push(roll_out(&w, big, v).await?);
         }
         let first_idle_image = LARGE_ROLLOUTS + 2;
+        let empty_conflicts = self.conflicts_since(conflicts_before_empty).await;
         // And the raw baseline's, so the loaded control plane's share of the slowdown shows.
         let windows = vec!["100%".to_string(); LARGE_ROLLOUTS as usize];
         let mut empty_baseline = Vec::new();
@@ -324,11 +326,13 @@ impl Bench {
         eprintln!("bench: large: {c} CloneSets x {p} pods");
         let start = Reading::take(ctl.pid(), &w)?;
         let before = ctl.snapshot().await?;
+        let conflicts_before = self.apiserver_pod_conflicts().await.ok();
         let t0 = Instant::now();
         let end = self.create_and_converge(&w, (0..c).map(|i| format!("cs-{i:04}")).collect(), p, json!({}), total).await?;
         let secs = end.duration_since(t0).as_secs_f64();
         let busy = Reading::take(ctl.pid(), &w)?;
         let counts = since(ctl.snapshot().await?, &before);
+        let create_conflicts = self.conflicts_since(conflicts_before).await;
         tokio::time::sleep(Duration::from_secs(10)).await;
         let idle = Reading::take(ctl.pid(), &w)?;
         let mut extra = busy.usage_since(&start);
@@ -339,6 +343,7 @@ impl Bench {
         extra.extend(counts.as_ref().map(|c| c.method_extra(f64::from(total))).unwrap_or_default());
         extra.extend(counts.as_ref().map(|c| ("operator_429".to_string(), c.throttled)));
         extra.extend(counts.as_ref().map(Snapshot::reconcile_extra).unwrap_or_default());
+        extra.extend(create_conflicts.map(|n| ("apiserver_pod_conflicts".to_string(), n)));
         rows.push(row(format!("large: create {c}x{p}"), total, c, secs, counts.and_then(|c| c.per_pod(f64::from(total))), extra));
         eprintln!("{}", bench::table(rows));
 
@@ -364,6 +369,7 @@ impl Bench {
         eprintln!("bench: large: rolling out {big} pods in place with {probes} probes on idle CloneSets");
         let start = Reading::take(ctl.pid(), &w)?;
         let before = ctl.snapshot().await?;
+        let conflicts_before = self.apiserver_pod_conflicts().await.ok();
         let t0 = Instant::now();
         let rollout = roll_out(&w, big, first_idle_image);
         let probe_runs = (0..probes).map(|k| {
@@ -406,6 +412,10 @@ impl Bench {
             eprintln!("bench: large: rolling out {big} pods in place again among the idle");
             rollouts.push(roll_out(&w, big, v).await?);
         }
+        // Over the three rollouts among the idle (the probes' pods too), and the three on the
+        // empty cluster with the big CloneSet's creation.
+        extra.extend(self.conflicts_since(conflicts_before).await.map(|n| ("apiserver_pod_conflicts".to_string(), n)));
+        extra.extend(empty_conflicts.map(|n| ("empty_apiserver_pod_conflicts".to_string(), n)));
         extra.insert("rollout_first_s".into(), bench::round2(rollout_s));
         extra.extend(spread("rollout", &rollouts));
         if let (Some(idle), Some(empty)) = (bench::median(&rollouts), bench::median(&empty_rollouts)) {
@@ -570,6 +580,15 @@ async fn roll_out(w: &Watched, pods: u32, version: u32) -> anyhow::Result<f64> {
     let end =
         w.sets.wait_object("big", "to report the rollout done", move |cs| observed(cs, min_gen, |s| converged(s, pods, true))).await?;
     Ok(end.duration_since(t0).as_secs_f64())
+}
+
+impl Bench {
+    /// Pod conflicts since `before` (none when either reading failed, or the apiserver restarted
+    /// in between and its counters began again).
+    async fn conflicts_since(&self, before: Option<f64>) -> Option<f64> {
+        let now = self.apiserver_pod_conflicts().await.ok()?;
+        before.filter(|b| now >= *b).map(|b| now - b)
+    }
 }
 
 /// `<what>_min_s` and `<what>_max_s` of `times` (none when empty).
