@@ -137,16 +137,26 @@ impl Bench {
         state.processes.iter().find(|p| p.name == "kube-apiserver").map(|p| p.pid as u32)
     }
 
+    /// kube-apiserver's own `/metrics` text.
+    async fn apiserver_metrics(&self) -> anyhow::Result<String> {
+        Ok(self.admin.request_text(http::Request::get("/metrics").body(Vec::new())?).await?)
+    }
+
     /// kube-apiserver's bytes sent so far ([`bench::apiserver_bytes_sent`]).
     pub async fn apiserver_bytes_sent(&self) -> anyhow::Result<f64> {
-        let text = self.admin.request_text(http::Request::get("/metrics").body(Vec::new())?).await?;
-        Ok(bench::apiserver_bytes_sent(&text))
+        Ok(bench::apiserver_bytes_sent(&self.apiserver_metrics().await?))
     }
 
     /// Pod writes kube-apiserver has answered 409 so far ([`bench::apiserver_pod_conflicts`]).
     pub async fn apiserver_pod_conflicts(&self) -> anyhow::Result<f64> {
-        let text = self.admin.request_text(http::Request::get("/metrics").body(Vec::new())?).await?;
-        Ok(bench::apiserver_pod_conflicts(&text))
+        Ok(bench::apiserver_pod_conflicts(&self.apiserver_metrics().await?))
+    }
+
+    /// Pod conflicts since `before` (none when either reading failed, or the apiserver restarted
+    /// in between and its counters began again).
+    pub async fn conflicts_since(&self, before: Option<f64>) -> Option<f64> {
+        let now = self.apiserver_pod_conflicts().await.ok()?;
+        before.filter(|b| now >= *b).map(|b| now - b)
     }
 
     pub fn controller_label(&self) -> &'static str {

@@ -61,9 +61,9 @@
 //! `BENCH_KEEP_CLUSTER=1` (`BENCH_KEEP_NAMESPACE=1` also keeps the large scenario's and the
 //! soak's namespace and pods). The simulated kubelet gets 3 nodes of room for 4,000 pods when
 //! that holds the largest scenario and a quarter more, otherwise as many nodes of 1,000 as it
-//! needs (`BENCH_PODS_PER_NODE=<n>` sets the room per node). kube-scheduler binds at most 50 pods a second (its client's default QPS, as in a
-//! default cluster), which bounds every scale-up, the baseline's too; `BENCH_SCHEDULER_QPS=<n>`
-//! raises it (burst 2n). `BENCH_KUBECONFIG=<file>` uses that cluster instead (never started or
+//! needs (`BENCH_PODS_PER_NODE=<n>` sets the room per node). kube-scheduler binds at most 50
+//! pods a second (its client's default QPS, as in a default cluster), which bounds every
+//! scale-up, the baseline's too; `BENCH_SCHEDULER_QPS=<n>` raises it (burst 2n). `BENCH_KUBECONFIG=<file>` uses that cluster instead (never started or
 //! stopped).
 //!
 //! Another controller: `BENCH_EXTERNAL_PID=<pid>` measures a CloneSet controller that is already
@@ -701,7 +701,7 @@ mod tests {
         assert_eq!(large.most_pods(), 20000 + 1000 + 20 + 1000);
         assert_eq!(large.sim_nodes(), (28, 1000), "nodes of 1,000 pods, room for a quarter more");
         let dense = knobs(&[("BENCH_LARGE", "500x40"), ("BENCH_PODS_PER_NODE", "10000")]).unwrap();
-        assert_eq!(dense.sim_nodes(), (3, 10000), "the layout of the runs before 2026-11-28");
+        assert_eq!(dense.sim_nodes(), (3, 10000), "the 3-node layout of the earlier runs");
         let (nodes, per_node) = knobs(&[("BENCH_LARGE", "2500x40")]).unwrap().sim_nodes();
         assert!(nodes * per_node >= 102_020 * 5 / 4 && nodes <= 128, "{nodes} nodes: pod IPs repeat after 128");
         assert!(knobs(&[("BENCH_PODS_PER_NODE", "0")]).is_err());

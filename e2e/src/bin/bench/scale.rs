@@ -582,15 +582,6 @@ async fn roll_out(w: &Watched, pods: u32, version: u32) -> anyhow::Result<f64> {
     Ok(end.duration_since(t0).as_secs_f64())
 }
 
-impl Bench {
-    /// Pod conflicts since `before` (none when either reading failed, or the apiserver restarted
-    /// in between and its counters began again).
-    async fn conflicts_since(&self, before: Option<f64>) -> Option<f64> {
-        let now = self.apiserver_pod_conflicts().await.ok()?;
-        before.filter(|b| now >= *b).map(|b| now - b)
-    }
-}
-
 /// `<what>_min_s` and `<what>_max_s` of `times` (none when empty).
 fn spread(what: &str, times: &[f64]) -> Vec<(String, f64)> {
     let min = times.iter().copied().reduce(f64::min);
