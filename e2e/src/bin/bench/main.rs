@@ -21,23 +21,22 @@
 //!   empty) and twice that burst.
 //! * `BENCH_LARGE` (default empty: skipped; e.g. `500x40` = 500 CloneSets × 40 pods): one
 //!   operator at its defaults over C×P pods in one namespace. First one CloneSet of
-//!   `BENCH_LARGE_ROLLOUT` (default 1000) pods, created and rolled in place three times on the
-//!   empty cluster (the rollout row's `empty_rollout_s`, their median, and `idle_over_empty`, its
-//!   median among the idle over that), and the raw baseline's scale-up and three rollouts of as
-//!   many pods there too (`baseline_empty_s`, `baseline_idle_over_empty`). Then the C×P: create
-//!   all (time, steady and peak
-//!   RSS, bytes per cached pod: RSS growth since before the first CloneSet over all pods, CPU
-//!   seconds per 1,000 pod events); then one annotation of the
-//!   bench's own patched on every pod, then one label (the controller's CPU per 1,000 of these
+//!   `BENCH_LARGE_ROLLOUT` (default 1000) pods, created and rolled in place `BENCH_LARGE_ROLLOUTS`
+//!   (default 3) times on the empty cluster (the rollout row's `empty_rollout_s`, their median, and
+//!   `idle_over_empty`, its median among the idle over that), and the raw baseline's scale-up and
+//!   as many rollouts of as many pods there too (`baseline_empty_s`, `baseline_idle_over_empty`).
+//!   Then the C×P: create all (time, steady and peak RSS, bytes per cached pod: RSS growth since
+//!   before the first CloneSet over all pods, CPU seconds per 1,000 pod events); then one
+//!   annotation of the bench's own patched on every pod, then one label (the controller's CPU per 1,000 of these
 //!   events and its reconciles, each step a row: they ask for no write, and a write to pods,
 //!   CloneSets or events meanwhile fails the run; the operator reconciles for the label, not
 //!   for the annotation, which no decision reads); then the first CloneSet rolled in place
 //!   again at maxUnavailable 100% while
 //!   `BENCH_LARGE_PROBES` (default 20) idle CloneSets are each scaled P → P+1, one a second: the
 //!   probes' latency must stay within `e2e::bench::probe_bound_s` (the larger of 30 s and half
-//!   the rollout) or the run fails, and two more rollouts without probes (the row's time is the
-//!   median of the three; `rollout_first_s`, `rollout_min_s`, `rollout_max_s`); then the raw
-//!   baseline's scale-up and three in-place rollouts of as many pods in a namespace of its own
+//!   the rollout) or the run fails, and the other rollouts without probes (the row's time is the
+//!   median of them all; `rollout_first_s`, `rollout_min_s`, `rollout_max_s`); then the raw
+//!   baseline's scale-up and as many in-place rollouts of as many pods in a namespace of its own
 //!   among the idle ones (the rollout row's `base(s)` is their median, and its ratio;
 //!   `baseline_min_s`, `baseline_max_s`, `baseline_create_big_s`), unless the controller is
 //!   external without `BENCH_EXTERNAL_BASELINE=1`; then a restart (time to observe every CloneSet, and zero
@@ -136,6 +135,8 @@ struct Knobs {
     large: Option<(u32, u32)>,
     large_rollout: u32,
     large_probes: u32,
+    /// `BENCH_LARGE_ROLLOUTS`: how many times each side of the rollout comparison runs.
+    large_rollouts: u32,
     /// `BENCH_SOAK` (C×P), `BENCH_SOAK_MINUTES`, `BENCH_SOAK_RELIST_MINUTES`.
     soak: Option<(u32, u32)>,
     soak_minutes: u32,
@@ -212,6 +213,10 @@ impl Knobs {
             bail!("BENCH_WINDOWS: {w} is not a positive count or percentage");
         }
         let concurrency = number("BENCH_BASELINE_CONCURRENCY", 16)?;
+        let large_rollouts = number("BENCH_LARGE_ROLLOUTS", 3)?;
+        if large_rollouts == 0 {
+            bail!("BENCH_LARGE_ROLLOUTS must be at least 1");
+        }
         if concurrency == 0 {
             bail!("BENCH_BASELINE_CONCURRENCY must be at least 1");
         }
@@ -227,6 +232,7 @@ impl Knobs {
             large,
             large_rollout: number("BENCH_LARGE_ROLLOUT", 1000)?,
             large_probes: number("BENCH_LARGE_PROBES", 20)?,
+            large_rollouts,
             soak,
             soak_minutes: number("BENCH_SOAK_MINUTES", 120)?,
             soak_relist_minutes: number("BENCH_SOAK_RELIST_MINUTES", 30)?,
@@ -629,7 +635,9 @@ mod tests {
         assert_eq!(d.types, ["ReCreate", "InPlaceIfPossible"]);
         assert_eq!(d.resources, vec![(10, 50), (50, 50)]);
         assert_eq!((d.resources_limit, d.concurrency, d.large), (None, 16, None));
-        assert_eq!((d.large_rollout, d.large_probes), (1000, 20));
+        assert_eq!((d.large_rollout, d.large_probes, d.large_rollouts), (1000, 20, 3));
+        assert_eq!(knobs(&[("BENCH_LARGE_ROLLOUTS", "5")]).unwrap().large_rollouts, 5);
+        assert!(knobs(&[("BENCH_LARGE_ROLLOUTS", "0")]).is_err());
         assert_eq!((d.soak, d.soak_minutes, d.soak_relist_minutes), (None, 120, 30));
         assert!(d.scheduler_args().is_empty());
         assert_eq!(knobs(&[("BENCH_SCHEDULER_QPS", "500")]).unwrap().scheduler_args(), ["--kube-api-qps=500", "--kube-api-burst=1000"]);

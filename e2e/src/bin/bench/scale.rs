@@ -24,11 +24,6 @@ use crate::{External, POLL, TIMEOUT, image, mib, proc_reading, ready_with, strat
 /// The time between two probes of the large scenario (the first one this long after the
 /// rollout starts).
 const PROBE_SPACING: Duration = Duration::from_secs(1);
-/// How many times the large scenario rolls its big CloneSet out among the idle, and the raw
-/// baseline its pods, on the same control plane: the row's times are the medians. A single
-/// baseline rollout took 19.8 s in one run and 30.0 s in another of the same day, too noisy for
-/// a ratio judged against 1.1.
-const LARGE_ROLLOUTS: u32 = 3;
 
 /// The annotation, then the label, the large scenario's observe steps give every pod: read by no
 /// controller. The annotation changes nothing the operator's cache reads, so it queues no
@@ -282,6 +277,10 @@ impl Bench {
     /// checks that fail are added to `failures`; the rows are pushed as each step ends.
     pub async fn large(&self, c: u32, p: u32, rows: &mut Vec<Row>, failures: &mut Vec<String>) -> anyhow::Result<()> {
         let big = self.knobs.large_rollout;
+        // Each side's rollouts (ours and the raw baseline's, empty and among the idle) run this
+        // many times and the rows give medians: a single baseline rollout took 19.8 s in one run
+        // and 30.0 s in another of the same day, too noisy for a ratio judged against 1.1.
+        let rollouts_each = self.knobs.large_rollouts;
         let probes = self.knobs.large_probes.min(c);
         let total = c * p;
         let client = self.knobs.external.as_ref().map_or_else(|| bench::client_label(None), |e| e.client.clone());
@@ -309,13 +308,13 @@ impl Bench {
         let end = self.create_and_converge(&w, vec!["big".into()], big, strategy("InPlaceIfPossible", "100%"), big).await?;
         let create_big_s = end.duration_since(t0).as_secs_f64();
         let mut empty_rollouts = Vec::new();
-        for v in 2..LARGE_ROLLOUTS + 2 {
+        for v in 2..rollouts_each + 2 {
             empty_rollouts.push(roll_out(&w, big, v).await?);
         }
-        let first_idle_image = LARGE_ROLLOUTS + 2;
+        let first_idle_image = rollouts_each + 2;
         let empty_conflicts = self.conflicts_since(conflicts_before_empty).await;
         // And the raw baseline's, so the loaded control plane's share of the slowdown shows.
-        let windows = vec!["100%".to_string(); LARGE_ROLLOUTS as usize];
+        let windows = vec!["100%".to_string(); rollouts_each as usize];
         let mut empty_baseline = Vec::new();
         if self.baselines() {
             eprintln!("bench: large: the raw baseline's {big} pods, scaled up and rolled in place on the empty cluster");
@@ -408,11 +407,11 @@ impl Bench {
         let mut extra = after.usage_since(&start);
         // The same rollout again (no probes), each to a new image, for the median.
         let mut rollouts = vec![rollout_s];
-        for v in first_idle_image + 1..first_idle_image + LARGE_ROLLOUTS {
+        for v in first_idle_image + 1..first_idle_image + rollouts_each {
             eprintln!("bench: large: rolling out {big} pods in place again among the idle");
             rollouts.push(roll_out(&w, big, v).await?);
         }
-        // Over the three rollouts among the idle (the probes' pods too), and the three on the
+        // Over the rollouts among the idle (the probes' pods too), and those on the
         // empty cluster with the big CloneSet's creation.
         extra.extend(self.conflicts_since(conflicts_before).await.map(|n| ("apiserver_pod_conflicts".to_string(), n)));
         extra.extend(empty_conflicts.map(|n| ("empty_apiserver_pod_conflicts".to_string(), n)));
@@ -443,7 +442,7 @@ impl Bench {
             counts.and_then(|c| c.per_pod(f64::from(big))),
             extra,
         );
-        rollout_row.runs = LARGE_ROLLOUTS;
+        rollout_row.runs = rollouts_each;
         // The raw baseline's same scale-up and rollout, on the same loaded control plane (in a
         // namespace of its own, beside the idle pods): the row's ratio then says how much of
         // the rollout's time among the idle is the operator's and how much the apiserver's.
