@@ -788,7 +788,7 @@ enum SimError {
 /// Registers the nodes, then serves until the process ends.
 pub async fn run(client: Client, cfg: SimConfig) -> anyhow::Result<()> {
     register_nodes(&client, &cfg).await?;
-    tokio::spawn(heartbeat_loop(client.clone(), cfg.clone()));
+    start_heartbeats(&client, &cfg);
     tokio::spawn(provision_volumes(client.clone()));
 
     let nodes = cfg.node_names.iter().enumerate().map(|(i, n)| (n.clone(), i)).collect();
@@ -952,30 +952,47 @@ async fn patch_node_status(nodes: &Api<Node>, name: &str, index: usize, cfg: &Si
 }
 
 /// Renews each node's Lease every 10 s (as a kubelet does), and re-posts node status each minute
-/// so a node marked Unknown while we were stopped comes back.
-async fn heartbeat_loop(client: Client, cfg: SimConfig) {
-    let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
-    let nodes: Api<Node> = Api::all(client);
-    let mut tick = tokio::time::interval(Duration::from_secs(10));
-    let mut n: u64 = 0;
-    loop {
-        tick.tick().await;
-        for (i, name) in cfg.node_names.iter().enumerate() {
-            if let Err(e) = renew_lease(&leases, &nodes, name).await {
-                tracing::warn!(node = %name, error = %e, "lease renewal failed");
-            }
-            if n % 6 == 5
-                && let Err(e) = patch_node_status(&nodes, name, i, &cfg).await
-            {
-                tracing::warn!(node = %name, error = %e, "node status update failed");
-            }
-        }
-        n += 1;
+/// so a node marked Unknown while we were stopped comes back. Each node keeps its own clock, as
+/// separate kubelets do, their starts spread over the period: renewed one after another, 128
+/// nodes on a busy apiserver took 33 s a round, close to the Lease's 40 s.
+fn start_heartbeats(client: &Client, cfg: &SimConfig) {
+    let count = cfg.node_names.len().max(1) as u32;
+    for (i, name) in cfg.node_names.iter().enumerate() {
+        let offset = LEASE_RENEW_PERIOD * i as u32 / count;
+        tokio::spawn(node_heartbeat(client.clone(), cfg.clone(), i, name.clone(), offset));
     }
 }
 
-async fn renew_lease(leases: &Api<Lease>, nodes: &Api<Node>, name: &str) -> anyhow::Result<()> {
-    let uid = nodes.get(name).await?.metadata.uid;
+const LEASE_RENEW_PERIOD: Duration = Duration::from_secs(10);
+
+async fn node_heartbeat(client: Client, cfg: SimConfig, index: usize, name: String, offset: Duration) {
+    let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
+    let nodes: Api<Node> = Api::all(client);
+    // The Node's UID for the Lease's owner reference, read once (a kubelet does not read its Node
+    // to renew its Lease; at 128 nodes a read per renewal was 13 GETs a second), and read again
+    // after a failed renewal in case the Node was replaced.
+    let mut node_uid: Option<String> = None;
+    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + offset, LEASE_RENEW_PERIOD);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    for n in 0u64.. {
+        tick.tick().await;
+        if let Err(e) = renew_lease(&leases, &nodes, &mut node_uid, &name).await {
+            node_uid = None;
+            tracing::warn!(node = %name, error = %e, "lease renewal failed");
+        }
+        if n % 6 == 5
+            && let Err(e) = patch_node_status(&nodes, &name, index, &cfg).await
+        {
+            tracing::warn!(node = %name, error = %e, "node status update failed");
+        }
+    }
+}
+
+async fn renew_lease(leases: &Api<Lease>, nodes: &Api<Node>, node_uid: &mut Option<String>, name: &str) -> anyhow::Result<()> {
+    let uid = match node_uid {
+        Some(uid) => uid.clone(),
+        None => node_uid.insert(nodes.get(name).await?.metadata.uid.unwrap_or_default()).clone(),
+    };
     let lease = json!({
         "apiVersion": "coordination.k8s.io/v1",
         "kind": "Lease",
