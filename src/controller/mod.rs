@@ -32,7 +32,7 @@ use tracing::Instrument as _;
 
 use crate::api::keys;
 use crate::config::{ControllerConfig, InitialLists};
-use crate::core::expectations::{ResourceVersionExpectations, ScaleExpectations};
+use crate::core::expectations::{ObjectKind, ResourceVersionExpectations, ScaleExpectations};
 use crate::kruise_guard::{KruiseGuard, KruiseState};
 use crate::leader::LeaderElector;
 use crate::metrics::{Metrics, ReconcileResult};
@@ -89,6 +89,14 @@ pub struct Context {
 }
 
 impl Context {
+    /// A watch event of `obj`, already applied to its cache, observes its creation by the
+    /// CloneSet that owns it.
+    fn observe_creation<H: owned_store::Held>(&self, obj: &H, kind: ObjectKind) {
+        if let Some(key) = owned_store::owner_key(obj) {
+            self.scale_expectations.lock().unwrap_or_else(|e| e.into_inner()).observe(&key, kind, &obj.key().1);
+        }
+    }
+
     /// Counts a scale-expectation timeout of CloneSet `key` (`cloneset_scale_expectation_leakage`).
     pub fn record_leak(&self, key: &str) {
         self.metrics.expectation_leaked(key);
@@ -406,6 +414,11 @@ pub async fn run(client: Client, config: ControllerConfig, runtime: Runtime, shu
     }));
     let c = ctx.clone();
     tasks.spawn(pod_events.for_each(move |change| {
+        // A new pod's event (or any of a pod's, a deletion and a relist included) observes its
+        // creation, before anything queues the reconcile that checks it.
+        if change.replaced.is_none() {
+            c.observe_creation(change.object.as_ref(), ObjectKind::Pod);
+        }
         let awaits = |uid: &str| c.rv_expectations.lock().unwrap_or_else(|e| e.into_inner()).awaits(uid);
         if !queues_a_reconcile(&change, awaits) {
             c.metrics.pod_update_unread();
@@ -414,6 +427,8 @@ pub async fn run(client: Client, config: ControllerConfig, runtime: Runtime, shu
         }
         std::future::ready(())
     }));
+    let c = ctx.clone();
+    let pvc_events = pvc_events.inspect(move |pvc| c.observe_creation(pvc.as_ref(), ObjectKind::Pvc));
     for stream in [
         pvc_events.filter_map(|p| std::future::ready(owned_store::owner_key(p.as_ref()))).boxed(),
         rev_events.filter_map(|r| std::future::ready(owned_store::owner_key(r.as_ref()))).boxed(),

@@ -65,6 +65,20 @@ impl ScaleExpectations {
         self.by_cloneset.entry(cloneset.to_string()).or_default().deletions.insert((kind, name.to_string()));
     }
 
+    /// A watch event of a held object `name` owned by `cloneset` arrived (applied to the cache
+    /// already): a creation expected of it is observed, whatever the cache shows by the next
+    /// check. Kruise observes creations the same way, by its watch's events. Checking a snapshot
+    /// alone left a pod created and then deleted before a check (2,318 pods were evicted at once
+    /// at 100,000 pods while reconciles waited 12 minutes in the queue on average) pending for
+    /// good: a leak that froze 13 CloneSets short of their pods. A pod the cache never holds (a
+    /// webhook stripped its owner) is never observed, and still leaks rather than being created
+    /// again and again.
+    pub fn observe(&mut self, cloneset: &str, kind: ObjectKind, name: &str) {
+        if let Some(p) = self.by_cloneset.get_mut(cloneset) {
+            p.creations.remove(&(kind, name.to_string()));
+        }
+    }
+
     /// Withdraw an expectation whose write failed (nothing will ever be observed).
     pub fn withdraw(&mut self, cloneset: &str, kind: ObjectKind, name: &str) {
         if let Some(p) = self.by_cloneset.get_mut(cloneset) {
@@ -205,6 +219,22 @@ mod tests {
         assert_eq!(e.pending("ns/cs"), (1, 0));
         assert_eq!(e.check("ns/cs", |_, _| Cached::Present, t0 + Duration::from_secs(11), T), Gate::Proceed);
         assert_eq!(e.pending("ns/cs"), (0, 0));
+    }
+
+    #[test]
+    fn a_creation_its_watch_event_observed_is_satisfied_though_the_pod_is_gone() {
+        let mut e = ScaleExpectations::default();
+        let t0 = Instant::now();
+        let absent = |_: ObjectKind, _: &str| Cached::Absent;
+        e.expect_creation("ns/cs", ObjectKind::Pod, "cs-a");
+        e.expect_creation("ns/cs", ObjectKind::Pod, "cs-b");
+        e.observe("ns/cs", ObjectKind::Pod, "cs-a");
+        e.observe("ns/other", ObjectKind::Pod, "cs-b");
+        e.observe("ns/cs", ObjectKind::Pvc, "cs-b");
+        assert_eq!(e.check("ns/cs", absent, t0, T), Gate::Wait(T), "cs-b was observed for another CloneSet or kind only");
+        assert_eq!(e.pending("ns/cs"), (1, 0), "cs-a was created, seen, and deleted before the check");
+        e.observe("ns/cs", ObjectKind::Pod, "cs-b");
+        assert_eq!(e.check("ns/cs", absent, t0 + T, T), Gate::Proceed, "not a leak");
     }
 
     #[test]
