@@ -89,12 +89,10 @@ pub struct Context {
 }
 
 impl Context {
-    /// A watch event of `obj`, already applied to its cache, observes its creation by the
-    /// CloneSet that owns it.
-    fn observe_creation<H: owned_store::Held>(&self, obj: &H, kind: ObjectKind) {
-        if let Some(key) = owned_store::owner_key(obj) {
-            self.scale_expectations.lock().unwrap_or_else(|e| e.into_inner()).observe(&key, kind, &obj.key().1);
-        }
+    /// A watch event of `obj`, already applied to its cache, observes its creation by CloneSet
+    /// `owner` (its `owned_store::owner_key`).
+    fn observe_creation<H: owned_store::Held>(&self, owner: &str, obj: &H, kind: ObjectKind) {
+        self.scale_expectations.lock().unwrap_or_else(|e| e.into_inner()).observe(owner, kind, &obj.key().1);
     }
 
     /// Counts a scale-expectation timeout of CloneSet `key` (`cloneset_scale_expectation_leakage`).
@@ -414,25 +412,28 @@ pub async fn run(client: Client, config: ControllerConfig, runtime: Runtime, shu
     }));
     let c = ctx.clone();
     tasks.spawn(pod_events.for_each(move |change| {
-        // A new pod's event (or any of a pod's, a deletion and a relist included) observes its
-        // creation, before anything queues the reconcile that checks it.
-        if change.replaced.is_none() {
-            c.observe_creation(change.object.as_ref(), ObjectKind::Pod);
-        }
         let awaits = |uid: &str| c.rv_expectations.lock().unwrap_or_else(|e| e.into_inner()).awaits(uid);
         if !queues_a_reconcile(&change, awaits) {
             c.metrics.pod_update_unread();
         } else if let Some(key) = owned_store::owner_key(change.object.as_ref()) {
+            // A new pod's event (or any of a pod's, a deletion and a relist included) observes
+            // its creation, before the reconcile that checks it is queued.
+            if change.replaced.is_none() {
+                c.observe_creation(&key, change.object.as_ref(), ObjectKind::Pod);
+            }
             c.enqueue(&key);
         }
         std::future::ready(())
     }));
     let c = ctx.clone();
-    let pvc_events = pvc_events.inspect(move |pvc| c.observe_creation(pvc.as_ref(), ObjectKind::Pvc));
-    for stream in [
-        pvc_events.filter_map(|p| std::future::ready(owned_store::owner_key(p.as_ref()))).boxed(),
-        rev_events.filter_map(|r| std::future::ready(owned_store::owner_key(r.as_ref()))).boxed(),
-    ] {
+    let pvc_owners = pvc_events.filter_map(move |pvc| {
+        let key = owned_store::owner_key(pvc.as_ref());
+        if let Some(key) = &key {
+            c.observe_creation(key, pvc.as_ref(), ObjectKind::Pvc);
+        }
+        std::future::ready(key)
+    });
+    for stream in [pvc_owners.boxed(), rev_events.filter_map(|r| std::future::ready(owned_store::owner_key(r.as_ref()))).boxed()] {
         let c = ctx.clone();
         tasks.spawn(stream.for_each(move |key| {
             c.enqueue(&key);
