@@ -27,7 +27,9 @@
 //!   as many rollouts of as many pods there too (`baseline_empty_s`, `baseline_idle_over_empty`).
 //!   Then the C×P: create all (time, steady and peak RSS, bytes per cached pod: RSS growth since
 //!   before the first CloneSet over all pods, CPU seconds per 1,000 pod events); then one
-//!   annotation of the bench's own patched on every pod, then one label (the controller's CPU per 1,000 of these
+//!   annotation of the bench's own patched on every pod, then one label (`BENCH_LARGE_OBSERVE`,
+//!   default `annotation,label`; empty skips both, as at 100,000 pods to save the time of
+//!   writing every pod twice) (the controller's CPU per 1,000 of these
 //!   events and its reconciles, each step a row: they ask for no write, and a write to pods,
 //!   CloneSets or events meanwhile fails the run; the operator reconciles for the label, not
 //!   for the annotation, which no decision reads); then the first CloneSet rolled in place
@@ -137,6 +139,8 @@ struct Knobs {
     large_probes: u32,
     /// `BENCH_LARGE_ROLLOUTS`: how many times each side of the rollout comparison runs.
     large_rollouts: u32,
+    /// `BENCH_LARGE_OBSERVE`: which observe steps run (`annotation`, `label`), in that order.
+    large_observe: Vec<String>,
     /// `BENCH_SOAK` (C×P), `BENCH_SOAK_MINUTES`, `BENCH_SOAK_RELIST_MINUTES`.
     soak: Option<(u32, u32)>,
     soak_minutes: u32,
@@ -220,6 +224,10 @@ impl Knobs {
         if concurrency == 0 {
             bail!("BENCH_BASELINE_CONCURRENCY must be at least 1");
         }
+        let large_observe = list("BENCH_LARGE_OBSERVE", "annotation,label");
+        if let Some(f) = large_observe.iter().find(|f| !["annotation", "label"].contains(&f.as_str())) {
+            bail!("BENCH_LARGE_OBSERVE: {f} is not annotation or label");
+        }
         Ok(Self {
             sizes: pairs("BENCH_SIZES", "100x3,1000x1")?,
             scale_up_sizes: pairs("BENCH_SCALE_UP_SIZES", "5000x1")?,
@@ -233,6 +241,7 @@ impl Knobs {
             large_rollout: number("BENCH_LARGE_ROLLOUT", 1000)?,
             large_probes: number("BENCH_LARGE_PROBES", 20)?,
             large_rollouts,
+            large_observe,
             soak,
             soak_minutes: number("BENCH_SOAK_MINUTES", 120)?,
             soak_relist_minutes: number("BENCH_SOAK_RELIST_MINUTES", 30)?,
@@ -638,6 +647,10 @@ mod tests {
         assert_eq!((d.large_rollout, d.large_probes, d.large_rollouts), (1000, 20, 3));
         assert_eq!(knobs(&[("BENCH_LARGE_ROLLOUTS", "5")]).unwrap().large_rollouts, 5);
         assert!(knobs(&[("BENCH_LARGE_ROLLOUTS", "0")]).is_err());
+        assert_eq!(d.large_observe, ["annotation", "label"]);
+        assert_eq!(knobs(&[("BENCH_LARGE_OBSERVE", "annotation")]).unwrap().large_observe, ["annotation"]);
+        assert!(knobs(&[("BENCH_LARGE_OBSERVE", "")]).unwrap().large_observe.is_empty());
+        assert!(knobs(&[("BENCH_LARGE_OBSERVE", "labels")]).is_err());
         assert_eq!((d.soak, d.soak_minutes, d.soak_relist_minutes), (None, 120, 30));
         assert!(d.scheduler_args().is_empty());
         assert_eq!(knobs(&[("BENCH_SCHEDULER_QPS", "500")]).unwrap().scheduler_args(), ["--kube-api-qps=500", "--kube-api-burst=1000"]);

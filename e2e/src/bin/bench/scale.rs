@@ -347,7 +347,7 @@ impl Bench {
         eprintln!("{}", bench::table(rows));
 
         if ctl.metrics().await?.is_some() {
-            for field in ["annotation", "label"] {
+            for field in self.knobs.large_observe.iter().map(String::as_str) {
                 eprintln!(
                     "bench: large: one {field} set on each of the {} pods, that the controller observes and need not act on",
                     total + big
