@@ -798,8 +798,8 @@ pub async fn run(client: Client, cfg: SimConfig) -> anyhow::Result<()> {
     // A kubelet's pod cache holds whole pods; ours drops managedFields, which nothing here reads,
     // so 100,000 simulated pods leave more of the machine to the control plane under test.
     let (store, writer) = reflector::store();
+    // No backoff here: the controller backs off its trigger stream itself, as with Controller::new.
     let bound_pods = watcher::watcher(pods, watcher::Config::default().fields("spec.nodeName!="))
-        .default_backoff()
         .modify(|pod| pod.metadata.managed_fields = None)
         .reflect(writer)
         .applied_objects();

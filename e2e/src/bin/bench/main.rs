@@ -27,12 +27,12 @@
 //!   as many rollouts of as many pods there too (`baseline_empty_s`, `baseline_idle_over_empty`).
 //!   Then the C×P: create all (time, steady and peak RSS, bytes per cached pod: RSS growth since
 //!   before the first CloneSet over all pods, CPU seconds per 1,000 pod events); then one
-//!   annotation of the bench's own patched on every pod, then one label (`BENCH_LARGE_OBSERVE`,
-//!   default `annotation,label`; empty skips both, as at 100,000 pods to save the time of
-//!   writing every pod twice) (the controller's CPU per 1,000 of these
+//!   annotation of the bench's own patched on every pod, then one label (which of the two run:
+//!   `BENCH_LARGE_OBSERVE`, default `annotation,label`, empty for neither; each writes every pod
+//!   once). Each reports the controller's CPU per 1,000 of these
 //!   events and its reconciles, each step a row: they ask for no write, and a write to pods,
 //!   CloneSets or events meanwhile fails the run; the operator reconciles for the label, not
-//!   for the annotation, which no decision reads); then the first CloneSet rolled in place
+//!   for the annotation, which no decision reads. Then the first CloneSet rolled in place
 //!   again at maxUnavailable 100% while
 //!   `BENCH_LARGE_PROBES` (default 20) idle CloneSets are each scaled P → P+1, one a second: the
 //!   probes' latency must stay within `e2e::bench::probe_bound_s` (the larger of 30 s and half
@@ -184,6 +184,14 @@ impl Knobs {
             let v = var(k, &default.to_string());
             v.trim().parse().with_context(|| format!("{k}={v}: expected a whole number"))
         };
+        // A list whose every item must be one of `allowed`.
+        let choices = |k: &str, default: &str, allowed: &[&str]| -> anyhow::Result<Vec<String>> {
+            let items = list(k, default);
+            if let Some(item) = items.iter().find(|i| !allowed.contains(&i.as_str())) {
+                bail!("{k}: {item} is not one of {}", allowed.join(", "));
+            }
+            Ok(items)
+        };
         let flag = |k: &str| get(k).is_some_and(|v| !v.is_empty() && v != "0" && v != "false");
         let resources_limit = match var("BENCH_RESOURCES_QPS", "").trim() {
             "" => None,
@@ -208,10 +216,7 @@ impl Knobs {
                 client: var("BENCH_EXTERNAL_CLIENT", "?"),
             }),
         };
-        let types = list("BENCH_TYPES", "ReCreate,InPlaceIfPossible");
-        if let Some(t) = types.iter().find(|t| !["ReCreate", "InPlaceIfPossible", "InPlaceOnly"].contains(&t.as_str())) {
-            bail!("BENCH_TYPES: {t} is not ReCreate, InPlaceIfPossible or InPlaceOnly");
-        }
+        let types = choices("BENCH_TYPES", "ReCreate,InPlaceIfPossible", &["ReCreate", "InPlaceIfPossible", "InPlaceOnly"])?;
         let windows = list("BENCH_WINDOWS", "100%,20%");
         if let Some(w) = windows.iter().find(|w| w.strip_suffix('%').unwrap_or(w).parse::<u32>().map_or(true, |n| n == 0)) {
             bail!("BENCH_WINDOWS: {w} is not a positive count or percentage");
@@ -224,10 +229,7 @@ impl Knobs {
         if concurrency == 0 {
             bail!("BENCH_BASELINE_CONCURRENCY must be at least 1");
         }
-        let large_observe = list("BENCH_LARGE_OBSERVE", "annotation,label");
-        if let Some(f) = large_observe.iter().find(|f| !["annotation", "label"].contains(&f.as_str())) {
-            bail!("BENCH_LARGE_OBSERVE: {f} is not annotation or label");
-        }
+        let large_observe = choices("BENCH_LARGE_OBSERVE", "annotation,label", &["annotation", "label"])?;
         Ok(Self {
             sizes: pairs("BENCH_SIZES", "100x3,1000x1")?,
             scale_up_sizes: pairs("BENCH_SCALE_UP_SIZES", "5000x1")?,
