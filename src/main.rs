@@ -177,6 +177,11 @@ struct RunArgs {
     /// Where /healthz and /readyz are served (host:port; an empty host means every interface; 0 disables).
     #[arg(global = true, long = "health-probe-addr", default_value = ":8000", value_parser = ListenAddr::parse)]
     health_probe_addr: ListenAddr,
+    /// Threads that run the operator's work; 0: one per CPU the process may use (its cgroup's
+    /// CPU limit counts, so the chart's 500m gives one). One holds 100,000 pods with most of a
+    /// core to spare, and spends less CPU per pod event than two (see the README's sizing).
+    #[arg(global = true, long = "threads", default_value_t = 1)]
+    threads: usize,
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -287,9 +292,25 @@ impl RunArgs {
 #[global_allocator]
 static ALLOCATOR: cloneset_operator::heap::Allocator = cloneset_operator::heap::Allocator {};
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<()> {
     let (cli, matches) = parse_args(std::env::args_os()).unwrap_or_else(|e| e.exit());
+    runtime(cli.run.threads)?.block_on(run_command(cli, matches))
+}
+
+/// The async runtime, with `threads` workers (0: tokio's default, one per CPU the process may
+/// use). Pod events arrive one by one on a large cluster; with two workers on two cores about a
+/// fifth of the CPU of an event the operator only observes went to waking a parked worker and
+/// parking it again (`perf`, 4,000 pods). One worker spent 0.106 CPU s per 1,000 such events
+/// where two spent 0.134 (one A/B, the same build), and 9% less creating pods.
+fn runtime(threads: usize) -> std::io::Result<tokio::runtime::Runtime> {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if threads > 0 {
+        builder.worker_threads(threads);
+    }
+    builder.enable_all().build()
+}
+
+async fn run_command(cli: Cli, matches: ArgMatches) -> anyhow::Result<()> {
     telemetry::init(cli.logging_format, config::verbosity_filter(cli.verbosity));
     match cli.command.unwrap_or(Command::Run) {
         Command::Run => {
@@ -484,6 +505,15 @@ mod tests {
 
     fn parse(args: &[&str]) -> Result<(Cli, ArgMatches), clap::Error> {
         parse_args(std::iter::once("cloneset-operator").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn one_thread_runs_the_operator_unless_told_otherwise() {
+        let workers = |args: &[&str]| runtime(parse(args).unwrap().0.run.threads).unwrap().metrics().num_workers();
+        assert_eq!(workers(&[]), 1);
+        assert_eq!(workers(&["--threads=3"]), 3);
+        // 0: tokio's default, one per CPU this process may use.
+        assert_eq!(workers(&["--threads=0"]), std::thread::available_parallelism().unwrap().get());
     }
 
     #[test]
