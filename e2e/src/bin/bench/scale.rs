@@ -308,8 +308,11 @@ impl Bench {
         let end = self.create_and_converge(&w, vec!["big".into()], big, strategy("InPlaceIfPossible", "100%"), big).await?;
         let create_big_s = end.duration_since(t0).as_secs_f64();
         let mut empty_rollouts = Vec::new();
+        let mut empty_apiserver_cpu = Vec::new();
         for v in 2..rollouts_each + 2 {
-            empty_rollouts.push(roll_out(&w, big, v).await?);
+            let (secs, apiserver_cpu) = self.roll_out_measured(&w, big, v).await?;
+            empty_rollouts.push(secs);
+            empty_apiserver_cpu.extend(apiserver_cpu);
         }
         let first_idle_image = rollouts_each + 2;
         let empty_conflicts = self.conflicts_since(conflicts_before_empty).await;
@@ -370,7 +373,7 @@ impl Bench {
         let before = ctl.snapshot().await?;
         let conflicts_before = self.apiserver_pod_conflicts().await.ok();
         let t0 = Instant::now();
-        let rollout = roll_out(&w, big, first_idle_image);
+        let rollout = self.roll_out_measured(&w, big, first_idle_image);
         let probe_runs = (0..probes).map(|k| {
             let name = format!("cs-{:04}", u64::from(k) * u64::from(c) / u64::from(probes.max(1)));
             let (api, sets) = (w.api.clone(), &w.sets);
@@ -387,7 +390,7 @@ impl Bench {
             }
         });
         let (done, latencies) = tokio::join!(rollout, futures::future::try_join_all(probe_runs));
-        let rollout_s = done?;
+        let (rollout_s, first_apiserver_cpu) = done?;
         let latencies = latencies?;
         let rolled = image(first_idle_image);
         w.pods.wait_count((total + big + probes) as usize, "ready", move |p| ready_with(p, &image(1)) || ready_with(p, &rolled)).await?;
@@ -407,9 +410,12 @@ impl Bench {
         let mut extra = after.usage_since(&start);
         // The same rollout again (no probes), each to a new image, for the median.
         let mut rollouts = vec![rollout_s];
+        let mut apiserver_cpu: Vec<f64> = first_apiserver_cpu.into_iter().collect();
         for v in first_idle_image + 1..first_idle_image + rollouts_each {
             eprintln!("bench: large: rolling out {big} pods in place again among the idle");
-            rollouts.push(roll_out(&w, big, v).await?);
+            let (secs, cpu) = self.roll_out_measured(&w, big, v).await?;
+            rollouts.push(secs);
+            apiserver_cpu.extend(cpu);
         }
         // Over the rollouts among the idle (the probes' pods too), and those on the
         // empty cluster with the big CloneSet's creation.
@@ -422,6 +428,10 @@ impl Bench {
             extra.insert("idle_over_empty".into(), bench::round2(idle / empty));
         }
         extra.extend(spread("empty_rollout", &empty_rollouts));
+        // What a rollout cost kube-apiserver, whose CPU sets its pace on a small machine: the
+        // same on both sides means the idle pods did not slow the apiserver down.
+        extra.extend(median_extra("apiserver_cpu_s_per_rollout", &apiserver_cpu));
+        extra.extend(median_extra("empty_apiserver_cpu_s_per_rollout", &empty_apiserver_cpu));
         extra.extend(after.memory("rss_after_mib"));
         extra.extend(bench::heap_extra(&ctl.metrics().await?.unwrap_or_default()));
         extra.extend(counts.as_ref().map(|c| c.method_extra(f64::from(big))).unwrap_or_default());
@@ -581,6 +591,22 @@ async fn roll_out(w: &Watched, pods: u32, version: u32) -> anyhow::Result<f64> {
     Ok(end.duration_since(t0).as_secs_f64())
 }
 
+impl Bench {
+    /// One rollout of the big CloneSet ([`roll_out`]), and kube-apiserver's CPU seconds over it
+    /// when its pid is known (the bench's own control plane).
+    async fn roll_out_measured(&self, w: &Watched, pods: u32, version: u32) -> anyhow::Result<(f64, Option<f64>)> {
+        let ticks = || self.apiserver_pid().and_then(|pid| proc_reading(pid).ok()).map(|(_, _, ticks)| ticks);
+        let before = ticks();
+        let secs = roll_out(w, pods, version).await?;
+        Ok((secs, ticks().zip(before).map(|(after, before)| ticks_to_s(after.saturating_sub(before)))))
+    }
+}
+
+/// `key` and the median of `values`, rounded (none when empty).
+fn median_extra(key: &str, values: &[f64]) -> Option<(String, f64)> {
+    bench::median(values).map(|m| (key.to_string(), bench::round2(m)))
+}
+
 /// `<what>_min_s` and `<what>_max_s` of `times` (none when empty).
 fn spread(what: &str, times: &[f64]) -> Vec<(String, f64)> {
     let min = times.iter().copied().reduce(f64::min);
@@ -591,6 +617,12 @@ fn spread(what: &str, times: &[f64]) -> Vec<(String, f64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_apiserver_cpu_of_the_rollouts_is_their_median_and_absent_when_unread() {
+        assert_eq!(median_extra("apiserver_cpu_s_per_rollout", &[35.404, 40.9, 38.1]), Some(("apiserver_cpu_s_per_rollout".into(), 38.1)));
+        assert_eq!(median_extra("apiserver_cpu_s_per_rollout", &[]), None, "another cluster's apiserver is not read");
+    }
 
     #[test]
     fn a_spread_is_the_least_and_the_most_rounded() {
