@@ -33,6 +33,9 @@ pub struct UpOptions {
     pub sim_kubelet_args: Vec<String>,
     /// Extra arguments for kube-scheduler (e.g. its client's `--kube-api-qps`).
     pub scheduler_args: Vec<String>,
+    /// Extra arguments for kube-apiserver, after its own (the later of two flags wins), e.g.
+    /// `--profiling=true` to serve `/debug/pprof` to the cluster's admin.
+    pub apiserver_args: Vec<String>,
     /// Real nodes (kubelet, containerd, runc) to start beside the simulated ones; needs root.
     pub real_nodes: usize,
 }
@@ -44,6 +47,7 @@ impl UpOptions {
             k8s_version: std::env::var("K8S_VERSION").unwrap_or_else(|_| DEFAULT_K8S_VERSION.to_string()),
             sim_kubelet_args: Vec::new(),
             scheduler_args: Vec::new(),
+            apiserver_args: Vec::new(),
             real_nodes: 0,
         }
     }
@@ -243,40 +247,38 @@ pub async fn up(opts: &UpOptions) -> anyhow::Result<(ClusterState, UpReport)> {
     wait_tcp(etcd_client_port, Duration::from_secs(30)).await.context("etcd did not start listening")?;
 
     let p = |f: &str| pki.dir.join(f).display().to_string();
-    start(
-        "kube-apiserver",
-        &bin_dir.join("kube-apiserver"),
-        vec![
-            format!("--etcd-servers={etcd_url}"),
-            "--bind-address=127.0.0.1".into(),
-            format!("--advertise-address={}", plan.advertise_address()),
-            format!("--secure-port={apiserver_port}"),
-            // The `kubernetes` Service's endpoint: with real nodes the apiserver's address on the
-            // bridge (relayed to 127.0.0.1), which pods reach through kube-proxy. Without them
-            // there is no address an endpoint may hold (loopback is refused).
-            format!("--endpoint-reconciler-type={}", if bridged.is_some() { "lease" } else { "none" }),
-            format!("--cert-dir={}", pki.dir.display()),
-            format!("--tls-cert-file={}", p("apiserver.crt")),
-            format!("--tls-private-key-file={}", p("apiserver.key")),
-            format!("--client-ca-file={}", p("ca.crt")),
-            "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
-            format!("--service-account-key-file={}", p("sa.pub")),
-            format!("--service-account-signing-key-file={}", p("sa.key")),
-            format!("--service-cluster-ip-range={}", plan.service_cidr()),
-            // Webhooks and APIServices backed by a Service are called at its endpoints, never its
-            // ClusterIP: one without endpoints fails here, before any connection is attempted.
-            "--enable-aggregator-routing=true".into(),
-            // `kubectl logs/exec/port-forward` dial a node's InternalIP (loopback or the run's bridge), never resolve
-            // its Hostname through DNS.
-            "--kubelet-preferred-address-types=InternalIP".into(),
-            format!("--kubelet-client-certificate={}", p("apiserver-kubelet-client.crt")),
-            format!("--kubelet-client-key={}", p("apiserver-kubelet-client.key")),
-            "--authorization-mode=Node,RBAC".into(),
-            "--allow-privileged=true".into(),
-            "--profiling=false".into(),
-            "--v=1".into(),
-        ],
-    )?;
+    let mut apiserver_args = vec![
+        format!("--etcd-servers={etcd_url}"),
+        "--bind-address=127.0.0.1".into(),
+        format!("--advertise-address={}", plan.advertise_address()),
+        format!("--secure-port={apiserver_port}"),
+        // The `kubernetes` Service's endpoint: with real nodes the apiserver's address on the
+        // bridge (relayed to 127.0.0.1), which pods reach through kube-proxy. Without them
+        // there is no address an endpoint may hold (loopback is refused).
+        format!("--endpoint-reconciler-type={}", if bridged.is_some() { "lease" } else { "none" }),
+        format!("--cert-dir={}", pki.dir.display()),
+        format!("--tls-cert-file={}", p("apiserver.crt")),
+        format!("--tls-private-key-file={}", p("apiserver.key")),
+        format!("--client-ca-file={}", p("ca.crt")),
+        "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
+        format!("--service-account-key-file={}", p("sa.pub")),
+        format!("--service-account-signing-key-file={}", p("sa.key")),
+        format!("--service-cluster-ip-range={}", plan.service_cidr()),
+        // Webhooks and APIServices backed by a Service are called at its endpoints, never its
+        // ClusterIP: one without endpoints fails here, before any connection is attempted.
+        "--enable-aggregator-routing=true".into(),
+        // `kubectl logs/exec/port-forward` dial a node's InternalIP (loopback or the run's bridge), never resolve
+        // its Hostname through DNS.
+        "--kubelet-preferred-address-types=InternalIP".into(),
+        format!("--kubelet-client-certificate={}", p("apiserver-kubelet-client.crt")),
+        format!("--kubelet-client-key={}", p("apiserver-kubelet-client.key")),
+        "--authorization-mode=Node,RBAC".into(),
+        "--allow-privileged=true".into(),
+        "--profiling=false".into(),
+        "--v=1".into(),
+    ];
+    apiserver_args.extend(opts.apiserver_args.iter().cloned());
+    start("kube-apiserver", &bin_dir.join("kube-apiserver"), apiserver_args)?;
     wait_ready(&kubeconfig, Duration::from_secs(90)).await.context("kube-apiserver did not become ready")?;
 
     start(

@@ -23,6 +23,9 @@ enum Cmd {
         /// Extra simulated-kubelet arguments, e.g. `--sim-arg=--max-grace-period=2s`.
         #[arg(long = "sim-arg", allow_hyphen_values = true)]
         sim_args: Vec<String>,
+        /// Extra kube-apiserver arguments, after its own, e.g. `--apiserver-arg=--profiling=true`.
+        #[arg(long = "apiserver-arg", allow_hyphen_values = true)]
+        apiserver_args: Vec<String>,
         /// Use the simulated-kubelet settings the e2e tests are written against.
         #[arg(long)]
         test_profile: bool,
@@ -79,9 +82,10 @@ async fn main() -> anyhow::Result<()> {
     std::fs::create_dir_all(&args.dir)?;
     let dir = args.dir.canonicalize()?;
     match args.command {
-        Cmd::Up { sim_args, test_profile, real_nodes } => {
+        Cmd::Up { sim_args, apiserver_args, test_profile, real_nodes } => {
             let mut opts = if test_profile { e2e::testenv::test_up_options(&dir) } else { UpOptions::new(&dir) };
             opts.sim_kubelet_args.extend(sim_args);
+            opts.apiserver_args.extend(apiserver_args);
             opts.real_nodes = real_nodes;
             let (state, report) = cluster::up(&opts).await?;
             if report.reused_running_cluster {

@@ -65,7 +65,9 @@
 //! that holds the largest scenario and a quarter more, otherwise as many nodes of 1,000 as it
 //! needs (`BENCH_PODS_PER_NODE=<n>` sets the room per node). kube-scheduler binds at most 50
 //! pods a second (its client's default QPS, as in a default cluster), which bounds every
-//! scale-up, the baseline's too; `BENCH_SCHEDULER_QPS=<n>` raises it (burst 2n). `BENCH_KUBECONFIG=<file>` uses that cluster instead (never started or
+//! scale-up, the baseline's too; `BENCH_SCHEDULER_QPS=<n>` raises it (burst 2n).
+//! `BENCH_APISERVER_PROFILING=1` starts kube-apiserver with `--profiling=true`, so its CPU can be
+//! profiled during a run (`kubectl get --raw '/debug/pprof/profile?seconds=25'`). `BENCH_KUBECONFIG=<file>` uses that cluster instead (never started or
 //! stopped).
 //!
 //! Another controller: `BENCH_EXTERNAL_PID=<pid>` measures a CloneSet controller that is already
@@ -160,6 +162,8 @@ struct Knobs {
     keep_cluster: bool,
     /// `BENCH_KEEP_NAMESPACE`: the large scenario and the soak leave their namespace in place.
     keep_namespace: bool,
+    /// `BENCH_APISERVER_PROFILING`: kube-apiserver serves `/debug/pprof` (our control plane only).
+    apiserver_profiling: bool,
 }
 
 /// The controller of `BENCH_EXTERNAL_PID`.
@@ -269,6 +273,7 @@ impl Knobs {
             cluster_dir: PathBuf::from(var("BENCH_CLUSTER_DIR", &root.join("target/bench-cluster").display().to_string())),
             keep_cluster: flag("BENCH_KEEP_CLUSTER"),
             keep_namespace: flag("BENCH_KEEP_NAMESPACE"),
+            apiserver_profiling: flag("BENCH_APISERVER_PROFILING"),
         })
     }
 
@@ -315,6 +320,12 @@ impl Knobs {
     /// a default cluster's scheduler.
     fn scheduler_args(&self) -> Vec<String> {
         self.scheduler_qps.map_or_else(Vec::new, |q| vec![format!("--kube-api-qps={q}"), format!("--kube-api-burst={}", q * 2)])
+    }
+
+    /// kube-apiserver's extra flags: `--profiling=true` with `BENCH_APISERVER_PROFILING=1`, so its
+    /// CPU can be profiled while a scenario runs (`kubectl get --raw /debug/pprof/profile`).
+    fn apiserver_args(&self) -> Vec<String> {
+        if self.apiserver_profiling { vec!["--profiling=true".into()] } else { Vec::new() }
     }
 
     /// Whether the cluster goes away at the end (so the large scenario's namespace need not be
@@ -370,6 +381,7 @@ fn main() -> anyhow::Result<()> {
             let mut opts = UpOptions::new(&knobs.cluster_dir);
             opts.sim_kubelet_args = knobs.sim_kubelet_args();
             opts.scheduler_args = knobs.scheduler_args();
+            opts.apiserver_args = knobs.apiserver_args();
             eprintln!(
                 "bench: starting the control plane in {} (sim-kubelet {}; kube-scheduler {})",
                 knobs.cluster_dir.display(),
@@ -658,6 +670,8 @@ mod tests {
         assert!(d.scheduler_args().is_empty());
         assert_eq!(knobs(&[("BENCH_SCHEDULER_QPS", "500")]).unwrap().scheduler_args(), ["--kube-api-qps=500", "--kube-api-burst=1000"]);
         assert!(knobs(&[("BENCH_SCHEDULER_QPS", "fast")]).is_err());
+        assert!(d.apiserver_args().is_empty(), "kube-apiserver keeps --profiling=false unless asked");
+        assert_eq!(knobs(&[("BENCH_APISERVER_PROFILING", "1")]).unwrap().apiserver_args(), ["--profiling=true"]);
         assert_eq!((d.kubeconfig.as_ref(), d.external.as_ref(), d.external_baseline, d.keep_cluster), (None, None, false, false));
         assert_eq!(d.out, Path::new("/repo/target/bench/results.json"));
         assert!(d.cluster_is_temporary());
