@@ -595,7 +595,9 @@ impl Bench {
     /// One rollout of the big CloneSet ([`roll_out`]), and kube-apiserver's CPU seconds over it
     /// when its pid is known (the bench's own control plane).
     async fn roll_out_measured(&self, w: &Watched, pods: u32, version: u32) -> anyhow::Result<(f64, Option<f64>)> {
-        let ticks = || self.apiserver_pid().and_then(|pid| proc_reading(pid).ok()).map(|(_, _, ticks)| ticks);
+        // The pid is read once, as the restart's reading does: both ticks are of one process.
+        let pid = self.apiserver_pid();
+        let ticks = || pid.and_then(|pid| proc_reading(pid).ok()).map(|(_, _, ticks)| ticks);
         let before = ticks();
         let secs = roll_out(w, pods, version).await?;
         Ok((secs, ticks().zip(before).map(|(after, before)| ticks_to_s(after.saturating_sub(before)))))
