@@ -120,6 +120,21 @@ pub struct CrashLoop {
 }
 
 impl RuntimeMemory {
+    /// The part of the memory about the pod `uid`, to decide on apart from the rest.
+    pub fn of_pod(&self, uid: &str) -> RuntimeMemory {
+        fn part<V: Clone>(map: &HashMap<(String, String), V>, uid: &str) -> HashMap<(String, String), V> {
+            map.iter().filter(|((u, _), _)| u == uid).map(|(k, v)| (k.clone(), v.clone())).collect()
+        }
+        RuntimeMemory { pending_restarts: part(&self.pending_restarts, uid), crash_loops: part(&self.crash_loops, uid) }
+    }
+
+    /// Replaces what is remembered about the pod `uid` with `part` (from [`Self::of_pod`]).
+    pub fn keep_pod(&mut self, uid: &str, part: RuntimeMemory) {
+        self.forget_pod(uid);
+        self.pending_restarts.extend(part.pending_restarts.into_iter().filter(|((u, _), _)| u == uid));
+        self.crash_loops.extend(part.crash_loops.into_iter().filter(|((u, _), _)| u == uid));
+    }
+
     fn forget_pod(&mut self, uid: &str) {
         self.pending_restarts.retain(|(u, _), _| u != uid);
         self.crash_loops.retain(|(u, _), _| u != uid);
@@ -844,43 +859,69 @@ async fn reconcile_pod(pod: Arc<Pod>, ctx: Arc<Ctx>) -> Result<Action, SimError>
         return Ok(Action::await_change());
     }
 
-    // A kubelet never takes a pod out of a terminal phase (tests set one to simulate an eviction).
-    if matches!(pod.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Failed" | "Succeeded")) {
+    // A kubelet never takes a pod out of a terminal phase.
+    if is_terminal(&pod) {
         return Ok(Action::await_change());
     }
 
     let host_ip = crate::addresses::node_ip(node).to_string();
     let fresh_ip = if pod.status.as_ref().and_then(|s| s.pod_ip.as_ref()).is_some() { String::new() } else { ctx.allocate_pod_ip(node) };
-    let plan = {
-        let mut memory = ctx.memory.lock().expect("runtime memory lock");
-        desired_status(&pod, &ctx.cfg, &NodeSlot { host_ip: &host_ip, fresh_pod_ip: &fresh_ip }, &mut memory, now)
+    let slot = NodeSlot { host_ip: &host_ip, fresh_pod_ip: &fresh_ip };
+    let uid = pod.metadata.uid.clone().unwrap_or_default();
+    // Decided on this pod's part of the runtime memory, kept only once the decision needs no
+    // write or its write is made: a decision dropped unwritten must not leave a restart counted.
+    let decide = |view: &Pod| {
+        let mut part = ctx.memory.lock().expect("runtime memory lock").of_pod(&uid);
+        let plan = desired_status(view, &ctx.cfg, &slot, &mut part, now);
+        (plan, part)
     };
-    if let Some(status) = plan.status {
-        // Strategic merge: `conditions` merge by type, so conditions other controllers own (such
-        // as InPlaceUpdateReady) survive. The resourceVersion makes it a compare-and-swap, so we
-        // never compute Ready from a stale view of those conditions.
-        let mut status = with_cleared_condition_fields(serde_json::to_value(&status)?);
-        let had: Vec<&str> = pod.status.iter().flat_map(|s| s.conditions.iter().flatten()).map(|c| c.type_.as_str()).collect();
-        for gone in RESIZE_CONDITIONS.iter().filter(|t| had.contains(t)) {
-            // A strategic merge keeps a condition left out of the list: delete it by name.
-            status["conditions"].as_array_mut().into_iter().for_each(|l| l.push(json!({"type": gone, "$patch": "delete"})));
-        }
-        let patch = json!({
-            "metadata": { "resourceVersion": pod.resource_version() },
-            "status": status,
-        });
-        match api.patch_status(&pod.name_any(), &PatchParams::default(), &Patch::Strategic(patch)).await {
-            Ok(_) => {}
-            // The pod changed since this view (or went away): the watch brings that change and
-            // with it the next pass. A retry on a timer resent the same stale patch while the
-            // watch lagged: on a loaded apiserver those conflicts were a fifth of all pod writes
-            // (8,627 beside 31,670 pod patches while a 1,000-pod CloneSet was created and rolled
-            // three times), where a kubelet reads the pod before each status patch and has none.
-            Err(kube::Error::Api(e)) if e.code == 409 || e.code == 404 => return Ok(Action::await_change()),
+    let (mut plan, mut part) = decide(&pod);
+    if plan.status.is_some() {
+        // As the real kubelet's status manager does (syncPod): read the pod, then patch its
+        // status with the UID as the only precondition. Its status is decided again from the
+        // read when the watch's view was behind, so no write is computed from a stale view and
+        // none is refused as a conflict (a resourceVersion precondition had a fifth of them
+        // answered 409 on a loaded apiserver, each a whole patch's work for nothing).
+        let fresh = match api.get(&pod.name_any()).await {
+            Ok(fresh) => fresh,
+            Err(kube::Error::Api(e)) if e.code == 404 => return Ok(Action::await_change()),
             Err(e) => return Err(e.into()),
+        };
+        if fresh.metadata.uid != pod.metadata.uid || fresh.metadata.deletion_timestamp.is_some() || is_terminal(&fresh) {
+            return Ok(Action::await_change()); // recreated, deleting or ended: the watch brings it
+        }
+        if fresh.resource_version() != pod.resource_version() {
+            (plan, part) = decide(&fresh);
+        }
+        if let Some(status) = plan.status.take() {
+            let patch = json!({ "metadata": { "uid": uid }, "status": status_patch(&fresh, status)? });
+            match api.patch_status(&pod.name_any(), &PatchParams::default(), &Patch::Strategic(patch)).await {
+                Ok(_) => {}
+                // Gone, or another pod of the name (its UID differs): the watch brings that.
+                Err(kube::Error::Api(e)) if e.code == 409 || e.code == 404 => return Ok(Action::await_change()),
+                Err(e) => return Err(e.into()),
+            }
         }
     }
+    ctx.memory.lock().expect("runtime memory lock").keep_pod(&uid, part);
     Ok(plan.recheck_after.map_or_else(Action::await_change, Action::requeue))
+}
+
+/// A pod a kubelet no longer runs: tests set a terminal phase to simulate an eviction.
+fn is_terminal(pod: &Pod) -> bool {
+    matches!(pod.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Failed" | "Succeeded"))
+}
+
+/// `status` as a strategic merge patch onto `view`'s: `conditions` merge by type, so conditions
+/// other controllers own (such as InPlaceUpdateReady) survive, and a resize condition `view`
+/// has and `status` drops is deleted by name.
+fn status_patch(view: &Pod, status: PodStatus) -> Result<serde_json::Value, serde_json::Error> {
+    let mut status = with_cleared_condition_fields(serde_json::to_value(&status)?);
+    let had: Vec<&str> = view.status.iter().flat_map(|s| s.conditions.iter().flatten()).map(|c| c.type_.as_str()).collect();
+    for gone in RESIZE_CONDITIONS.iter().filter(|t| had.contains(t)) {
+        status["conditions"].as_array_mut().into_iter().for_each(|l| l.push(json!({"type": gone, "$patch": "delete"})));
+    }
+    Ok(status)
 }
 
 /// The kubelet writes each of its conditions whole (its status patch is a diff, so a reason it no
@@ -1270,17 +1311,23 @@ mod tests {
         assert_eq!(desired_status(&p, &cfg, &NODE, &mut pending, now).status, None, "stable once converged");
     }
 
+    /// A pod running `nginx:1` whose spec now asks for `nginx:2`, the change not yet noticed.
+    fn running_then_new_image(cfg: &SimConfig, memory: &mut RuntimeMemory, t0: Timestamp) -> Pod {
+        let mut p = base_pod();
+        start(&mut p, cfg, memory, t0);
+        let plan = desired_status(&p, cfg, &NODE, memory, t0);
+        apply(&mut p, &plan);
+        p.spec.as_mut().unwrap().containers[0].image = Some("nginx:2".into());
+        p
+    }
+
     #[test]
     fn image_change_restarts_after_delay_keeping_ip() {
         let cfg = SimConfig { restart_delay: Duration::from_secs(1), ..Default::default() };
         let mut pending = RuntimeMemory::default();
         let t0 = Timestamp::now();
-        let mut p = base_pod();
-        start(&mut p, &cfg, &mut pending, t0);
-        let plan = desired_status(&p, &cfg, &NODE, &mut pending, t0);
-        apply(&mut p, &plan);
+        let mut p = running_then_new_image(&cfg, &mut pending, t0);
         let first = p.status.as_ref().unwrap().container_statuses.as_ref().unwrap()[0].clone();
-        p.spec.as_mut().unwrap().containers[0].image = Some("nginx:2".into());
 
         let plan = desired_status(&p, &cfg, &NODE, &mut pending, t0);
         assert_eq!(plan.status, None, "no restart before the delay");
@@ -1295,6 +1342,53 @@ mod tests {
         assert_ne!(s.image_id, first.image_id);
         assert_ne!(s.container_id, first.container_id);
         assert_eq!(p.status.as_ref().unwrap().pod_ip.as_deref(), Some("127.128.0.2"));
+    }
+
+    /// The simulated kubelet decides on the pod's part of the memory and keeps it only once the
+    /// decision is written: a due restart decided from a view the fresh read replaced must
+    /// still be due when decided again from that read, not wait out the delay once more.
+    #[test]
+    fn a_restart_decided_but_not_written_is_still_due_when_decided_again() {
+        let cfg = SimConfig { restart_delay: Duration::from_secs(1), ..Default::default() };
+        let mut memory = RuntimeMemory::default();
+        let t0 = Timestamp::now();
+        let p = running_then_new_image(&cfg, &mut memory, t0);
+        assert_eq!(desired_status(&p, &cfg, &NODE, &mut memory, t0).status, None, "the change is noticed, the restart waits");
+
+        let later = t0 + SignedDuration::from_secs(1);
+        let restarted =
+            |plan: &StatusPlan| plan.status.as_ref().is_some_and(|s| s.container_statuses.as_ref().unwrap()[0].image == "nginx:2");
+        let mut dropped = memory.of_pod("u1");
+        assert!(restarted(&desired_status(&p, &cfg, &NODE, &mut dropped, later)), "due after the delay");
+        drop(dropped); // the pod changed meanwhile: decided again from the fresh read
+        let mut part = memory.of_pod("u1");
+        assert!(restarted(&desired_status(&p, &cfg, &NODE, &mut part, later)), "still due: the dropped decision left no trace");
+        memory.keep_pod("u1", part);
+        assert!(memory.pending_restarts.is_empty(), "the written restart is no longer pending");
+
+        // Deciding twice on the whole memory would have forgotten the due restart.
+        let mut whole = RuntimeMemory::default();
+        let q = running_then_new_image(&cfg, &mut whole, t0);
+        desired_status(&q, &cfg, &NODE, &mut whole, t0);
+        assert!(restarted(&desired_status(&q, &cfg, &NODE, &mut whole, later)));
+        assert!(!restarted(&desired_status(&q, &cfg, &NODE, &mut whole, later)), "noticed anew, so not due");
+    }
+
+    #[test]
+    fn keeping_a_pods_part_of_the_memory_leaves_the_other_pods_alone() {
+        let t = Timestamp::now();
+        let key = |u: &str| (u.to_string(), "c".to_string());
+        let mut memory = RuntimeMemory::default();
+        memory.pending_restarts.insert(key("u1"), ("nginx:2".into(), t));
+        memory.pending_restarts.insert(key("u2"), ("nginx:3".into(), t));
+        memory.crash_loops.insert(key("u2"), CrashLoop { image: "nginx:3".into(), exits: 2, last: "id".into() });
+        let part = memory.of_pod("u2");
+        assert_eq!(part.pending_restarts.keys().collect::<Vec<_>>(), vec![&key("u2")]);
+        assert_eq!(part.crash_loops.len(), 1);
+
+        memory.keep_pod("u2", RuntimeMemory::default());
+        assert_eq!(memory.pending_restarts.keys().collect::<Vec<_>>(), vec![&key("u1")], "u1's pending restart stays");
+        assert!(memory.crash_loops.is_empty(), "u2's exits are forgotten with its part");
     }
 
     fn resources(cpu: &str, memory: &str) -> ResourceRequirements {
