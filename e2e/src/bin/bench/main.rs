@@ -38,7 +38,8 @@
 //!   probes' latency must stay within `e2e::bench::probe_bound_s` (the larger of 30 s and half
 //!   the rollout) or the run fails, and the other rollouts without probes (the row's time is the
 //!   median of them all; `rollout_first_s`, `rollout_min_s`, `rollout_max_s`; kube-apiserver's
-//!   CPU per rollout, `apiserver_cpu_s_per_rollout` and `empty_apiserver_cpu_s_per_rollout`); then the raw
+//!   CPU per rollout, `apiserver_cpu_s_per_rollout` and `empty_apiserver_cpu_s_per_rollout`, and
+//!   the controller's, `cpu_s_per_rollout` and `empty_cpu_s_per_rollout`); then the raw
 //!   baseline's scale-up and as many in-place rollouts of as many pods in a namespace of its own
 //!   among the idle ones (the rollout row's `base(s)` is their median, and its ratio;
 //!   `baseline_min_s`, `baseline_max_s`, `baseline_create_big_s`), unless the controller is

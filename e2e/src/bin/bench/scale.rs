@@ -307,13 +307,11 @@ impl Bench {
         let t0 = Instant::now();
         let end = self.create_and_converge(&w, vec!["big".into()], big, strategy("InPlaceIfPossible", "100%"), big).await?;
         let create_big_s = end.duration_since(t0).as_secs_f64();
-        let mut empty_rollouts = Vec::new();
-        let mut empty_apiserver_cpu = Vec::new();
+        let mut empty_costs = Vec::new();
         for v in 2..rollouts_each + 2 {
-            let (secs, apiserver_cpu) = self.roll_out_measured(&w, big, v).await?;
-            empty_rollouts.push(secs);
-            empty_apiserver_cpu.extend(apiserver_cpu);
+            empty_costs.push(self.roll_out_measured(&w, big, v, ctl.pid()).await?);
         }
+        let empty_rollouts: Vec<f64> = empty_costs.iter().map(|c| c.secs).collect();
         let first_idle_image = rollouts_each + 2;
         let empty_conflicts = self.conflicts_since(conflicts_before_empty).await;
         // And the raw baseline's, so the loaded control plane's share of the slowdown shows.
@@ -373,7 +371,7 @@ impl Bench {
         let before = ctl.snapshot().await?;
         let conflicts_before = self.apiserver_pod_conflicts().await.ok();
         let t0 = Instant::now();
-        let rollout = self.roll_out_measured(&w, big, first_idle_image);
+        let rollout = self.roll_out_measured(&w, big, first_idle_image, ctl.pid());
         let probe_runs = (0..probes).map(|k| {
             let name = format!("cs-{:04}", u64::from(k) * u64::from(c) / u64::from(probes.max(1)));
             let (api, sets) = (w.api.clone(), &w.sets);
@@ -390,7 +388,8 @@ impl Bench {
             }
         });
         let (done, latencies) = tokio::join!(rollout, futures::future::try_join_all(probe_runs));
-        let (rollout_s, first_apiserver_cpu) = done?;
+        let first = done?;
+        let rollout_s = first.secs;
         let latencies = latencies?;
         let rolled = image(first_idle_image);
         w.pods.wait_count((total + big + probes) as usize, "ready", move |p| ready_with(p, &image(1)) || ready_with(p, &rolled)).await?;
@@ -409,14 +408,12 @@ impl Bench {
         let secs: Vec<f64> = latencies.iter().map(|(_, s)| *s).collect();
         let mut extra = after.usage_since(&start);
         // The same rollout again (no probes), each to a new image, for the median.
-        let mut rollouts = vec![rollout_s];
-        let mut apiserver_cpu: Vec<f64> = first_apiserver_cpu.into_iter().collect();
+        let mut costs = vec![first];
         for v in first_idle_image + 1..first_idle_image + rollouts_each {
             eprintln!("bench: large: rolling out {big} pods in place again among the idle");
-            let (secs, cpu) = self.roll_out_measured(&w, big, v).await?;
-            rollouts.push(secs);
-            apiserver_cpu.extend(cpu);
+            costs.push(self.roll_out_measured(&w, big, v, ctl.pid()).await?);
         }
+        let rollouts: Vec<f64> = costs.iter().map(|c| c.secs).collect();
         // Over the rollouts among the idle (the probes' pods too), and those on the
         // empty cluster with the big CloneSet's creation.
         extra.extend(self.conflicts_since(conflicts_before).await.map(|n| ("apiserver_pod_conflicts".to_string(), n)));
@@ -428,10 +425,9 @@ impl Bench {
             extra.insert("idle_over_empty".into(), bench::round2(idle / empty));
         }
         extra.extend(spread("empty_rollout", &empty_rollouts));
-        // What a rollout cost kube-apiserver, whose CPU sets its pace on a small machine: the
-        // same on both sides means the idle pods did not slow the apiserver down.
-        extra.extend(median_extra("apiserver_cpu_s_per_rollout", &apiserver_cpu));
-        extra.extend(median_extra("empty_apiserver_cpu_s_per_rollout", &empty_apiserver_cpu));
+        // What a rollout cost kube-apiserver, whose CPU sets its pace on a small machine, and the
+        // controller: the same on both sides means the idle pods made neither work harder.
+        extra.extend(rollout_cpu_extra(&costs, &empty_costs));
         extra.extend(after.memory("rss_after_mib"));
         extra.extend(bench::heap_extra(&ctl.metrics().await?.unwrap_or_default()));
         extra.extend(counts.as_ref().map(|c| c.method_extra(f64::from(big))).unwrap_or_default());
@@ -592,16 +588,46 @@ async fn roll_out(w: &Watched, pods: u32, version: u32) -> anyhow::Result<f64> {
 }
 
 impl Bench {
-    /// One rollout of the big CloneSet ([`roll_out`]), and kube-apiserver's CPU seconds over it
-    /// when its pid is known (the bench's own control plane).
-    async fn roll_out_measured(&self, w: &Watched, pods: u32, version: u32) -> anyhow::Result<(f64, Option<f64>)> {
+    /// One rollout of the big CloneSet ([`roll_out`]), with kube-apiserver's CPU seconds over it
+    /// when its pid is known (the bench's own control plane) and the controller's.
+    async fn roll_out_measured(&self, w: &Watched, pods: u32, version: u32, controller_pid: u32) -> anyhow::Result<RolloutCost> {
         // The pid is read once, as the restart's reading does: both ticks are of one process.
-        let pid = self.apiserver_pid();
-        let ticks = || pid.and_then(|pid| proc_reading(pid).ok()).map(|(_, _, ticks)| ticks);
-        let before = ticks();
+        let apiserver_pid = self.apiserver_pid();
+        let ticks = |pid: Option<u32>| pid.and_then(|pid| proc_reading(pid).ok()).map(|(_, _, ticks)| ticks);
+        let (apiserver_before, controller_before) = (ticks(apiserver_pid), ticks(Some(controller_pid)));
         let secs = roll_out(w, pods, version).await?;
-        Ok((secs, ticks().zip(before).map(|(after, before)| ticks_to_s(after.saturating_sub(before)))))
+        let spent = |after: Option<u64>, before: Option<u64>| after.zip(before).map(|(a, b)| ticks_to_s(a.saturating_sub(b)));
+        Ok(RolloutCost {
+            secs,
+            apiserver_cpu_s: spent(ticks(apiserver_pid), apiserver_before),
+            controller_cpu_s: spent(ticks(Some(controller_pid)), controller_before),
+        })
     }
+}
+
+/// One timed rollout: its wall-clock seconds and the CPU seconds kube-apiserver and the
+/// controller spent meanwhile (none where the process could not be read).
+struct RolloutCost {
+    secs: f64,
+    apiserver_cpu_s: Option<f64>,
+    controller_cpu_s: Option<f64>,
+}
+
+/// The medians of the CPU each side's rollouts cost kube-apiserver and the controller, as
+/// `[empty_]apiserver_cpu_s_per_rollout` and `[empty_]cpu_s_per_rollout`.
+fn rollout_cpu_extra(among_idle: &[RolloutCost], on_empty: &[RolloutCost]) -> Vec<(String, f64)> {
+    let of = |costs: &[RolloutCost], cpu: fn(&RolloutCost) -> Option<f64>| costs.iter().filter_map(cpu).collect::<Vec<f64>>();
+    let apiserver = |c: &RolloutCost| c.apiserver_cpu_s;
+    let controller = |c: &RolloutCost| c.controller_cpu_s;
+    [
+        median_extra("apiserver_cpu_s_per_rollout", &of(among_idle, apiserver)),
+        median_extra("empty_apiserver_cpu_s_per_rollout", &of(on_empty, apiserver)),
+        median_extra("cpu_s_per_rollout", &of(among_idle, controller)),
+        median_extra("empty_cpu_s_per_rollout", &of(on_empty, controller)),
+    ]
+    .into_iter()
+    .flatten()
+    .collect()
 }
 
 /// `key` and the median of `values`, rounded (none when empty).
@@ -621,9 +647,21 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_apiserver_cpu_of_the_rollouts_is_their_median_and_absent_when_unread() {
-        assert_eq!(median_extra("apiserver_cpu_s_per_rollout", &[35.404, 40.9, 38.1]), Some(("apiserver_cpu_s_per_rollout".into(), 38.1)));
-        assert_eq!(median_extra("apiserver_cpu_s_per_rollout", &[]), None, "another cluster's apiserver is not read");
+    fn the_cpu_of_the_rollouts_is_each_sides_median_and_absent_when_unread() {
+        let cost = |apiserver, controller| RolloutCost { secs: 20.0, apiserver_cpu_s: apiserver, controller_cpu_s: controller };
+        let among_idle = [cost(Some(35.404), Some(1.2)), cost(Some(40.9), Some(0.9)), cost(Some(38.1), Some(1.0))];
+        let on_empty = [cost(Some(30.0), Some(0.8)), cost(Some(31.0), Some(0.7))];
+        let got: BTreeMap<String, f64> = rollout_cpu_extra(&among_idle, &on_empty).into_iter().collect();
+        let want = [
+            ("apiserver_cpu_s_per_rollout", 38.1),
+            ("empty_apiserver_cpu_s_per_rollout", 30.5),
+            ("cpu_s_per_rollout", 1.0),
+            ("empty_cpu_s_per_rollout", 0.75),
+        ];
+        assert_eq!(got, want.into_iter().map(|(k, v)| (k.to_string(), v)).collect());
+        // Another cluster's apiserver is not read: its fields are left out, the controller's stay.
+        let got = rollout_cpu_extra(&[cost(None, Some(1.0))], &[cost(None, Some(0.5))]);
+        assert_eq!(got, vec![("cpu_s_per_rollout".to_string(), 1.0), ("empty_cpu_s_per_rollout".to_string(), 0.5)]);
     }
 
     #[test]
