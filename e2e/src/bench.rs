@@ -290,8 +290,8 @@ pub fn apiserver_bytes_sent(text: &str) -> f64 {
 
 /// Pod writes kube-apiserver has answered 409 Conflict so far, from its `apiserver_request_total`
 /// (a write made with a stale resourceVersion, or a create of a name that exists): each is a
-/// whole attempt of the apiserver's, and the simulated kubelet's stale status patches were a
-/// fifth of all pod writes before it waited for its watch after one.
+/// whole attempt of the apiserver's; the simulated kubelet's status patches made with its watch's
+/// resourceVersion were most of them, until it read each pod before writing as a kubelet does.
 pub fn apiserver_pod_conflicts(text: &str) -> f64 {
     samples(text, "apiserver_request_total")
         .filter(|(l, _)| l.get("resource").is_some_and(|r| r == "pods") && l.get("code").is_some_and(|c| c == "409"))

@@ -127,6 +127,34 @@ async fn ready_is_recomputed_when_a_readiness_gate_condition_changes() {
     watch_until(&pods, "gated", T, is_ready).await.unwrap();
 }
 
+/// kube-apiserver's 409 answers to pod writes so far.
+async fn pod_conflicts(client: &kube::Client) -> f64 {
+    let text = client.request_text(http::Request::get("/metrics").body(Vec::new()).unwrap()).await.unwrap();
+    e2e::bench::apiserver_pod_conflicts(&text)
+}
+
+/// The real kubelet reads a pod before each status write and patches it with the UID as the only
+/// precondition, so a change another writer makes in between never gets its write refused.
+/// (With a resourceVersion precondition from its watch, these flips met conflicts.)
+#[tokio::test]
+async fn status_writes_meet_no_conflict_while_another_writer_changes_the_pod() {
+    let client = testenv::client().await.unwrap();
+    let ns = TestNamespace::create("no-conflicts").await.unwrap();
+    let pods: Api<Pod> = ns.api();
+    let gated = json!({"readinessGates": [{"conditionType": "InPlaceUpdateReady"}]});
+    pods.create(&PostParams::default(), &pod("flipped", json!([{"name": "app", "image": "nginx:1.27"}]), gated, json!({}))).await.unwrap();
+    watch_until(&pods, "flipped", T, |p| condition(p, "ContainersReady").as_deref() == Some("True")).await.unwrap();
+
+    let before = pod_conflicts(&client).await;
+    // Each flip of the gate makes the kubelet rewrite Ready while the next flip is on its way.
+    for i in 0..30 {
+        set_condition(&pods, "flipped", "InPlaceUpdateReady", if i % 2 == 0 { "True" } else { "False" }).await;
+    }
+    set_condition(&pods, "flipped", "InPlaceUpdateReady", "True").await;
+    watch_until(&pods, "flipped", T, is_ready).await.unwrap();
+    assert_eq!(pod_conflicts(&client).await - before, 0.0, "kube-apiserver refused pod writes as conflicts");
+}
+
 #[tokio::test]
 async fn image_change_restarts_the_container_in_place() {
     let ns = TestNamespace::create("inplace").await.unwrap();
