@@ -18,9 +18,16 @@ TEST_CLUSTER_DIR ?= target/test-cluster
 # Real nodes (kubelet, containerd, runc) beside the simulated ones: one when run as root (they
 # need it), none otherwise. REAL_NODES=0 turns them off.
 REAL_NODES   ?= $(if $(filter 0,$(shell id -u)),1,0)
-VERSION      := $(shell sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}$$/\1/p' charts/cloneset-operator/Chart.yaml)
+VERSION      := $(shell sed -n 's/^version = "\(.*\)"$$/\1/p' Cargo.toml | head -1)
+# The commit every binary is built from, for `--version`, the build-info metric and the image's
+# labels (empty outside a git checkout: the binary then says `unknown`).
+export CLONESET_OPERATOR_REVISION := $(shell git describe --always --dirty --abbrev=12 --exclude='*' 2>/dev/null)
 IMAGE        := docker.io/library/cloneset-operator:$(VERSION)
 IMAGE_ARCHIVE:= target/image/cloneset-operator-$(VERSION).oci.tar
+DIST_DIR     := target/dist
+# The Helm release `make run` and `make deploy` share (its records in namespace default, the
+# chart's objects in cloneset-system), so either may follow the other.
+CHART_RELEASE = OPERATOR=$(OPERATOR) bash e2e/scripts/chart-release.sh
 
 .PHONY: help
 help: ## List the targets
@@ -32,10 +39,13 @@ build: toolchain ## Build the operator, the local control-plane tool and the sim
 
 .PHONY: run
 # Safe by default: the local control plane in $(CLUSTER_DIR), started if needed. Another cluster
-# only when named: CLUSTER=current (the current kubeconfig context) or CLUSTER=<context name>;
-# the CRD and admission policy are then applied there, and the context is named first.
+# only when named: CLUSTER=current (the current kubeconfig context) or CLUSTER=<context name>.
+# The CRD, the admission policy and the RBAC come from the chart's Helm release (its manager
+# Deployment at 0 replicas while this build runs here), so `make deploy` may follow, and the
+# build here joins the chart's leader election. A CRD owned by anything else is left alone
+# unless TAKE_OVER=1 says to take it (`cloneset-operator migrate`).
 CLUSTER ?=
-run: build ## Run the operator on the local control plane (started if needed); CLUSTER=current or CLUSTER=<context> to use another cluster
+run: build cluster-toolchain ## Run the operator on the local control plane (started if needed); CLUSTER=current or CLUSTER=<context> to use another cluster
 	@set -e; \
 	if [ -z "$(CLUSTER)" ]; then \
 	  eval "$$($(LOCAL_CLUSTER) --dir $(CLUSTER_DIR) up --real-nodes $(REAL_NODES))"; \
@@ -46,17 +56,17 @@ run: build ## Run the operator on the local control plane (started if needed); C
 	  mkdir -p target; kc=target/run-kubeconfig; \
 	  kubectl config view --minify --flatten --context="$$ctx" > $$kc || { echo "make run: no kubeconfig context $$ctx"; exit 1; }; \
 	  export KUBECONFIG=$$PWD/$$kc; \
-	  echo "make run: CLUSTER=$(CLUSTER): applying the CloneSet CRD and admission policy to context $$ctx and running the operator there"; \
+	  echo "make run: CLUSTER=$(CLUSTER): installing the chart's CRD, admission policy and RBAC on context $$ctx and running the operator there"; \
 	fi; \
-	kubectl apply --server-side --force-conflicts -f crds/ >/dev/null && echo "make run: CloneSet CRD and admission policy applied"; \
-	exec $(OPERATOR) run
+	$(CHART_RELEASE) "$$KUBECONFIG" --set manager.replicas=0; \
+	exec $(OPERATOR) run --leader-election-namespace=cloneset-system
 
 .PHONY: test
 # The e2e stage runs with the network guard on (e2e/scripts/net-guard.sh, when root): every packet
 # to an address outside loopback is dropped and counted, and a count above zero fails the stage.
 # So everything it runs is built and installed first.
-test: net-guard-clear build ## Unit tests, then e2e tests against a local control plane started and stopped here, with the network guard on
-	$(CARGO) test --workspace --exclude e2e
+test: net-guard-clear build cluster-toolchain ## Unit tests, then e2e tests against a local control plane started and stopped here, with the network guard on
+	$(CARGO) test --workspace --exclude e2e -- --include-ignored
 	$(CARGO) test -p e2e --lib --bins
 	@bash e2e/scripts/build-helm.sh >/dev/null
 	@$(LOCAL_CLUSTER) prepare --real-nodes $(REAL_NODES)
@@ -68,7 +78,7 @@ net-guard-clear: ## Remove a network guard left installed by an interrupted `mak
 	@bash e2e/scripts/net-guard.sh remove
 
 .PHONY: bench
-bench: toolchain ## Benchmarks at scale on a local control plane of its own (target/bench-cluster); table + target/bench/results.json
+bench: toolchain cluster-toolchain ## Benchmarks at scale on a local control plane of its own (target/bench-cluster); table + target/bench/results.json
 	$(CARGO) build --release --workspace --bins
 	@start=$$(date +%s); ./target/$(HOST_TRIPLE)/release/bench; rc=$$?; echo "make bench: took $$(( $$(date +%s) - start ))s"; exit $$rc
 
@@ -87,7 +97,7 @@ helm: ## Build (once) the pinned helm into the cache
 
 .PHONY: helm-lint
 helm-lint: ## helm lint the chart
-	@h=$$(bash e2e/scripts/build-helm.sh) && $$h lint --strict charts/cloneset-operator
+	@h=$$(bash e2e/scripts/build-helm.sh) && $$h lint --strict charts/cloneset-operator charts/cloneset-operator-migrate
 
 .PHONY: lint
 lint: toolchain helm-lint ## rustfmt check, clippy with warnings as errors, helm lint
@@ -107,19 +117,32 @@ image: toolchain ## Build the operator's OCI image (static release binary, non-r
 .PHONY: deploy
 # The README's install, on the local control plane: the image goes to its registry (which
 # containerd serves as docker.io), the chart is installed with the image's tag and placed on the
-# real nodes (tainted, so that only pods meant for them run there).
+# real nodes (tainted, so that only pods meant for them run there). HELM_ARGS adds values, e.g.
+# HELM_ARGS='--set featureGates=InPlaceWorkloadVerticalScaling=true'.
+HELM_ARGS ?=
 deploy: image cluster-up ## Build the image, push it to the local registry and helm install the chart on the local control plane
 	@[ "$(REAL_NODES)" -gt 0 ] || { echo "make deploy: the operator's pods need a real node (REAL_NODES=1, as root)"; exit 1; }
 	@$(LOCAL_CLUSTER) --dir $(CLUSTER_DIR) push --archive $(IMAGE_ARCHIVE) --reference $(IMAGE)
-	@h=$$(bash e2e/scripts/build-helm.sh) && kc=$$($(LOCAL_CLUSTER) --dir $(CLUSTER_DIR) status) && \
-	$$h upgrade --install cloneset-operator charts/cloneset-operator --kubeconfig $$kc --wait --timeout 3m \
-	  --set manager.image.tag=$(VERSION) \
+	@kc=$$($(LOCAL_CLUSTER) --dir $(CLUSTER_DIR) status) && \
+	$(CHART_RELEASE) $$kc --wait --timeout 3m \
+	  --set manager.image.tag=$(VERSION) $(HELM_ARGS) \
 	  --set-json 'manager.nodeSelector={"cloneset-operator.dev/real-node":"true"}' \
 	  --set-json 'manager.tolerations=[{"key":"cloneset-operator.dev/real-node","operator":"Exists","effect":"NoSchedule"}]' && \
 	echo "make deploy: the operator runs in namespace cloneset-system; export KUBECONFIG=$$kc"
 
+.PHONY: dist
+dist: ## A static release binary for workstations (e.g. `migrate`), with LICENSE and a checksum, in target/dist
+	$(CARGO) build --release --locked -p cloneset-operator --bin cloneset-operator
+	@set -e; name=cloneset-operator-$(VERSION)-$(HOST_TRIPLE); dir=$(DIST_DIR)/$$name; \
+	rm -rf $$dir; mkdir -p $$dir; \
+	cp target/$(HOST_TRIPLE)/release/cloneset-operator LICENSE CHANGELOG.md $$dir/; \
+	tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -C $(DIST_DIR) -cf - $$name | gzip -n > $(DIST_DIR)/$$name.tar.gz; \
+	rm -rf $$dir; \
+	(cd $(DIST_DIR) && sha256sum $$name.tar.gz > $$name.tar.gz.sha256); \
+	echo "make dist: $(DIST_DIR)/$$name.tar.gz ($$(cut -c1-16 $(DIST_DIR)/$$name.tar.gz.sha256)...)"
+
 .PHONY: cluster-up
-cluster-up: build ## Start the local control plane with REAL_NODES real nodes (idempotent); prints `export KUBECONFIG=...` last
+cluster-up: build cluster-toolchain ## Start the local control plane with REAL_NODES real nodes (idempotent); prints `export KUBECONFIG=...` last
 	@$(LOCAL_CLUSTER) --dir $(CLUSTER_DIR) up --real-nodes $(REAL_NODES)
 
 .PHONY: cluster-down
@@ -137,7 +160,11 @@ kubernetes: ## Build (once) the pinned kube-apiserver, controller-manager and sc
 .PHONY: toolchain
 toolchain:
 	@command -v $(CARGO) >/dev/null || { echo "cargo not found: install Rust (stable, 1.89 or newer)"; exit 1; }
-	@command -v go >/dev/null || { echo "go not found: Go 1.26.x is needed to build the local control plane"; exit 1; }
+
+.PHONY: cluster-toolchain
+# What the local control plane, Helm and the tests need beyond Rust.
+cluster-toolchain:
+	@command -v go >/dev/null || { echo "go not found: Go 1.26.x is needed to build the local control plane and Helm"; exit 1; }
 	@command -v openssl >/dev/null || { echo "openssl not found: needed for the local control plane's certificates"; exit 1; }
 	@command -v kubectl >/dev/null || { echo "kubectl not found"; exit 1; }
 

@@ -2,12 +2,10 @@
 //!
 //! The pod cache is many small blocks that live long, rebuilt on each pod event, among the
 //! short-lived blocks of decoding that event. glibc's allocator left those live blocks spread
-//! over pages it could not give back: after creating 20,000 pods it kept 9.7 MiB free inside its
-//! heaps (2,069 bytes of RSS per cached pod). jemalloc keeps blocks of one size class together
-//! in their own pages; the same run held 1,866 bytes per cached pod and spent a quarter less CPU
-//! on each pod event it only observes (the same on creation's; `make bench`, README's 20,000-pod
-//! table). The binary installs [`Allocator`] as its global allocator (`src/main.rs`); the
-//! library's own tests keep the system allocator.
+//! over pages it could not give back; jemalloc keeps blocks of one size class together in their
+//! own pages, so it holds less RSS per cached pod and spends less CPU per pod event (the
+//! measurements are in `e2e/bench/HISTORY.md`). The binary installs [`Allocator`] as its global
+//! allocator (`src/main.rs`); the library's own tests keep the system allocator.
 
 use std::time::Duration;
 

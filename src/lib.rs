@@ -4,6 +4,7 @@
 //! the only apiserver I/O in `controller`, process wiring in `main.rs`.
 
 pub mod api;
+pub mod build_info;
 pub mod client;
 pub mod config;
 pub mod controller;

@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use clap::{Arg, ArgAction, ArgMatches, Args, CommandFactory as _, FromArgMatches as _, Parser, Subcommand};
 use cloneset_operator::api::crd;
+use cloneset_operator::build_info;
 use cloneset_operator::client::{self, RateLimit};
 use cloneset_operator::config::{self, ControllerConfig, FlagKind, GateSettings, ListenAddr, RetryLimits};
 use cloneset_operator::controller;
@@ -19,7 +20,7 @@ use cloneset_operator::telemetry::{self, LogFormat};
 /// With no subcommand it runs the controller against the cluster named by `KUBECONFIG`,
 /// the current kubeconfig context, or the in-cluster service account.
 #[derive(Parser, Debug)]
-#[command(name = "cloneset-operator", version, about)]
+#[command(name = "cloneset-operator", version = build_info::version_line(), about)]
 struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
@@ -49,7 +50,7 @@ enum Command {
     /// `policy.kruise.io/delete-protection` label (Kruise's ResourcesDeletionProtection gate).
     DeletionProtectionPolicy,
     /// Take CloneSets over from OpenKruise's Helm release, or with --to-kruise give them back (see
-    /// the README's "Migrating from Kruise (and going back)").
+    /// docs/migrating-from-kruise.md).
     Migrate(MigrateArgs),
 }
 
@@ -112,7 +113,7 @@ struct RunArgs {
     #[arg(global = true, long = "streaming-lists", default_value = "auto", value_parser = config::InitialLists::parse)]
     streaming_lists: config::InitialLists,
     /// The encoding pods are listed, watched and answered to writes in:
-    /// `application/vnd.kubernetes.protobuf` (a quarter of the apiserver's CPU for a list) or
+    /// `application/vnd.kubernetes.protobuf` (far cheaper for the apiserver to encode) or
     /// `application/json`. Other kinds are read as JSON.
     #[arg(global = true, long = "kube-api-content-type", default_value = PROTOBUF_CONTENT_TYPE, value_parser = [PROTOBUF_CONTENT_TYPE, JSON_CONTENT_TYPE])]
     kube_api_content_type: String,
@@ -178,8 +179,8 @@ struct RunArgs {
     #[arg(global = true, long = "health-probe-addr", default_value = ":8000", value_parser = ListenAddr::parse)]
     health_probe_addr: ListenAddr,
     /// Threads that run the operator's work; 0: one per CPU the process may use (its cgroup's
-    /// CPU limit counts, so the chart's 500m gives one). At 100,000 pods one used about 4% of a
-    /// core creating them and less CPU per pod event than two (see the README's 100,000 pods).
+    /// CPU limit counts, so the chart's 500m gives one). Pod events arrive one at a time, and one
+    /// thread spends less CPU on them than several that wake each other.
     #[arg(global = true, long = "threads", default_value_t = 1)]
     threads: usize,
 }
@@ -298,10 +299,8 @@ fn main() -> anyhow::Result<()> {
 }
 
 /// The async runtime, with `threads` workers (0: tokio's default, one per CPU the process may
-/// use). Pod events arrive one by one on a large cluster; with two workers on two cores about a
-/// fifth of the CPU of an event the operator only observes went to waking a parked worker and
-/// parking it again (`perf`, 4,000 pods). One worker spent 0.106 CPU s per 1,000 such events
-/// where two spent 0.134 (one A/B, the same build), and 9% less creating pods.
+/// use). Pod events arrive one by one on a large cluster, and with several workers much of an
+/// event's CPU goes to waking a parked worker and parking it again (see docs/performance.md).
 fn runtime(threads: usize) -> std::io::Result<tokio::runtime::Runtime> {
     let mut builder = tokio::runtime::Builder::new_multi_thread();
     if threads > 0 {

@@ -23,6 +23,7 @@
 //! | `kruise_manager_is_leader` | gauge | — |
 //! | `leader_election_master_status` | gauge | `name` (the Lease) |
 //! | `cloneset_operator_standing_by_for_kruise` | gauge | — |
+//! | `cloneset_operator_build_info` | gauge, always 1 | `version`, `revision` (the release and the commit the binary was built from, as `--version` prints them) |
 //! | `cloneset_operator_pod_updates_unread_total` | counter | — (pod updates that changed nothing a decision reads, so queued no reconcile) |
 //! | `cloneset_status_replicas` | gauge | `namespace`, `name`, `state` = replicas, ready, available, updated, updated_ready, expected_updated (the CloneSet's status as last computed, for rollout progress) |
 //! | `process_cpu_seconds_total`, `process_open_fds`, `process_max_fds`, `process_resident_memory_bytes`, `process_virtual_memory_bytes`, `process_virtual_memory_max_bytes`, `process_start_time_seconds` | counter / gauges | — |
@@ -93,6 +94,12 @@ pub struct NameLabels {
 pub struct ObjectLabels {
     pub namespace: String,
     pub name: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BuildLabels {
+    pub version: &'static str,
+    pub revision: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -306,6 +313,13 @@ impl Metrics {
             "cloneset_operator_pod_updates_unread",
             "Pod updates that changed only the resourceVersion and annotations no decision reads, so queued no reconcile",
             pod_updates_unread.clone(),
+        );
+        let build_info = Family::<BuildLabels, Gauge>::default();
+        build_info.get_or_create(&BuildLabels { version: crate::build_info::VERSION, revision: crate::build_info::REVISION }).set(1);
+        registry.register(
+            "cloneset_operator_build_info",
+            "Always 1; its labels name the operator's release and the source revision it was built from",
+            build_info,
         );
         registry.register_collector(Box::new(ProcessCollector));
         registry.register_collector(Box::new(RuntimeCollector));
@@ -554,6 +568,12 @@ mod tests {
         ] {
             assert!(text.lines().any(|l| l == line), "missing {line:?} in\n{text}");
         }
+        let build = format!(
+            "cloneset_operator_build_info{{version=\"{}\",revision=\"{}\"}} 1",
+            crate::build_info::VERSION,
+            crate::build_info::REVISION
+        );
+        assert!(text.lines().any(|l| l == build), "missing {build:?} in\n{text}");
         assert!(text.ends_with("# EOF\n"));
     }
 

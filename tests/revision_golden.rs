@@ -2,10 +2,10 @@
 //!
 //! `e2e/revision-golden/corpus.jsonl` holds pod templates; `vectors.jsonl` holds what the Go reference
 //! program in that directory (built against the Kubernetes libraries Kruise v1.9.0 uses) produced
-//! for them. The first test checks our encoding against the committed vectors. The second, when Go is
-//! installed, rebuilds the vectors and the PodTemplateSpec schema (`src/core/gojson_podtemplate_schema.json`)
-//! with that program and checks that the committed files are current. Set `CLONESET_REQUIRE_GO=1` to
-//! make a missing Go toolchain a failure instead of a note.
+//! for them. The first test checks our encoding against the committed vectors. The second rebuilds
+//! the vectors and the PodTemplateSpec schema (`src/core/gojson_podtemplate_schema.json`) with that
+//! program and checks that the committed files are current; it needs Go, so it is `#[ignore]`d
+//! with that reason, and `make test` (which requires Go) runs it.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -115,20 +115,6 @@ fn volume_claim_template_hashes_match_the_committed_go_vectors() {
     assert!(failures.is_empty(), "{} hashes differ:\n{}", failures.len(), failures.join("\n"));
 }
 
-/// Finds `go`, honouring CLONESET_REQUIRE_GO.
-fn go_available() -> bool {
-    let found = Command::new("go").arg("version").output().is_ok_and(|o| o.status.success());
-    if !found {
-        let required = std::env::var("CLONESET_REQUIRE_GO").is_ok_and(|v| v == "1");
-        assert!(!required, "CLONESET_REQUIRE_GO=1 but no working `go` is on PATH; install Go to check the revision golden files");
-        eprintln!(
-            "note: `go` is not installed, so the revision golden files (e2e/revision-golden/vectors.jsonl and {SCHEMA_FILE}) \
-             were not regenerated and checked for drift; set CLONESET_REQUIRE_GO=1 to make this a failure"
-        );
-    }
-    found
-}
-
 fn go_command(dir: &Path) -> Command {
     let mut cmd = Command::new("go");
     cmd.current_dir(dir).env("GOTOOLCHAIN", "local").env("GOFLAGS", "-mod=mod -buildvcs=false");
@@ -142,10 +128,10 @@ fn run(mut cmd: Command, what: &str) -> Vec<u8> {
 }
 
 #[test]
+#[ignore = "needs Go 1.26 (the Go reference program); make test runs it"]
 fn go_reference_regenerates_the_committed_files() {
-    if !go_available() {
-        return;
-    }
+    let go = Command::new("go").arg("version").output();
+    assert!(go.is_ok_and(|o| o.status.success()), "no working `go` on PATH: install Go 1.26 to check the revision golden files");
     let dir = root().join(GOLDEN_DIR);
     let out_dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("revision-golden");
     std::fs::create_dir_all(&out_dir).unwrap();

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The e2e stage of `make test`: the network guard installed, a local control plane of the stage's
-# own (with REAL_NODES real nodes), every e2e test against it, the control plane stopped and the
-# host checked for anything it left, then the guard's count checked and the guard removed,
-# whatever the outcome. Everything the stage runs must be built beforehand: while the guard is
+# own (with REAL_NODES real nodes), every e2e test against it, the operator's requests checked
+# against the chart's RBAC, the control plane stopped and the host checked for anything it left,
+# then the guard's count checked and the guard removed, whatever the outcome. Everything the stage runs must be built beforehand: while the guard is
 # on, nothing can be downloaded.
 #
 # Usage: e2e-stage.sh LOCAL_CLUSTER_BINARY CLUSTER_DIR      (env CARGO, default cargo; REAL_NODES, default 0)
@@ -23,8 +23,6 @@ if "${guard[@]}" available; then
   guarded=1
   trap '"${guard[@]}" remove' EXIT
   trap 'exit 130' INT TERM HUP
-  # The guard's own test needs root, as the guard does; it is ignored elsewhere, never passed.
-  test_args=(--include-ignored)
 else
   cat >&2 <<'EOF'
 ################################################################################################
@@ -33,6 +31,13 @@ e2e stage runs without it: a packet sent off this machine would go unnoticed, an
 own test is reported as ignored.
 ################################################################################################
 EOF
+fi
+# The tests that need root (the guard's own, and every one on a real node) are #[ignore]d with
+# their reason, and run only here when this run has what they need.
+if [ $guarded = 1 ] && [ "$real_nodes" -gt 0 ]; then
+  test_args=(--include-ignored)
+else
+  echo "make test: the tests that need root and a real node are reported as ignored, with their reason (root: $([ "$(id -u)" = 0 ] && echo yes || echo no), REAL_NODES=$real_nodes)" >&2
 fi
 
 before=$(mktemp)
@@ -46,6 +51,12 @@ fi
 
 rc=0
 CLONESET_E2E_KUBECONFIG=$kc "$cargo" test -p e2e --test '*' --no-fail-fast -- ${test_args[@]+"${test_args[@]}"} || rc=$?
+# Every request the operator sent in the tests above (it ran with the chart's ServiceAccount and
+# RBAC throughout) against what the chart grants, both ways.
+if ! RUST_LIB_BACKTRACE=0 "$local_cluster" --dir "$cluster_dir" rbac-audit; then
+  echo "make test: the chart's RBAC and the operator's requests differ (above)" >&2
+  rc=1
+fi
 "$local_cluster" --dir "$cluster_dir" down
 if [ $rc -ne 0 ]; then echo "make test: e2e failed; component logs kept in $cluster_dir/logs" >&2; fi
 # Whatever the tests and the control plane started, mounted or added to the network is gone.

@@ -38,6 +38,9 @@ pub struct UpOptions {
     pub apiserver_args: Vec<String>,
     /// Real nodes (kubelet, containerd, runc) to start beside the simulated ones; needs root.
     pub real_nodes: usize,
+    /// Record the requests of ServiceAccounts outside kube-system in `logs/audit.log`
+    /// ([`crate::rbac::AUDIT_POLICY`]), for the check of the operator's permissions.
+    pub audit: bool,
 }
 
 impl UpOptions {
@@ -49,6 +52,7 @@ impl UpOptions {
             scheduler_args: Vec::new(),
             apiserver_args: Vec::new(),
             real_nodes: 0,
+            audit: false,
         }
     }
 }
@@ -131,6 +135,14 @@ impl Layout {
     fn lock_file(&self) -> PathBuf {
         self.root.join("lock")
     }
+    fn audit_policy(&self) -> PathBuf {
+        self.root.join("audit-policy.yaml")
+    }
+}
+
+/// Where a control plane started with [`UpOptions::audit`] in `dir` writes its audit log.
+pub fn audit_log(dir: &Path) -> PathBuf {
+    Layout { root: dir.to_path_buf() }.logs().join("audit.log")
 }
 
 /// The directory of this crate, for locating the build script.
@@ -277,6 +289,18 @@ pub async fn up(opts: &UpOptions) -> anyhow::Result<(ClusterState, UpReport)> {
         "--profiling=false".into(),
         "--v=1".into(),
     ];
+    if opts.audit {
+        fs::write(layout.audit_policy(), crate::rbac::AUDIT_POLICY)?;
+        let log = audit_log(&layout.root);
+        let _ = fs::remove_file(&log);
+        apiserver_args.extend([
+            format!("--audit-policy-file={}", layout.audit_policy().display()),
+            format!("--audit-log-path={}", log.display()),
+            "--audit-log-format=json".into(),
+            // One file for the whole run: the check reads only it (lumberjack's default rotates at 100 MB).
+            "--audit-log-maxsize=100000".into(),
+        ]);
+    }
     apiserver_args.extend(opts.apiserver_args.iter().cloned());
     start("kube-apiserver", &bin_dir.join("kube-apiserver"), apiserver_args)?;
     wait_ready(&kubeconfig, Duration::from_secs(90)).await.context("kube-apiserver did not become ready")?;

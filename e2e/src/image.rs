@@ -83,6 +83,8 @@ pub struct RunConfig {
     pub env: Vec<String>,
     pub user: Option<String>,
     pub exposed_ports: Vec<String>,
+    /// The image's labels (`org.opencontainers.image.*`), also its manifest's annotations.
+    pub labels: BTreeMap<String, String>,
 }
 
 /// An image to build: its full reference (`docker.io/library/nginx:1.27`) and layers, bottom first.
@@ -146,6 +148,9 @@ pub fn build(spec: &ImageSpec) -> BuiltImage {
     if !run.exposed_ports.is_empty() {
         config.insert("ExposedPorts".into(), run.exposed_ports.iter().map(|p| (p.clone(), json!({}))).collect());
     }
+    if !run.labels.is_empty() {
+        config.insert("Labels".into(), json!(run.labels));
+    }
     config.insert("WorkingDir".into(), "/".into());
     let image_config = json!({
         "architecture": host_architecture(),
@@ -154,7 +159,7 @@ pub fn build(spec: &ImageSpec) -> BuiltImage {
         "rootfs": {"type": "layers", "diff_ids": spec.layers.iter().map(|l| digest(l)).collect::<Vec<_>>()},
     });
     let config_bytes = serde_json::to_vec(&image_config).expect("JSON");
-    let manifest = json!({
+    let mut manifest = json!({
         "schemaVersion": 2,
         "mediaType": "application/vnd.oci.image.manifest.v1+json",
         "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": digest(&config_bytes), "size": config_bytes.len()},
@@ -162,6 +167,9 @@ pub fn build(spec: &ImageSpec) -> BuiltImage {
             "mediaType": "application/vnd.oci.image.layer.v1.tar", "digest": digest(l), "size": l.len(),
         })).collect::<Vec<_>>(),
     });
+    if !run.labels.is_empty() {
+        manifest["annotations"] = json!(run.labels);
+    }
     BuiltImage {
         reference: spec.reference.clone(),
         manifest: serde_json::to_vec(&manifest).expect("JSON"),
@@ -239,18 +247,52 @@ fn accounts() -> Vec<Entry> {
 
 /// The operator's image: one layer with the static binary at `/cloneset-operator` and the
 /// accounts, run as 65532:65532, no shell.
-pub fn operator_image(reference: &str, binary: Vec<u8>) -> ImageSpec {
+pub fn operator_image(reference: &str, binary: Vec<u8>, build: &BinaryVersion) -> ImageSpec {
     let mut entries = accounts();
     entries.push(Entry::File { path: "cloneset-operator".into(), mode: 0o755, data: binary });
+    let labels = [
+        ("org.opencontainers.image.title", "cloneset-operator"),
+        ("org.opencontainers.image.description", "An OpenKruise-compatible CloneSet operator"),
+        ("org.opencontainers.image.licenses", "Apache-2.0"),
+        ("org.opencontainers.image.version", build.version.as_str()),
+        ("org.opencontainers.image.revision", build.revision.as_str()),
+    ];
     ImageSpec {
         reference: reference.into(),
         config: RunConfig {
             entrypoint: vec!["/cloneset-operator".into()],
             env: vec!["PATH=/".into()],
             user: Some("65532:65532".into()),
+            labels: labels.into_iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
             ..Default::default()
         },
         layers: vec![layer_tar(&entries, mtime_from_env())],
+    }
+}
+
+/// What an operator binary says of itself (`--version`): its release and source revision, for
+/// its image's labels.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BinaryVersion {
+    pub version: String,
+    pub revision: String,
+}
+
+impl BinaryVersion {
+    /// Runs `binary --version` (`cloneset-operator 0.2.0 (revision 1a2b3c)`).
+    pub fn of(binary: &Path) -> anyhow::Result<Self> {
+        let out = std::process::Command::new(binary)
+            .arg("--version")
+            .output()
+            .with_context(|| format!("running {} --version", binary.display()))?;
+        let line = String::from_utf8_lossy(&out.stdout);
+        Self::parse(line.trim()).with_context(|| format!("{} --version printed {line:?}", binary.display()))
+    }
+
+    fn parse(line: &str) -> Option<Self> {
+        let rest = line.strip_prefix("cloneset-operator ")?;
+        let (version, revision) = rest.split_once(" (revision ")?;
+        Some(Self { version: version.to_string(), revision: revision.strip_suffix(')')?.to_string() })
     }
 }
 
@@ -476,11 +518,32 @@ mod tests {
         serde_json::from_slice(bytes).unwrap()
     }
 
+    fn test_version() -> BinaryVersion {
+        BinaryVersion { version: "0.1.0".into(), revision: "1a2b3c4d5e6f".into() }
+    }
+
+    #[test]
+    fn the_operator_image_is_labelled_with_its_version_and_revision() {
+        assert_eq!(
+            BinaryVersion::parse("cloneset-operator 0.2.0 (revision 1a2b3c4d5e6f-dirty)"),
+            Some(BinaryVersion { version: "0.2.0".into(), revision: "1a2b3c4d5e6f-dirty".into() })
+        );
+        assert_eq!(BinaryVersion::parse("cloneset-operator 0.2.0"), None);
+        let image = build(&operator_image("docker.io/library/cloneset-operator:0.1.0", b"bin".to_vec(), &test_version()));
+        let labels = &json_of(&image.config)["config"]["Labels"];
+        assert_eq!(labels["org.opencontainers.image.version"], "0.1.0");
+        assert_eq!(labels["org.opencontainers.image.revision"], "1a2b3c4d5e6f");
+        assert_eq!(labels["org.opencontainers.image.licenses"], "Apache-2.0");
+        assert_eq!(&json_of(&image.manifest)["annotations"], labels, "the manifest says the same");
+    }
+
     /// What makes an image reproducible: the same bytes from the same inputs.
     #[test]
     fn the_same_inputs_give_the_same_archive() {
-        let a = archive(&build(&operator_image("docker.io/library/cloneset-operator:0.1.0", b"\x7fELF binary".to_vec())), 0);
-        let b = archive(&build(&operator_image("docker.io/library/cloneset-operator:0.1.0", b"\x7fELF binary".to_vec())), 0);
+        let a =
+            archive(&build(&operator_image("docker.io/library/cloneset-operator:0.1.0", b"\x7fELF binary".to_vec(), &test_version())), 0);
+        let b =
+            archive(&build(&operator_image("docker.io/library/cloneset-operator:0.1.0", b"\x7fELF binary".to_vec(), &test_version())), 0);
         assert_eq!(a, b);
         let entries = entries_of(&a);
         let paths: Vec<&str> = entries.iter().map(|e| e.0.as_str()).collect();
@@ -493,7 +556,7 @@ mod tests {
 
     #[test]
     fn the_operator_runs_as_nonroot_without_a_shell() {
-        let image = build(&operator_image("docker.io/library/cloneset-operator:0.1.0", b"bin".to_vec()));
+        let image = build(&operator_image("docker.io/library/cloneset-operator:0.1.0", b"bin".to_vec(), &test_version()));
         let config = json_of(&image.config);
         assert_eq!(config["config"]["User"], "65532:65532");
         assert_eq!(config["config"]["Entrypoint"], json!(["/cloneset-operator"]));
@@ -510,7 +573,7 @@ mod tests {
 
     #[test]
     fn digests_in_the_manifest_and_index_name_the_blobs() {
-        let image = build(&operator_image("docker.io/library/cloneset-operator:0.1.0", b"bin".to_vec()));
+        let image = build(&operator_image("docker.io/library/cloneset-operator:0.1.0", b"bin".to_vec(), &test_version()));
         let manifest = json_of(&image.manifest);
         assert_eq!(manifest["config"]["digest"], digest(&image.config));
         assert_eq!(manifest["config"]["size"], image.config.len());

@@ -4,10 +4,12 @@
 pub mod addresses;
 pub mod bench;
 pub mod chaos;
+pub mod chart;
 pub mod cluster;
 pub mod host;
 pub mod image;
 pub mod nodes;
+pub mod rbac;
 pub mod registry;
 pub mod testenv;
 pub mod workload;

@@ -26,13 +26,18 @@ pub const KUBECONFIG_VAR: &str = "CLONESET_E2E_KUBECONFIG";
 pub const TEST_RESTART_DELAY: Duration = Duration::from_secs(1);
 pub const TEST_MAX_GRACE_PERIOD: Duration = Duration::from_secs(3);
 
-/// Options for the test cluster in `dir`.
+/// Options for the test cluster in `dir`: the simulated kubelet's test settings; an audit log of
+/// the operator's requests, for the check of its permissions (`local-cluster rbac-audit`); and
+/// the OwnerReferencesPermissionEnforcement admission plugin, as hardened clusters run it, so an
+/// owner reference the operator may not set is refused here too.
 pub fn test_up_options(dir: impl Into<PathBuf>) -> UpOptions {
     let mut opts = UpOptions::new(dir);
     opts.sim_kubelet_args = vec![
         format!("--restart-delay={}ms", TEST_RESTART_DELAY.as_millis()),
         format!("--max-grace-period={}ms", TEST_MAX_GRACE_PERIOD.as_millis()),
     ];
+    opts.apiserver_args = vec!["--enable-admission-plugins=OwnerReferencesPermissionEnforcement".into()];
+    opts.audit = true;
     opts
 }
 
@@ -162,6 +167,7 @@ impl Drop for TestNamespace {
             let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().ok()?;
             rt.block_on(async {
                 let c = client().await.ok()?;
+                crate::chart::remove_cluster_identity(&c, &name).await;
                 Api::<Namespace>::all(c).delete(&name, &DeleteParams::background()).await.ok()
             })
         })
@@ -283,6 +289,20 @@ where
     tokio::time::timeout(timeout, fut).await.with_context(|| format!("timed out after {timeout:?} waiting for {name} to be deleted"))?
 }
 
+/// Whose credentials an operator process runs with ([`OperatorOptions::credentials`]).
+#[derive(Clone, Debug, Default)]
+pub enum Credentials {
+    /// The chart's own: its ServiceAccount and RBAC, rendered by `helm template` for an operator
+    /// installed in and watching the test's namespace, installed on the cluster, and a token of
+    /// that account. A call the chart does not grant is refused, as it would be in a real install.
+    #[default]
+    Chart,
+    /// A kubeconfig the test made itself (an account without RBAC, say).
+    Kubeconfig(PathBuf),
+    /// The cluster's admin, for a test that must not depend on the chart's RBAC; says why.
+    Admin { why: &'static str },
+}
+
 /// How to start an operator process ([`Operator::start_with`]).
 #[derive(Clone, Debug, Default)]
 pub struct OperatorOptions {
@@ -290,8 +310,9 @@ pub struct OperatorOptions {
     /// it: `--enable-leader-election=false`, and `--metrics-addr` / `--health-probe-addr` on free
     /// local ports.
     pub args: Vec<String>,
-    /// A kubeconfig to use instead of the test cluster's admin one.
-    pub kubeconfig: Option<PathBuf>,
+    /// The admin kubeconfig of the cluster to run against, instead of the test cluster's.
+    pub cluster: Option<PathBuf>,
+    pub credentials: Credentials,
 }
 
 impl OperatorOptions {
@@ -360,13 +381,27 @@ impl Operator {
         Self::start_with(namespace, OperatorOptions::args(extra_args)).await
     }
 
-    /// Starts `cloneset-operator --namespace=<ns>` as `opts` say.
+    /// Starts `cloneset-operator --namespace=<ns>` as `opts` say: by default with the chart's
+    /// ServiceAccount and RBAC for that namespace ([`Credentials::Chart`]).
     pub async fn start_with(namespace: &str, opts: OperatorOptions) -> anyhow::Result<Self> {
         use std::os::unix::process::CommandExt as _;
         static STARTS: AtomicU32 = AtomicU32::new(0);
-        let kubeconfig = match opts.kubeconfig {
+        let cluster = match opts.cluster {
             Some(k) => k,
             None => kubeconfig().await?,
+        };
+        // As the chart's pods have it: the installation namespace, where the Lease lives unless a
+        // flag says otherwise.
+        let (kubeconfig, pod_namespace) = match opts.credentials {
+            Credentials::Chart => {
+                let id = crate::chart::operator_identity(&cluster, namespace, &opts.args).await?;
+                (id.kubeconfig, Some(id.installed_in))
+            }
+            Credentials::Kubeconfig(path) => (path, None),
+            Credentials::Admin { why } => {
+                eprintln!("the operator in {namespace} runs with the cluster's admin credentials: {why}");
+                (cluster, None)
+            }
         };
         // The last occurrence of a flag is the one the operator uses (Go's rule).
         let given = |flag: &str| opts.args.iter().rev().find(|a| *a == flag || a.starts_with(&format!("{flag}="))).cloned();
@@ -396,8 +431,11 @@ impl Operator {
         let mut cmd = std::process::Command::new(bin);
         cmd.env("KUBECONFIG", &kubeconfig)
             .env("RUST_LOG", std::env::var("E2E_OPERATOR_LOG").unwrap_or_else(|_| "info,cloneset_operator=debug".into()))
+            // An error's exit is not held up resolving a backtrace (panics keep theirs).
+            .env("RUST_LIB_BACKTRACE", "0")
             .env_remove("POD_NAMESPACE")
             .env_remove("POD_NAME")
+            .envs(pod_namespace.map(|ns| ("POD_NAMESPACE", ns)))
             .args(&args)
             .stdin(std::process::Stdio::null())
             .stdout(file.try_clone()?)

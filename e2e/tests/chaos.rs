@@ -224,7 +224,7 @@ async fn a_rollout_finishes_after_the_apiserver_restarts_mid_way() {
         .await
         .unwrap();
 
-    let opts = OperatorOptions { kubeconfig: Some(cluster.state.kubeconfig.clone()), ..Default::default() };
+    let opts = OperatorOptions { cluster: Some(cluster.state.kubeconfig.clone()), ..Default::default() };
     let mut op = Operator::start_with(ns, opts).await.unwrap();
     let clonesets: Api<CloneSet> = Api::namespaced(client.clone(), ns);
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);

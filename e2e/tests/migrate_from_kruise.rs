@@ -5,7 +5,7 @@
 //! made (e2e/fixtures/kruise-v1.9.0) and its pods. It runs on a private control plane: it
 //! changes the CRD and installs webhooks that would block every other test's pods.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -25,6 +25,10 @@ use serde_json::{Value, json};
 const T: Duration = Duration::from_secs(120);
 const CRD: &str = "clonesets.apps.kruise.io";
 const NS: &str = "takeover";
+/// Where `migrate`'s own ServiceAccounts live, as its chart's Job would run them.
+const MIGRATE_NS: &str = "cloneset-migrate";
+/// The migrate chart's releases (and so ServiceAccounts): one each way.
+const MIGRATE_RELEASES: [(&str, bool); 2] = [("cloneset-migrate", false), ("cloneset-migrate-back", true)];
 
 fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -227,6 +231,48 @@ async fn create_pod(client: &Client, ns: &str, name: &str) -> Result<(), String>
     Api::<Pod>::namespaced(client.clone(), ns).create(&PostParams::default(), &pod).await.map(|_| ()).map_err(|e| e.to_string())
 }
 
+/// A kubeconfig with the permissions `charts/cloneset-operator-migrate` gives its Job in release
+/// `release` (`migrate`, or with `to_kruise` `migrate --to-kruise`), installed with `client`.
+async fn migrate_kubeconfig(client: &Client, admin: &Path, release: &str, to_kruise: bool) -> PathBuf {
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    if namespaces.get_opt(MIGRATE_NS).await.unwrap().is_none() {
+        namespaces
+            .create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": MIGRATE_NS}})).unwrap())
+            .await
+            .unwrap();
+    }
+    let values = [format!("toKruise={to_kruise}")];
+    let account =
+        e2e::chart::install_identity(client, e2e::chart::MIGRATE_CHART_NAME, release, MIGRATE_NS, &values, &["rbac.yaml"]).await.unwrap();
+    let out = repo_root().join(format!("target/migrate-e2e/{release}.kubeconfig"));
+    std::fs::create_dir_all(out.parent().unwrap()).unwrap();
+    e2e::chart::account_kubeconfig(admin, client, MIGRATE_NS, &account, &out).await.unwrap();
+    out
+}
+
+/// Every request `migrate` sent with its chart's ServiceAccounts (the control plane's audit log)
+/// against what the chart grants them: each call granted, each grant used, nothing refused.
+fn migrate_calls_match_its_chart(cluster_dir: &Path) {
+    let log = std::fs::read_to_string(e2e::cluster::audit_log(cluster_dir)).unwrap();
+    let users: Vec<String> = MIGRATE_RELEASES.iter().map(|(r, _)| format!("system:serviceaccount:{MIGRATE_NS}:{r}")).collect();
+    let (calls, _) = e2e::rbac::calls(&log, |u| users.iter().any(|x| x == u)).unwrap();
+    let mut grants = BTreeSet::new();
+    for (release, to_kruise) in MIGRATE_RELEASES {
+        let set = format!("toKruise={to_kruise}");
+        let docs = e2e::chart::render_chart(
+            e2e::chart::MIGRATE_CHART_NAME,
+            release,
+            MIGRATE_NS,
+            &["--set", &set, "--show-only", "templates/rbac.yaml"],
+        )
+        .unwrap();
+        grants.extend(e2e::rbac::grants(&docs).unwrap());
+    }
+    let report = e2e::rbac::compare(&grants, &calls);
+    println!("migrate's requests against its chart's RBAC: {report}");
+    assert!(report.requests > 0 && report.is_clean(), "{report}");
+}
+
 fn webhook_names(hooks: impl IntoIterator<Item = String>) -> Vec<String> {
     hooks.into_iter().collect()
 }
@@ -287,9 +333,13 @@ async fn migrate_hands_a_kruise_helm_install_over_without_restarting_a_pod() {
     let crd_before = crds.get(CRD).await.unwrap();
     assert_eq!(crd_before.annotations().get("meta.helm.sh/release-name").map(String::as_str), Some("kruise"));
 
+    // `migrate` runs with exactly the permissions its chart gives its Job.
+    let migrate_kc = migrate_kubeconfig(&client, &kc, MIGRATE_RELEASES[0].0, false).await;
+    let back_kc = migrate_kubeconfig(&client, &kc, MIGRATE_RELEASES[1].0, true).await;
+
     // Dry run: says what it would do, changes nothing.
     let op = operator_bin.clone();
-    let dry = run_ok(op.clone(), &["migrate", "--dry-run"], &kc).await;
+    let dry = run_ok(op.clone(), &["migrate", "--dry-run"], &migrate_kc).await;
     for expected in [
         "would remove the CRD from Helm release record default/sh.helm.release.v1.kruise.v1",
         "would remove the CRD from Helm release record default/sh.helm.release.v1.kruise.v2",
@@ -304,7 +354,7 @@ async fn migrate_hands_a_kruise_helm_install_over_without_restarting_a_pod() {
 
     // The real run waits for Kruise's Lease, then hands over.
     let started = Instant::now();
-    let out = run_ok(op.clone(), &["migrate"], &kc).await;
+    let out = run_ok(op.clone(), &["migrate"], &migrate_kc).await;
     let took = started.elapsed();
     println!("migrate took {took:?}:\n{out}");
     assert!(out.contains("waiting up to 120s for Kruise's Lease kruise-system/kruise-manager"), "{out}");
@@ -328,7 +378,7 @@ async fn migrate_hands_a_kruise_helm_install_over_without_restarting_a_pod() {
     create_pod(&client, "elsewhere", "after").await.expect("pod creation elsewhere is no longer blocked");
 
     // Twice is safe.
-    let again = run_ok(op.clone(), &["migrate"], &kc).await;
+    let again = run_ok(op.clone(), &["migrate"], &migrate_kc).await;
     assert!(again.contains("nothing to change: already migrated"), "{again}");
 
     // Kruise's release goes; the CRD, the CloneSet and its pods stay.
@@ -369,7 +419,7 @@ async fn migrate_hands_a_kruise_helm_install_over_without_restarting_a_pod() {
     assert!(columns(&crds.get(CRD).await.unwrap()).contains(&"UPGRADE_TEST".to_string()), "helm upgrade did not change the CRD");
 
     // Our manager takes over: not one pod replaced or restarted, no new revision.
-    let opts = OperatorOptions { args: vec![], kubeconfig: Some(kc.clone()) };
+    let opts = OperatorOptions { cluster: Some(kc.clone()), ..Default::default() };
     let operator = Operator::start_with(NS, opts).await.unwrap();
     wait_until(T, "the CloneSet reconciled and the queue empty", || async {
         Ok(e2e::bench::reconciled_and_idle(&operator.metrics().await?, 1.0))
@@ -409,7 +459,7 @@ async fn migrate_hands_a_kruise_helm_install_over_without_restarting_a_pod() {
     drop(operator);
     let pods_before = pod_identities(&pods).await;
     let revs_before = revision_uids(&revs).await;
-    let back = run_ok(op.clone(), &["migrate", "--to-kruise"], &kc).await;
+    let back = run_ok(op.clone(), &["migrate", "--to-kruise"], &back_kc).await;
     println!("migrate --to-kruise:\n{back}");
     for expected in [
         format!("CloneSet {NS}/canary: template already hashes to update revision canary-568d47f6b7"),
@@ -425,7 +475,7 @@ async fn migrate_hands_a_kruise_helm_install_over_without_restarting_a_pod() {
     assert_eq!(crd.annotations().get("meta.helm.sh/release-name").map(String::as_str), Some("kruise"));
     assert!(!columns(&crd).contains(&"UPDATED_AVAILABLE".to_string()), "Kruise's chart did not take the CRD back");
     // Kruise's rule (the stored template hashed, here by `TemplateNoDefaults`) keeps every revision and pod.
-    let opts = OperatorOptions { args: vec!["--feature-gates=TemplateNoDefaults=true".into()], kubeconfig: Some(kc.clone()) };
+    let opts = OperatorOptions { cluster: Some(kc.clone()), ..OperatorOptions::args(&["--feature-gates=TemplateNoDefaults=true"]) };
     let kruises_rule = Operator::start_with(NS, opts).await.unwrap();
     wait_until(T, "both CloneSets reconciled and the queue empty", || async {
         Ok(e2e::bench::reconciled_and_idle(&kruises_rule.metrics().await?, 2.0))
@@ -438,6 +488,7 @@ async fn migrate_hands_a_kruise_helm_install_over_without_restarting_a_pod() {
     assert_eq!(pod_identities(&pods).await, pods_before, "a pod was replaced or restarted going back");
     assert_eq!(revision_uids(&revs).await, revs_before, "a revision was created going back");
     drop(kruises_rule);
+    migrate_calls_match_its_chart(&cluster.dir);
     drop(cluster);
 }
 

@@ -8,7 +8,9 @@ use std::time::{Duration, Instant};
 
 use cloneset_operator::api::{CloneSet, keys};
 use cloneset_operator::config;
-use e2e::testenv::{Operator, OperatorOptions, TestNamespace, install_api, is_leader, leader_and_standby, wait_until, watch_until};
+use e2e::testenv::{
+    Credentials, Operator, OperatorOptions, TestNamespace, install_api, is_leader, leader_and_standby, wait_until, watch_until,
+};
 use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
 use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt as _};
@@ -400,7 +402,9 @@ async fn readyz_waits_for_the_caches_to_sync() {
     std::fs::write(&path, serde_json::to_string(&kubeconfig).unwrap()).unwrap();
 
     let started = Instant::now();
-    let op = Operator::start_with(&ns.name, OperatorOptions { kubeconfig: Some(path.clone()), ..Default::default() }).await.unwrap();
+    let op = Operator::start_with(&ns.name, OperatorOptions { credentials: Credentials::Kubeconfig(path.clone()), ..Default::default() })
+        .await
+        .unwrap();
     wait_until(Duration::from_secs(30), "/healthz", || async { Ok(op.probe("/healthz").await? == 200) }).await.unwrap();
     let alive_after = started.elapsed();
     // Three seconds of refused lists: never ready meanwhile.
@@ -650,7 +654,7 @@ fn with_local_ports(args: &[&str]) -> OperatorOptions {
     for flag in ["--metrics-addr", "--health-probe-addr"] {
         all.push(format!("{flag}={}", e2e::testenv::free_local_addr().unwrap()));
     }
-    OperatorOptions { args: all, kubeconfig: None }
+    OperatorOptions { args: all, ..Default::default() }
 }
 
 /// Kruise's chart arguments and its e2e install arguments start the operator unchanged: it leads,

@@ -22,6 +22,36 @@ fn sample_manifest() -> CloneSet {
     .unwrap()
 }
 
+/// A revision name already held by another object is a hash collision, as in Kruise: the taken
+/// name is read (its data differs), `collisionCount` goes up, and the CloneSet's revision and pods
+/// take the name of the next hash. The object that held the name is left alone.
+#[tokio::test]
+async fn a_revision_name_taken_by_another_object_is_a_hash_collision() {
+    use cloneset_operator::core::defaults::default_pod_template;
+    use cloneset_operator::core::revision::{hash_revision, revision_data, revision_name};
+    let e = env("collision").await;
+    let revisions: Api<ControllerRevision> = e.ns.api();
+    let intruder: ControllerRevision = serde_json::from_value(json!({
+        "metadata": {"name": "sample-d4d4fb5bd"}, "data": {"someone": "else"}, "revision": 1,
+    }))
+    .unwrap();
+    revisions.create(&Default::default(), &intruder).await.unwrap();
+    let template = serde_json::to_value(&sample_manifest().spec.template).unwrap();
+    let data = revision_data(&default_pod_template(&template));
+    let next = revision_name("sample", &hash_revision(&data, 1));
+    assert_ne!(next, "sample-d4d4fb5bd");
+
+    e.create(&sample_manifest()).await;
+    let cs = e.wait_status("sample", "one ready pod", |cs| rolled_out(cs, 1)).await;
+    let s = st(&cs);
+    assert_eq!((s.update_revision.as_str(), s.collision_count), (next.as_str(), Some(1)), "{}", e.operator.log_tail(20));
+    let pods = e.active_pods("sample").await;
+    assert_eq!(label(&pods[0], keys::CONTROLLER_REVISION_HASH), Some(next.as_str()));
+    let kept = revisions.get("sample-d4d4fb5bd").await.unwrap();
+    assert_eq!(kept.data, intruder.data, "the revision that held the name is not touched");
+    assert!(kept.owner_references().is_empty());
+}
+
 #[tokio::test]
 async fn pods_and_revisions_look_exactly_like_kruise_ones() {
     let e = env("shape").await;

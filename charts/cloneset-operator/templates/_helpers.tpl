@@ -1,9 +1,21 @@
-{{/* Name of the release's objects: the release name, or "<release>-cloneset-operator". */}}
+{{/*
+Name of the release's objects: fullnameOverride; else the release name when it contains the
+chart's name (or nameOverride); else "<release>-<name>".
+*/}}
+{{- define "cloneset-operator.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
 {{- define "cloneset-operator.fullname" -}}
-{{- if contains .Chart.Name .Release.Name -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := include "cloneset-operator.name" . -}}
+{{- if contains $name .Release.Name -}}
 {{- .Release.Name | trunc 63 | trimSuffix "-" -}}
 {{- else -}}
-{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
 
@@ -13,7 +25,7 @@
 {{- end -}}
 
 {{- define "cloneset-operator.selectorLabels" -}}
-app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/name: {{ include "cloneset-operator.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
@@ -26,8 +38,15 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end -}}
 
+{{/* The manager's image: repository@digest when a digest is given, else repository:tag. */}}
 {{- define "cloneset-operator.image" -}}
-{{- printf "%s:%s" .Values.manager.image.repository (.Values.manager.image.tag | default .Chart.AppVersion) -}}
+{{- with .Values.manager.image -}}
+{{- if .digest -}}
+{{- printf "%s@%s" .repository .digest -}}
+{{- else -}}
+{{- printf "%s:%s" .repository (.tag | default $.Chart.AppVersion) -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}
 
 {{/*

@@ -26,7 +26,9 @@ enum Cmd {
         /// Extra kube-apiserver arguments, after its own, e.g. `--apiserver-arg=--profiling=true`.
         #[arg(long = "apiserver-arg", allow_hyphen_values = true)]
         apiserver_args: Vec<String>,
-        /// Use the simulated-kubelet settings the e2e tests are written against.
+        /// The test cluster: the simulated-kubelet settings the e2e tests are written against, an
+        /// audit log of ServiceAccount requests (for `rbac-audit`) and the
+        /// OwnerReferencesPermissionEnforcement admission plugin.
         #[arg(long)]
         test_profile: bool,
         /// Real nodes (kubelet, containerd, runc; needs root) to start beside the simulated ones.
@@ -70,10 +72,31 @@ enum Cmd {
         #[arg(long)]
         compare: Option<PathBuf>,
     },
+    /// Hold the operator's requests in this control plane's audit log (an `up --test-profile`
+    /// writes one) against the RBAC the chart grants: exit 1 if a request was not granted or
+    /// refused, or a grant was never used.
+    RbacAudit,
     /// Stop every process this directory's `up` started; logs are kept.
     Down,
     /// Exit 0 and print the kubeconfig path when the cluster is running.
     Status,
+}
+
+/// What the chart grants, the same whether it watches every namespace or one (checked here).
+fn chart_grants() -> anyhow::Result<std::collections::BTreeSet<e2e::rbac::Access>> {
+    let rbac = ["--show-only", "templates/rbac.yaml"];
+    let cluster_wide = e2e::rbac::grants(&e2e::chart::render("cloneset-operator", "cloneset-system", &rbac)?)?;
+    let mut one = rbac.to_vec();
+    one.extend(["--set", "manager.watchNamespace=apps"]);
+    let one_namespace = e2e::rbac::grants(&e2e::chart::render("cloneset-operator", "cloneset-system", &one)?)?;
+    if cluster_wide != one_namespace {
+        anyhow::bail!(
+            "the chart grants different calls with manager.watchNamespace: {:?} only cluster-wide, {:?} only in one namespace",
+            cluster_wide.difference(&one_namespace).collect::<Vec<_>>(),
+            one_namespace.difference(&cluster_wide).collect::<Vec<_>>()
+        );
+    }
+    Ok(cluster_wide)
 }
 
 #[tokio::main]
@@ -103,7 +126,8 @@ async fn main() -> anyhow::Result<()> {
         Cmd::Image { binary, reference, out } => {
             let bytes = std::fs::read(&binary).with_context(|| format!("reading {}", binary.display()))?;
             e2e::image::check_static(&bytes).with_context(|| format!("{} cannot run in an image without libc", binary.display()))?;
-            let image = e2e::image::build(&e2e::image::operator_image(&reference, bytes));
+            let version = e2e::image::BinaryVersion::of(&binary)?;
+            let image = e2e::image::build(&e2e::image::operator_image(&reference, bytes, &version));
             let digest = e2e::image::write_archive(&out, &image)?;
             eprintln!("local-cluster: {reference} written to {} (manifest {digest})", out.display());
             eprintln!("  skopeo copy oci-archive:{}:{} docker://<registry>/cloneset-operator:{}", out.display(), image.tag(), image.tag());
@@ -129,6 +153,25 @@ async fn main() -> anyhow::Result<()> {
                 std::process::exit(1);
             }
             eprintln!("local-cluster: nothing left on the host since the snapshot");
+        }
+        Cmd::RbacAudit => {
+            let log = cluster::audit_log(&dir);
+            let text =
+                std::fs::read_to_string(&log).with_context(|| format!("reading {} (written by `up --test-profile`)", log.display()))?;
+            let grants = chart_grants()?;
+            let (calls, non_resource) = e2e::rbac::calls(&text, e2e::chart::is_operator_account)?;
+            let report = e2e::rbac::compare(&grants, &calls);
+            eprint!("local-cluster: the chart's RBAC against the operator's requests in {}: {report}", log.display());
+            eprintln!(
+                "  non-resource paths (discovery, allowed to every account): {}",
+                non_resource.into_iter().collect::<Vec<_>>().join(" ")
+            );
+            if report.requests == 0 {
+                anyhow::bail!("no request of the operator's in the audit log: nothing was checked");
+            }
+            if !report.is_clean() {
+                anyhow::bail!("the chart's RBAC and the operator's calls differ (above)");
+            }
         }
         Cmd::Prepare { real_nodes } => {
             let bins = cluster::prepare(&UpOptions::new(&dir).k8s_version, real_nodes > 0)?;

@@ -9,7 +9,7 @@ use anyhow::{Context as _, bail};
 use cloneset_operator::api::{CloneSet, CloneSetStatus};
 use cloneset_operator::client::RateLimit;
 use e2e::bench::{self, Requests, Snapshot};
-use e2e::testenv::{Operator, OperatorOptions, TestNamespace};
+use e2e::testenv::{Credentials, Operator, OperatorOptions, TestNamespace};
 use e2e::workload::manifest;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -179,7 +179,17 @@ impl Bench {
         let mut args =
             limit.map_or_else(Vec::new, |l| vec![format!("--rest-config-qps={}", l.qps), format!("--rest-config-burst={}", l.burst)]);
         args.extend(extra.iter().map(|a| a.to_string()));
-        let op = Operator::start_with(ns, OperatorOptions { args, kubeconfig: None }).await?;
+        let op = Operator::start_with(
+            ns,
+            OperatorOptions {
+                args,
+                credentials: Credentials::Admin {
+                    why: "the bench measures the operator, not its permissions, on whatever cluster BENCH_KUBECONFIG names",
+                },
+                ..Default::default()
+            },
+        )
+        .await?;
         let deadline = Instant::now() + Duration::from_secs(60);
         while op.probe("/readyz").await.ok() != Some(200) {
             if Instant::now() > deadline {
