@@ -448,7 +448,10 @@ async fn sync_revisions(ctx: &Context, key: &str, cs: &CloneSet, template: &str)
     let vct = &template.vct_hash;
 
     let update = match history::plan_update_revision(&sorted, data, &template.stored) {
-        UpdateRevisionPlan::Existing { name } => name,
+        UpdateRevisionPlan::Existing { name } => {
+            collision_count = revision::collision_count_naming(&cs_name, &name, &[data, &template.stored], collision_count);
+            name
+        }
         UpdateRevisionPlan::Reuse { name, revision } => {
             writes::bump_revision(ctx, &ns, &name, revision, vct).await?;
             if let Some(r) = sorted.iter_mut().find(|r| r.name == name) {

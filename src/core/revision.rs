@@ -46,6 +46,17 @@ pub fn hash_revision(data: &[u8], collision_count: i32) -> String {
     safe_encode(&hash.to_string())
 }
 
+/// The collision count, from `at_least` up, under which one of `data` hashes to revision `name`
+/// of CloneSet `cloneset_name`; `at_least` when none does within a few. A revision named after a
+/// hash collision keeps its count this way even when the status it is read against (from a cache
+/// a moment behind the status write) still has the count from before the collision.
+pub fn collision_count_naming(cloneset_name: &str, name: &str, data: &[&[u8]], at_least: i32) -> i32 {
+    const SEARCHED: i32 = 16;
+    (at_least..at_least.saturating_add(SEARCHED))
+        .find(|n| data.iter().any(|d| revision_name(cloneset_name, &hash_revision(d, *n)) == name))
+        .unwrap_or(at_least)
+}
+
 /// `<cloneset>-<hash>`, the CloneSet name cut to [`REVISION_NAME_PREFIX_MAX`] bytes. Go cuts bytes;
 /// object names are ASCII, and a cut inside a multi-byte character backs off to the character start.
 pub fn revision_name(cloneset_name: &str, hash: &str) -> String {
@@ -172,6 +183,17 @@ mod tests {
         let hash = hash_revision(&data, 0);
         assert_eq!(hash, "597d4cb8fd");
         assert_eq!(revision_name("sample", &hash), "sample-597d4cb8fd");
+    }
+
+    #[test]
+    fn a_revision_named_after_a_collision_gives_its_count_back() {
+        let (data, other) = (SAMPLE_DATA.as_bytes(), b"other".as_slice());
+        let named = |n| revision_name("sample", &hash_revision(data, n));
+        assert_eq!(collision_count_naming("sample", &named(0), &[data], 0), 0);
+        assert_eq!(collision_count_naming("sample", &named(2), &[other, data], 0), 2, "either data may name it");
+        assert_eq!(collision_count_naming("sample", &named(2), &[data], 1), 2);
+        assert_eq!(collision_count_naming("sample", &named(1), &[data], 3), 3, "never below what is known");
+        assert_eq!(collision_count_naming("sample", "sample-unrelated", &[data], 1), 1);
     }
 
     #[test]
