@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use cloneset_operator::api::{CloneSet, keys};
 use cloneset_operator::migrate::{KRUISE_MUTATING_CONFIG, KRUISE_VALIDATING_CONFIG};
+use e2e::chart::repo_root;
 use e2e::testenv::{Operator, OperatorOptions, wait_until, watch_until};
 use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration};
 use k8s_openapi::api::apps::v1::ControllerRevision;
@@ -29,10 +30,6 @@ const NS: &str = "takeover";
 const MIGRATE_NS: &str = "cloneset-migrate";
 /// The migrate chart's releases (and so ServiceAccounts): one each way.
 const MIGRATE_RELEASES: [(&str, bool); 2] = [("cloneset-migrate", false), ("cloneset-migrate-back", true)];
-
-fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
-}
 
 /// A control plane of this test's own, stopped on drop.
 struct PrivateCluster {
@@ -55,9 +52,7 @@ impl Drop for PrivateCluster {
 }
 
 fn helm_bin() -> PathBuf {
-    let out = Command::new("bash").arg(repo_root().join("e2e/scripts/build-helm.sh")).stderr(Stdio::inherit()).output().unwrap();
-    assert!(out.status.success(), "build-helm.sh failed");
-    PathBuf::from(String::from_utf8_lossy(&out.stdout).lines().last().unwrap().trim())
+    e2e::chart::helm_bin().unwrap().to_path_buf()
 }
 
 /// Runs a binary with the private cluster's kubeconfig, off the async runtime.
