@@ -630,6 +630,39 @@ async fn a_recreate_update_replaces_the_real_pods() {
     }
 }
 
+/// A pod on the real node evicted (phase Failed, reason Evicted, as the kubelet's eviction
+/// leaves it) with a PVC it may reuse: the operator deletes it, and the replacement runs on the
+/// real node under the same instance id with the same PVC, its volume mounted by the kubelet.
+#[tokio::test]
+#[ignore = "needs a real node (root: kubelet, containerd, a bridge); make test runs it as root"]
+async fn an_evicted_real_pod_is_replaced_under_its_id_with_its_pvc() {
+    let _cluster = real_cluster().await;
+    let e = env("real-evicted").await;
+    let mut spec = on_the_real_node(json!({"volumeClaimTemplates": [{"metadata": {"name": "data"},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}]}));
+    json_patch::merge(&mut spec, &served("nginx:1.27"));
+    let mut cs = manifest("db", 1, "nginx:1.27", spec);
+    let pod_spec = cs.spec.template.spec.as_mut().unwrap();
+    pod_spec.containers[0].volume_mounts = Some(vec![serde_json::from_value(json!({"name": "data", "mountPath": "/data"})).unwrap()]);
+    e.create(&cs).await;
+    e.wait_status("db", "ready", |cs| rolled_out(cs, 1)).await;
+    let victim = e.active_pods("db").await.remove(0);
+    let pvcs: Api<k8s_openapi::api::core::v1::PersistentVolumeClaim> = e.ns.api();
+    let id = victim.labels()[cloneset_operator::api::keys::CLONESET_INSTANCE_ID].clone();
+    let pvc_uid = pvcs.get(&format!("data-db-{id}")).await.unwrap().metadata.uid;
+    let status = json!({"status": {"phase": "Failed", "reason": "Evicted", "message": "The node was low on resource: memory."}});
+    e.pods.patch_status(&victim.name_any(), &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&status)).await.unwrap();
+    let replacement = watch_until(&e.pods, &victim.name_any(), T, |p| {
+        p.metadata.uid != victim.metadata.uid && p.status.as_ref().is_some_and(|s| s.phase.as_deref() == Some("Running"))
+    })
+    .await
+    .unwrap_or_else(|err| panic!("{err:#}\n{}", e.operator.log_tail(30)));
+    e.wait_status("db", "ready again", |cs| rolled_out(cs, 1)).await;
+    assert_eq!(replacement.spec.as_ref().unwrap().node_name, victim.spec.as_ref().unwrap().node_name, "on the real node");
+    assert_eq!(pvcs.get(&format!("data-db-{id}")).await.unwrap().metadata.uid, pvc_uid, "the same PVC");
+    assert_eq!(http_get(&pod_ip(&e.active_pods("db").await[0])).await.trim(), "nginx 1.27", "the replacement serves");
+}
+
 /// A rollout to an image whose containers never become ready (they exit) stops at
 /// maxUnavailable: the watch never sees more pods unready than that, the CloneSet reports no
 /// progress past it, and the exiting containers are restarted by the kubelet, not recreated by

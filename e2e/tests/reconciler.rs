@@ -303,6 +303,50 @@ async fn rollback_reuses_the_previous_revision_and_history_is_truncated() {
     assert_eq!(kept[2].name_any(), current);
 }
 
+/// A pod the kubelet evicted (phase Failed, reason Evicted; the object stays) with PVCs it may
+/// reuse: the operator deletes it, as the StatefulSet controller deletes a failed pod, and its
+/// replacement takes its instance id and so its PVC, which is kept. Never a create into the name
+/// the evicted pod still holds (Kruise v1.9.0 retries that `already exists` forever).
+#[tokio::test]
+async fn an_evicted_pod_is_replaced_under_its_id_with_its_pvc() {
+    let e = env("evicted").await;
+    let vct = json!({"volumeClaimTemplates": [{"metadata": {"name": "data"},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}]});
+    e.create(&manifest("db", 2, "nginx:1.27", vct)).await;
+    e.wait_status("db", "2 ready", |cs| settled(cs, 2)).await;
+    let pvcs: Api<PersistentVolumeClaim> = e.ns.api();
+    let victim = e.active_pods("db").await.remove(0);
+    let id = label(&victim, keys::CLONESET_INSTANCE_ID).unwrap().to_string();
+    let pvc_uid = pvcs.get(&format!("data-db-{id}")).await.unwrap().metadata.uid;
+    let events: Api<k8s_openapi::api::core::v1::Event> = e.ns.api();
+    let (seen, watch) = e2e::testenv::record_selected(&events, Default::default(), |ev: &k8s_openapi::api::core::v1::Event| {
+        (ev.reason.clone().unwrap_or_default(), ev.message.clone().unwrap_or_default())
+    })
+    .await
+    .unwrap();
+
+    evict(&e.pods, &victim.name_any()).await;
+    let victim_uid = victim.metadata.uid.clone();
+    let replaced = wait_until(T, "the evicted pod replaced under its instance id", || async {
+        Ok(e.pods.get_opt(&victim.name_any()).await?.is_some_and(|p| p.metadata.uid != victim_uid))
+    })
+    .await;
+    watch.abort();
+    replaced.unwrap_or_else(|err| panic!("{err:#}\n{}", e.operator.log_tail(30)));
+    e.wait_status("db", "2 ready again", |cs| settled(cs, 2)).await;
+    assert_eq!(pvcs.get(&format!("data-db-{id}")).await.unwrap().metadata.uid, pvc_uid, "the evicted pod's PVC was kept and reused");
+    let seen = seen.lock().unwrap().clone();
+    assert!(!seen.iter().any(|(reason, _)| reason == "FailedCreate"), "a create into a name still taken: {seen:?}");
+    assert!(seen.iter().any(|(reason, msg)| reason == "SuccessfulDelete" && msg.contains(&victim.name_any())), "{seen:?}");
+}
+
+/// What the kubelet's eviction leaves: the pod object, in phase Failed with reason Evicted.
+async fn evict(pods: &Api<k8s_openapi::api::core::v1::Pod>, name: &str) {
+    let status = json!({"status": {"phase": "Failed", "reason": "Evicted",
+        "message": "The node was low on resource: memory. Threshold quantity: 100Mi, available: 50Mi."}});
+    pods.patch_status(name, &PatchParams::default(), &Patch::Merge(&status)).await.unwrap();
+}
+
 #[tokio::test]
 async fn pvcs_are_created_per_instance_and_reused() {
     let e = env("pvc").await;
@@ -442,29 +486,6 @@ async fn a_pvc_create_conflict_fails_the_pod_create_with_failed_create() {
     .await
     .unwrap();
     assert!(e.active_pods("db").await.is_empty(), "no pod is created without its PVCs");
-}
-
-/// Kruise's `createOnePod`: a pod name still held by an Evicted (Failed, not deleted) pod of the
-/// CloneSet, whose instance id is free for PVC reuse, is a create failure Kruise shows as a
-/// FailedCreate event and a FailedScale condition, not a silent success.
-#[tokio::test]
-async fn a_pod_create_conflict_with_an_evicted_pod_is_a_visible_failed_create() {
-    let e = env("evicted").await;
-    let vct = json!({"volumeClaimTemplates": [{"metadata": {"name": "data"},
-        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}]});
-    e.create(&manifest("db", 1, "nginx:1.27", vct)).await;
-    e.wait_status("db", "1 ready", |cs| settled(cs, 1)).await;
-    let pod = e.active_pods("db").await.remove(0);
-    let evicted = json!({"status": {"phase": "Failed", "reason": "Evicted"}});
-    e.pods.patch_status(&pod.name_any(), &PatchParams::default(), &Patch::Merge(evicted)).await.unwrap();
-    let cs = e.wait_status("db", "a FailedScale condition", |cs| failed_scale(cs).is_some()).await;
-    let taken = format!("pods \"{}\" already exists", pod.name_any());
-    assert!(failed_scale(&cs).unwrap().contains(&taken), "{:?}", failed_scale(&cs));
-    wait_until(T, "a FailedCreate event for the pod", || async {
-        has_warning(&e, "db", "FailedCreate", |m| m.starts_with("failed to create pod: ") && m.contains(&taken)).await
-    })
-    .await
-    .unwrap();
 }
 
 /// Kruise lists a CloneSet's pods by owner UID: a pod it controls still counts after its

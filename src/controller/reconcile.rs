@@ -172,7 +172,7 @@ pub async fn reconcile(ctx: &Arc<Context>, key: &str) -> Result<Option<Duration>
                     event(ctx, cs, EventType::Warning, "ScaleUpLimited", msg).await;
                 }
                 let templates = revs.templates_for(&scale)?;
-                let (changed, error) = execute_scale(ctx, cs, &scale, &templates, &active_refs, &pvcs, now).await;
+                let (changed, error) = execute_scale(ctx, cs, &scale, &templates, &active_refs, &inactive, &pvcs, now).await;
                 (sync::StepOutcome { changed: changed > 0, failed: error.is_some() }, error, condition::FAILED_SCALE)
             }
             sync::Step::Refresh => {
@@ -598,14 +598,17 @@ async fn apply_pod_writes(ctx: &Context, ns: &str, pod: &dyn PodRead, writes: &[
 }
 
 /// Carries out the scale plan: creates pods in slow-start batches (1, 2, 4, …), stopping after
-/// the first batch with a failure; or moves and deletes pods, stopping at the first failure.
-/// Returns how many pods it changed, and the failure.
+/// the first batch with a failure (a finished pod that holds a free PVC's id is deleted first, so
+/// its replacement can take the id next pass); or moves and deletes pods, stopping at the first
+/// failure. Returns how many pods it changed, and the failure.
+#[allow(clippy::too_many_arguments)]
 async fn execute_scale(
     ctx: &Context,
     cs: &CloneSet,
     plan: &sync::ScalePlan,
     templates: &NewPodTemplates<'_>,
     active: &[&dyn PodRead],
+    inactive: &[ReadPod],
     pvcs: &[Arc<PersistentVolumeClaim>],
     now: Timestamp,
 ) -> (usize, Option<WriteError>) {
@@ -619,15 +622,31 @@ async fn execute_scale(
             podcore::free_pvc_ids(pvc_ids.iter().copied(), &active_ids)
         };
         let in_use: BTreeSet<String> = active_ids.iter().cloned().chain(pvc_ids.iter().map(|s| s.to_string())).collect();
+        let held: BTreeMap<String, podcore::HeldBy> = inactive
+            .iter()
+            .filter_map(|p| {
+                let by = if p.is_terminating() { podcore::HeldBy::Terminating } else { podcore::HeldBy::Finished { pod: p.name() } };
+                Some((podcore::pod_instance_id(p)?.to_string(), by))
+            })
+            .collect();
         let random = std::hash::RandomState::new();
         let mut n = 0u64;
-        let ids = podcore::instance_ids_for_new_pods(total, &free, &in_use, || {
+        // A pod waiting for a terminating one is created once that one is gone (its event queues us).
+        let podcore::NewPodIds { ids, delete_first, waiting: _ } = podcore::instance_ids_for_new_pods(total, &free, &in_use, &held, || {
             use std::hash::{BuildHasher as _, Hasher as _};
             n += 1;
             let mut h = random.build_hasher();
             h.write_u64(n);
             h.finish()
         });
+        let mut deleted = 0;
+        for name in &delete_first {
+            let Some(pod) = inactive.iter().find(|p| p.name() == name) else { continue };
+            if let Err(e) = writes::delete_pod(ctx, cs, pod, &[]).await {
+                return (deleted, Some(e));
+            }
+            deleted += 1;
+        }
         let existing_pvcs: BTreeSet<String> = pvcs.iter().map(|p| p.name_any()).collect();
         let short_hash = ctx.config.gates.cloneset_short_hash;
         let mut new_pods = Vec::with_capacity(total);
@@ -662,12 +681,12 @@ async fn execute_scale(
                 }
             }
             if failure.is_some() {
-                return (created, failure);
+                return (deleted + created, failure);
             }
             start = end;
             batch *= 2;
         }
-        return (created, None);
+        return (deleted + created, None);
     }
     let ns = ns_of(cs);
     let mut changed = 0;

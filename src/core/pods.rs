@@ -160,18 +160,56 @@ pub fn build_pvcs(cs: &CloneSet, instance_id: &str) -> Vec<PersistentVolumeClaim
         .collect()
 }
 
+/// A pod object that still holds an instance id without being active: no new pod may take the
+/// id (its name) while it exists.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HeldBy<'a> {
+    /// A pod that ended (phase `Failed`, evicted, or `Succeeded`) and is not being deleted.
+    Finished { pod: &'a str },
+    /// A pod being deleted: it goes by itself, and its replacement takes the id then.
+    Terminating,
+}
+
+/// What a scale-up does with instance ids ([`instance_ids_for_new_pods`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NewPodIds {
+    /// The ids of the pods to create now.
+    pub ids: Vec<String>,
+    /// Finished pods to delete first, each holding a free PVC's id: the pod that replaces it takes
+    /// the id, and so the PVCs, on a later pass, once it is gone (as a StatefulSet replaces a
+    /// failed pod). They count towards the pods this pass was asked for.
+    pub delete_first: Vec<String>,
+    /// Pods asked for that wait for a terminating pod holding a free PVC's id to be gone.
+    pub waiting: usize,
+}
+
 /// Instance ids for `count` new pods: first the ids of PVCs no active pod uses (so a new pod
-/// takes over a gone pod's volumes), then fresh random ids unused by any pod or PVC.
+/// takes over a gone pod's volumes), then fresh random ids unused by any pod or PVC. A free PVC's
+/// id that a pod object still holds (`held`) is never given out while it does: a finished pod
+/// holding it is deleted first, and one being deleted is waited for (its replacement keeps the
+/// id and the PVCs, as with Kruise, but is never created into a name still taken).
 /// `random` yields random numbers (the caller owns the randomness).
 pub fn instance_ids_for_new_pods(
     count: usize,
     free_pvc_ids: &BTreeSet<String>,
     ids_in_use: &BTreeSet<String>,
+    held: &BTreeMap<String, HeldBy<'_>>,
     mut random: impl FnMut() -> u64,
-) -> Vec<String> {
-    let mut out: Vec<String> = free_pvc_ids.iter().take(count).cloned().collect();
-    let mut taken: BTreeSet<String> = ids_in_use.iter().chain(free_pvc_ids.iter()).cloned().collect();
-    while out.len() < count {
+) -> NewPodIds {
+    let mut out = NewPodIds::default();
+    let planned = |out: &NewPodIds| out.ids.len() + out.delete_first.len() + out.waiting;
+    for id in free_pvc_ids {
+        if planned(&out) == count {
+            break;
+        }
+        match held.get(id) {
+            None => out.ids.push(id.clone()),
+            Some(HeldBy::Finished { pod }) => out.delete_first.push(pod.to_string()),
+            Some(HeldBy::Terminating) => out.waiting += 1,
+        }
+    }
+    let mut taken: BTreeSet<String> = ids_in_use.iter().chain(free_pvc_ids.iter()).chain(held.keys()).cloned().collect();
+    while planned(&out) < count {
         let mut n = random();
         let id: String = (0..INSTANCE_ID_LEN)
             .map(|_| {
@@ -181,7 +219,7 @@ pub fn instance_ids_for_new_pods(
             })
             .collect();
         if taken.insert(id.clone()) {
-            out.push(id);
+            out.ids.push(id);
         }
     }
     out
@@ -322,10 +360,11 @@ mod tests {
         let free = free_pvc_ids(["a", "c"], &active);
         assert_eq!(free, ["c".to_string()].into());
         let mut n = 0u64;
-        let ids = instance_ids_for_new_pods(2, &free, &active, || {
+        let ids = instance_ids_for_new_pods(2, &free, &active, &BTreeMap::new(), || {
             n += 7919;
             n
-        });
+        })
+        .ids;
         assert_eq!(ids[0], "c");
         assert_eq!(ids[1].len(), 5);
         assert!(ids[1].bytes().all(|b| INSTANCE_ID_ALPHABET.contains(&b)));
@@ -336,11 +375,49 @@ mod tests {
         let in_use: BTreeSet<String> = ["bbbbb".to_string()].into();
         let mut calls = 0;
         // The first draw maps to "bbbbb" (all zero digits), the second to something else.
-        let ids = instance_ids_for_new_pods(1, &BTreeSet::new(), &in_use, || {
+        let ids = instance_ids_for_new_pods(1, &BTreeSet::new(), &in_use, &BTreeMap::new(), || {
+            calls += 1;
+            if calls == 1 { 0 } else { 12345 }
+        })
+        .ids;
+        assert_ne!(ids[0], "bbbbb");
+        assert_eq!(calls, 2);
+    }
+
+    #[test]
+    fn a_free_pvcs_id_still_held_by_a_pod_object_is_never_given_out() {
+        let free: BTreeSet<String> = ["aaaaa", "ccccc", "ddddd"].map(String::from).into();
+        let held: BTreeMap<String, HeldBy> =
+            [("aaaaa".to_string(), HeldBy::Finished { pod: "web-aaaaa" }), ("ccccc".to_string(), HeldBy::Terminating)].into();
+        let mut n = 0u64;
+        let mut random = || {
+            n += 7919;
+            n
+        };
+        // The evicted pod goes first, its replacement (and PVCs) next pass; the terminating one
+        // is waited for; the free id no pod holds is reused; the rest are fresh.
+        let plan = instance_ids_for_new_pods(4, &free, &BTreeSet::new(), &held, &mut random);
+        assert_eq!((plan.delete_first.as_slice(), plan.waiting), (["web-aaaaa".to_string()].as_slice(), 1));
+        assert_eq!(plan.ids[0], "ddddd");
+        assert_eq!(plan.ids.len(), 2);
+        assert!(!["aaaaa", "ccccc", "ddddd"].contains(&plan.ids[1].as_str()));
+        // Asked for one: the finished pod's deletion is that one.
+        let plan = instance_ids_for_new_pods(1, &free, &BTreeSet::new(), &held, &mut random);
+        assert_eq!((plan.ids.len(), plan.delete_first.len()), (0, 1));
+        // Once it is gone its id is free again, and taken.
+        let plan = instance_ids_for_new_pods(1, &free, &BTreeSet::new(), &BTreeMap::new(), &mut random);
+        assert_eq!(plan.ids, ["aaaaa"]);
+    }
+
+    #[test]
+    fn a_random_id_never_takes_a_finished_pods_name() {
+        let held: BTreeMap<String, HeldBy> = [("bbbbb".to_string(), HeldBy::Finished { pod: "web-bbbbb" })].into();
+        let mut calls = 0;
+        let plan = instance_ids_for_new_pods(1, &BTreeSet::new(), &BTreeSet::new(), &held, || {
             calls += 1;
             if calls == 1 { 0 } else { 12345 }
         });
-        assert_ne!(ids[0], "bbbbb");
-        assert_eq!(calls, 2);
+        assert_ne!(plan.ids[0], "bbbbb");
+        assert!(plan.delete_first.is_empty(), "without PVC reuse a finished pod stays");
     }
 }
