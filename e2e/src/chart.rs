@@ -246,23 +246,34 @@ pub async fn operator_identity(admin_kubeconfig: &Path, namespace: &str, args: &
 /// Waits until the authorizer lets `user` watch CloneSets in `namespace`: a new RoleBinding takes
 /// a moment to reach it, and an operator started before that is refused its first requests.
 async fn permissions_in_effect(admin: &Client, user: &str, namespace: &str) -> anyhow::Result<()> {
-    use k8s_openapi::api::authorization::v1::SubjectAccessReview;
-    let review: SubjectAccessReview = serde_json::from_value(json!({"spec": {
-        "user": user, "groups": ["system:serviceaccounts", "system:authenticated"],
-        "resourceAttributes": {"verb": "watch", "group": "apps.kruise.io", "resource": "clonesets", "namespace": namespace},
-    }}))?;
-    let reviews: Api<SubjectAccessReview> = Api::all(admin.clone());
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    loop {
-        let answer = reviews.create(&PostParams::default(), &review).await?;
-        if answer.status.is_some_and(|s| s.allowed) {
-            return Ok(());
-        }
+    while !may(admin, user, "watch", "apps.kruise.io", "clonesets", Some(namespace)).await? {
         if std::time::Instant::now() > deadline {
             bail!("{user} still may not watch CloneSets in {namespace} 30 s after its RBAC was applied");
         }
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
+    Ok(())
+}
+
+/// Whether ServiceAccount `user` (`system:serviceaccount:<namespace>:<name>`) may `verb`
+/// `resource` (`pods`, or `pods/status`) of `group` in `namespace` (cluster-wide when `None`), as
+/// kube-apiserver's authorizer answers a SubjectAccessReview sent by `admin`: the account itself
+/// sends nothing (a refused request would count in the RBAC audit).
+pub async fn may(admin: &Client, user: &str, verb: &str, group: &str, resource: &str, namespace: Option<&str>) -> anyhow::Result<bool> {
+    use k8s_openapi::api::authorization::v1::SubjectAccessReview;
+    let (resource, sub) = resource.split_once('/').map_or((resource, None), |(r, s)| (r, Some(s)));
+    let account_ns = user.strip_prefix("system:serviceaccount:").and_then(|r| r.split_once(':')).map(|(ns, _)| ns);
+    let groups: Vec<String> = ["system:serviceaccounts".to_string(), "system:authenticated".to_string()]
+        .into_iter()
+        .chain(account_ns.map(|ns| format!("system:serviceaccounts:{ns}")))
+        .collect();
+    let review: SubjectAccessReview = serde_json::from_value(json!({"spec": {
+        "user": user, "groups": groups,
+        "resourceAttributes": {"verb": verb, "group": group, "resource": resource, "subresource": sub, "namespace": namespace},
+    }}))?;
+    let answer = Api::<SubjectAccessReview>::all(admin.clone()).create(&PostParams::default(), &review).await?;
+    Ok(answer.status.is_some_and(|s| s.allowed))
 }
 
 /// Writes a kubeconfig for the cluster of `admin` (its current context) that authenticates with

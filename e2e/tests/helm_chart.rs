@@ -688,22 +688,6 @@ async fn helm_install_and_uninstall_on_the_local_control_plane() {
     }
 }
 
-/// Whether `user` may `verb` `resource` (`pods`, or `pods/status`) of `group` in `namespace`
-/// (cluster-wide when `None`), as kube-apiserver's authorizer answers a SubjectAccessReview: the
-/// account itself never sends a refused request (which the RBAC audit would count).
-async fn may(client: &Client, user: &str, verb: &str, group: &str, resource: &str, namespace: Option<&str>) -> bool {
-    use k8s_openapi::api::authorization::v1::SubjectAccessReview;
-    let (resource, sub) = resource.split_once('/').map_or((resource, None), |(r, s)| (r, Some(s)));
-    let groups = ["system:serviceaccounts", &format!("system:serviceaccounts:{}", user.split(':').nth(2).unwrap())].map(String::from);
-    let review: SubjectAccessReview = serde_json::from_value(json!({"spec": {
-        "user": user, "groups": groups,
-        "resourceAttributes": {"verb": verb, "group": group, "resource": resource, "subresource": sub, "namespace": namespace},
-    }}))
-    .unwrap();
-    let answer = Api::<SubjectAccessReview>::all(client.clone()).create(&PostParams::default(), &review).await.unwrap();
-    answer.status.unwrap().allowed
-}
-
 #[tokio::test]
 async fn the_charts_service_account_can_run_the_operator_and_nothing_more() {
     let _one_at_a_time = CLUSTER.lock().await;
@@ -749,7 +733,10 @@ async fn the_charts_service_account_can_run_the_operator_and_nothing_more() {
         ("update", "apps.kruise.io", "clonesets", Some(&ns.name)),
         ("list", "coordination.k8s.io", "leases", Some(&ns.name)),
     ] {
-        assert!(!may(client, &user, verb, group, resource, namespace).await, "{verb} {group}/{resource} in {namespace:?} is allowed");
+        assert!(
+            !chart::may(client, &user, verb, group, resource, namespace).await.unwrap(),
+            "{verb} {group}/{resource} in {namespace:?} is allowed"
+        );
     }
     // Inside them: allowed, cluster-wide (this release watches every namespace).
     for (verb, group, resource, namespace) in [
@@ -758,21 +745,15 @@ async fn the_charts_service_account_can_run_the_operator_and_nothing_more() {
         ("patch", "", "pods/resize", Some("default")),
         ("patch", "apps.kruise.io", "clonesets/status", Some("default")),
     ] {
-        assert!(may(client, &user, verb, group, resource, namespace).await, "{verb} {group}/{resource} in {namespace:?} is refused");
+        assert!(
+            chart::may(client, &user, verb, group, resource, namespace).await.unwrap(),
+            "{verb} {group}/{resource} in {namespace:?} is refused"
+        );
     }
-    let request: k8s_openapi::api::authentication::v1::TokenRequest =
-        serde_json::from_value(json!({"spec": {"audiences": [], "expirationSeconds": 3600}})).unwrap();
-    let token = Api::<ServiceAccount>::namespaced(client.clone(), &ns.name)
-        .create_token_request(&sa, &PostParams::default(), &request)
-        .await
-        .unwrap()
-        .status
-        .unwrap()
-        .token;
     let dir = repo_root().join("target/e2e-logs");
     std::fs::create_dir_all(&dir).unwrap();
     let sa_kc = dir.join(format!("{}-chart-sa.kubeconfig", ns.name));
-    chart::token_kubeconfig(&admin_kc, &token, &ns.name, &sa_kc).unwrap();
+    chart::account_kubeconfig(&admin_kc, client, &ns.name, &sa, &sa_kc).await.unwrap();
 
     // The operator with nothing but the chart's ServiceAccount reconciles a CloneSet end to end:
     // pods and PVCs created, status written, events recorded; then scaled down and rolled out.

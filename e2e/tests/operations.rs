@@ -389,17 +389,10 @@ async fn readyz_waits_for_the_caches_to_sync() {
     let sa_name = "operator";
     let sas: Api<ServiceAccount> = ns.api();
     sas.create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": sa_name}})).unwrap()).await.unwrap();
-    let request: k8s_openapi::api::authentication::v1::TokenRequest =
-        serde_json::from_value(json!({"spec": {"audiences": [], "expirationSeconds": 3600}})).unwrap();
-    let token = sas.create_token_request(sa_name, &PostParams::default(), &request).await.unwrap().status.unwrap().token;
-    // The test cluster's kubeconfig, authenticating as the ServiceAccount instead of the admin.
-    let admin = std::fs::read_to_string(e2e::testenv::kubeconfig().await.unwrap()).unwrap();
-    let mut kubeconfig: Value = serde_saphyr::from_str(&admin).unwrap();
-    for user in kubeconfig["users"].as_array_mut().unwrap() {
-        user["user"] = json!({"token": token});
-    }
+    // The test cluster, authenticating as the ServiceAccount instead of the admin.
     let path = std::env::temp_dir().join(format!("{}-sa.kubeconfig", ns.name));
-    std::fs::write(&path, serde_json::to_string(&kubeconfig).unwrap()).unwrap();
+    let admin = e2e::testenv::kubeconfig().await.unwrap();
+    e2e::chart::account_kubeconfig(&admin, &ns.client, &ns.name, sa_name, &path).await.unwrap();
 
     let started = Instant::now();
     let op = Operator::start_with(&ns.name, OperatorOptions { credentials: Credentials::Kubeconfig(path.clone()), ..Default::default() })
