@@ -10,11 +10,11 @@
 //! ```text
 //! Client (kube's own Buffer) → PodsInProtobuf (protobuf_pods.rs) → Retry (429/503/504, server_retry)
 //!   → Throttle (token bucket + request metric) → ConcurrencyLimit ([`MAX_REQUESTS_IN_FLIGHT`])
-//!   → Buffer → kube's default stack without its retry
+//!   → Buffer → the transport (transport.rs: kube's stack over HTTP/2 with pings, no retry)
 //! ```
 //!
 //! kube's retry normally sits inside its stack, below anything added with
-//! [`ClientBuilder::with_layer`]; it is moved above the throttle so that every attempt, retries
+//! `ClientBuilder::with_layer`; it is moved above the throttle so that every attempt, retries
 //! included, waits for a token and is counted, as in client-go. Every request takes one token
 //! before it is sent: gets, lists, writes, and the initial request of each watch. A watch's
 //! response streams for minutes on that one request, so a long-running watch counts once (per
@@ -27,7 +27,6 @@ use std::time::Duration;
 
 use http::{Request, Response};
 use kube::Client;
-use kube::client::ClientBuilder;
 use kube::client::retry::RetryPolicy;
 use tokio::time::Instant;
 use tower::buffer::BufferLayer;
@@ -204,12 +203,10 @@ where
     }
 }
 
-/// Requests of one client waiting for their response at once. kube speaks HTTP/1.1, one
-/// connection per request in flight, and keeps every connection it opened (with its TLS and
-/// read buffers, about 35 KiB) for reuse: without a bound, one slow-start batch of 512 pod
-/// creations left some 300 connections and 10 MiB behind. 32 keeps a 2-core apiserver busy
-/// (scale-up and rollouts of 1,000 pods take as long as with no bound). A watch holds its slot
-/// only until its response starts streaming.
+/// Requests of one client waiting for their response at once: enough to keep an apiserver busy,
+/// few enough that one slow-start batch of pod creations cannot flood it (over HTTP/1.1, where an
+/// apiserver offers no HTTP/2, each would also hold a pooled connection with its buffers). A
+/// watch holds its slot only until its response starts streaming.
 pub const MAX_REQUESTS_IN_FLIGHT: usize = 32;
 
 /// Builds a client for `config` whose requests all pass through its own token bucket, if
@@ -225,7 +222,7 @@ pub fn build(mut config: kube::Config, limit: Option<RateLimit>, metrics: Arc<Me
         config.headers.push((http::header::USER_AGENT, http::HeaderValue::from_static(USER_AGENT)));
     }
     let host = apiserver_host(&config.cluster_url);
-    let builder = ClientBuilder::try_from(config)?
+    let builder = crate::transport::client_builder(&config)?
         // Makes kube's boxed stack cloneable, so a request can wait for its token first.
         .with_layer(&BufferLayer::new(1024))
         .with_layer(&ConcurrencyLimitLayer::new(MAX_REQUESTS_IN_FLIGHT))

@@ -10,6 +10,9 @@
 //!   holder, or when no renewal has succeeded for the renew deadline (10 s after the last
 //!   successful renewal was sent). A candidate needs at least 15 s of silence, so the old leader
 //!   has stopped at least 5 s before anyone else can start.
+//! - A request that gets no answer within a third of the renew deadline is abandoned with its
+//!   client, and the next attempt goes out on a new connection ([`LeaderElector::reconnecting`]):
+//!   a connection that went silent (a stuck load balancer) costs one attempt, not the Lease.
 //! - On a clean shutdown the leader releases the Lease (no holder, duration 1 s), so a standby
 //!   takes over within one retry period instead of waiting for expiry.
 //!
@@ -79,6 +82,12 @@ impl ElectionConfig {
             ));
         }
         Ok(())
+    }
+
+    /// How long one attempt (a read and a write of the Lease) may take before it is abandoned:
+    /// short enough to leave a fresh connection most of the renew deadline.
+    pub fn attempt_timeout(&self) -> Duration {
+        self.renew_deadline / 3
     }
 }
 
@@ -150,6 +159,8 @@ struct Observed {
 /// One process's side of the election.
 pub struct LeaderElector {
     api: Api<Lease>,
+    /// Makes a client with connections of its own, for after an attempt went unanswered.
+    connect: Option<Box<dyn Fn() -> kube::Result<Client> + Send + Sync>>,
     cfg: ElectionConfig,
     observed: Option<Observed>,
     /// When the request of the last successful acquire/renew was sent.
@@ -160,7 +171,25 @@ pub struct LeaderElector {
 impl LeaderElector {
     pub fn new(client: Client, cfg: ElectionConfig) -> Self {
         let api = Api::namespaced(client, &cfg.namespace);
-        Self { api, cfg, observed: None, last_renew: None, rng: random_u64() | 1 }
+        Self { api, connect: None, cfg, observed: None, last_renew: None, rng: random_u64() | 1 }
+    }
+
+    /// After an attempt that got no answer in time, the next one is made by a new client from
+    /// `connect`: a pooled connection may have gone silent, and HTTP/2 would put the retry on it.
+    pub fn reconnecting(mut self, connect: impl Fn() -> kube::Result<Client> + Send + Sync + 'static) -> Self {
+        self.connect = Some(Box::new(connect));
+        self
+    }
+
+    /// Drops the client whose request went unanswered, with its connections.
+    fn reconnect(&mut self) {
+        let Some(connect) = &self.connect else { return };
+        match connect() {
+            Ok(client) => self.api = Api::namespaced(client, &self.cfg.namespace),
+            Err(e) => {
+                tracing::warn!(lease = %self.lease_ref(), error = %e, "could not build a new client for the lease; keeping the old one")
+            }
+        }
     }
 
     pub fn config(&self) -> &ElectionConfig {
@@ -185,8 +214,8 @@ impl LeaderElector {
     pub async fn acquire(&mut self) {
         let mut last_holder: Option<String> = None;
         loop {
-            // A request stuck longer than the renew deadline is abandoned and retried.
-            match tokio::time::timeout(self.cfg.renew_deadline, self.try_acquire_or_renew(false)).await {
+            // An attempt stuck longer than its timeout is abandoned and retried on a new client.
+            match tokio::time::timeout(self.cfg.attempt_timeout(), self.try_acquire_or_renew(false)).await {
                 Ok(Ok(Attempt::Held)) => {
                     tracing::info!(lease = %self.lease_ref(), identity = %self.cfg.identity, "acquired the lease: leading");
                     return;
@@ -199,7 +228,10 @@ impl LeaderElector {
                 }
                 Ok(Ok(Attempt::Conflict)) => {}
                 Ok(Err(e)) => tracing::warn!(lease = %self.lease_ref(), error = %e, "could not read or take the lease; retrying"),
-                Err(_) => tracing::warn!(lease = %self.lease_ref(), "lease request timed out; retrying"),
+                Err(_) => {
+                    tracing::warn!(lease = %self.lease_ref(), "lease request timed out; retrying on a new connection");
+                    self.reconnect();
+                }
             }
             let pause = self.jittered_retry();
             tokio::time::sleep(pause).await;
@@ -217,8 +249,16 @@ impl LeaderElector {
                 if Instant::now() >= deadline {
                     return Lost::RenewDeadline(self.lease_ref(), self.cfg.renew_deadline, last_error);
                 }
-                match tokio::time::timeout_at(deadline, self.try_acquire_or_renew(true)).await {
-                    Err(_) => return Lost::RenewDeadline(self.lease_ref(), self.cfg.renew_deadline, " (request timed out)".into()),
+                let attempt_deadline = deadline.min(Instant::now() + self.cfg.attempt_timeout());
+                match tokio::time::timeout_at(attempt_deadline, self.try_acquire_or_renew(true)).await {
+                    Err(_) if attempt_deadline >= deadline => {
+                        return Lost::RenewDeadline(self.lease_ref(), self.cfg.renew_deadline, " (request timed out)".into());
+                    }
+                    Err(_) => {
+                        tracing::warn!(lease = %self.lease_ref(), "lease renewal timed out; retrying on a new connection");
+                        last_error = " (requests timed out)".into();
+                        self.reconnect();
+                    }
                     Ok(Ok(Attempt::Held)) => break,
                     Ok(Ok(Attempt::HeldBy(holder))) => return Lost::TakenBy(self.lease_ref(), holder),
                     // Someone wrote the Lease since our read: read it again (a short pause avoids a hot loop).
@@ -469,7 +509,14 @@ mod tests {
         }
     }
 
-    impl tower::Service<Request<kube::client::Body>> for Fake {
+    /// One connection to the fake: once `silent`, its requests never get an answer.
+    #[derive(Clone)]
+    struct Line {
+        fake: Fake,
+        silent: Arc<std::sync::atomic::AtomicBool>,
+    }
+
+    impl tower::Service<Request<kube::client::Body>> for Line {
         type Response = Response<Full<Bytes>>;
         type Error = Infallible;
         type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Infallible>> + Send>>;
@@ -479,13 +526,53 @@ mod tests {
         }
 
         fn call(&mut self, req: Request<kube::client::Body>) -> Self::Future {
-            let fake = self.clone();
-            Box::pin(async move { Ok(fake.handle(req).await) })
+            let (fake, silent) = (self.fake.clone(), self.silent.load(std::sync::atomic::Ordering::SeqCst));
+            Box::pin(async move {
+                if silent {
+                    std::future::pending::<()>().await;
+                }
+                Ok(fake.handle(req).await)
+            })
         }
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn a_leader_whose_connection_goes_silent_renews_on_a_new_one() {
+        let fake = Fake::default();
+        let first = Line { fake: fake.clone(), silent: Default::default() };
+        let connects = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = connects.clone();
+        let reconnect_to = fake.clone();
+        let mut a = LeaderElector::new(Client::new(first.clone(), "default"), ElectionConfig::new("ns", "a")).reconnecting(move || {
+            counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            Ok(Client::new(Line { fake: reconnect_to.clone(), silent: Default::default() }, "default"))
+        });
+        a.acquire().await;
+        first.silent.store(true, std::sync::atomic::Ordering::SeqCst);
+        let held = tokio::time::timeout(Duration::from_secs(60), a.hold()).await;
+        assert!(held.is_err(), "still leading a minute later, not {:?}", held.map(|l| l.to_string()));
+        assert_eq!(connects.load(std::sync::atomic::Ordering::SeqCst), 1, "one new connection, after the first unanswered renewal");
+        assert_eq!(fake.holder().as_deref(), Some("a"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_standby_whose_connection_goes_silent_reads_on_a_new_one() {
+        let fake = Fake::default();
+        let first = Line { fake: fake.clone(), silent: Arc::new(true.into()) };
+        let reconnect_to = fake.clone();
+        let mut b = LeaderElector::new(Client::new(first, "default"), ElectionConfig::new("ns", "b"))
+            .reconnecting(move || Ok(Client::new(Line { fake: reconnect_to.clone(), silent: Default::default() }, "default")));
+        let t = Instant::now();
+        tokio::time::timeout(Duration::from_secs(60), b.acquire()).await.expect("acquired on the new connection");
+        // One unanswered attempt, one jittered retry period (2-2.4 s), then the new connection.
+        let cfg = ElectionConfig::new("ns", "b");
+        let (least, most) = (cfg.attempt_timeout() + cfg.retry_period, cfg.attempt_timeout() + cfg.retry_period.mul_f64(1.2));
+        assert!((least..=most).contains(&t.elapsed()), "{:?}", t.elapsed());
+        assert_eq!(fake.holder().as_deref(), Some("b"));
+    }
+
     fn elector(fake: &Fake, who: &str) -> LeaderElector {
-        LeaderElector::new(Client::new(fake.clone(), "default"), ElectionConfig::new("ns", who))
+        LeaderElector::new(Client::new(Line { fake: fake.clone(), silent: Default::default() }, "default"), ElectionConfig::new("ns", who))
     }
 
     #[tokio::test(start_paused = true)]

@@ -18,3 +18,4 @@ pub mod procfs;
 pub mod protobuf_pods;
 pub mod server;
 pub mod telemetry;
+pub mod transport;

@@ -374,10 +374,12 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
 
     let guard = args.kruise_lease().map(|(ns, name)| KruiseGuard::new(client.clone(), ns, name, &election.identity, election.retry_period));
     let elector = if args.enable_leader_election {
-        // Its own token bucket, so renewals never wait behind the controller's writes.
-        let lease_client =
-            client::build(kube_config, args.rate_limit(), metrics.clone(), false).context("building the leader-election client")?;
-        Some(LeaderElector::new(lease_client, election))
+        // Its own token bucket and connections, so renewals never wait behind the controller's
+        // writes; rebuilt after a renewal that went unanswered.
+        let (limit, lease_metrics) = (args.rate_limit(), metrics.clone());
+        let connect = move || client::build(kube_config.clone(), limit, lease_metrics.clone(), false);
+        let lease_client = connect().context("building the leader-election client")?;
+        Some(LeaderElector::new(lease_client, election).reconnecting(connect))
     } else {
         tracing::info!("leader election disabled (--enable-leader-election=false): this instance always leads");
         None

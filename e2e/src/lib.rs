@@ -6,6 +6,7 @@ pub mod bench;
 pub mod chaos;
 pub mod chart;
 pub mod cluster;
+pub mod freezing_proxy;
 pub mod host;
 pub mod image;
 pub mod nodes;
