@@ -257,6 +257,11 @@ pub fn metric_sum(text: &str, name: &str) -> f64 {
     samples(text, name).map(|(_, v)| v).sum()
 }
 
+/// The sum of the samples of metric `name` whose labels include every pair of `with`.
+pub fn metric_sum_where(text: &str, name: &str, with: &[(&str, &str)]) -> f64 {
+    samples(text, name).filter(|(labels, _)| with.iter().all(|(k, v)| labels.get(*k).map(String::as_str) == Some(*v))).map(|(_, v)| v).sum()
+}
+
 /// The sum of `name`'s samples, or `None` when `text` has none (a controller without that
 /// metric), where [`metric_sum`] would say 0.
 pub fn gauge(text: &str, name: &str) -> Option<f64> {

@@ -118,7 +118,7 @@ pub fn release_for(namespace: &str) -> String {
 /// its installation namespace, and its pods' `POD_NAMESPACE` names it; the operator's own
 /// namespace unless the flag says otherwise, as Kruise's chart arguments do), watching only
 /// `namespace`, and reading the Kruise Lease it is told to watch.
-fn install_for(namespace: &str, args: &[String]) -> (String, Vec<String>) {
+pub fn install_for(namespace: &str, args: &[String]) -> (String, Vec<String>) {
     let flag = |name: &str| args.iter().rev().find_map(|a| a.strip_prefix(&format!("{name}=")));
     let installed_in = flag("--leader-election-namespace").filter(|n| !n.is_empty()).unwrap_or(namespace).to_string();
     let mut values = vec![
@@ -159,13 +159,19 @@ pub async fn install_identity(
     let docs =
         tokio::task::spawn_blocking(move || render_chart(&chart, &release, &ns, &extra.iter().map(String::as_str).collect::<Vec<_>>()))
             .await??;
+    if let Some(kind) = docs.iter().filter_map(|d| d["kind"].as_str()).find(|k| !IDENTITY_KINDS.contains(k)) {
+        bail!("{templates:?} rendered a {kind}, not only an identity and its permissions");
+    }
+    let applied = apply_rendered(admin, docs).await?;
+    applied.into_iter().find_map(|(kind, name)| (kind == "ServiceAccount").then_some(name)).context("the chart rendered no ServiceAccount")
+}
+
+/// Applies rendered objects with `admin` (server-side apply); returns their kinds and names.
+pub async fn apply_rendered(admin: &Client, docs: Vec<Value>) -> anyhow::Result<Vec<(String, String)>> {
     let ssa = PatchParams::apply("cloneset-e2e").force();
-    let mut account = None;
+    let mut applied = Vec::new();
     for doc in docs {
         let kind = doc["kind"].as_str().unwrap_or_default().to_string();
-        if !IDENTITY_KINDS.contains(&kind.as_str()) {
-            bail!("{templates:?} rendered a {kind}, not only an identity and its permissions");
-        }
         let obj: DynamicObject = serde_json::from_value(doc)?;
         let (group, version) = match obj.types.as_ref().map(|t| t.api_version.as_str()) {
             Some("v1") => ("", "v1"),
@@ -179,11 +185,9 @@ pub async fn install_identity(
             None => Api::all_with(admin.clone(), &ar),
         };
         api.patch(&name, &ssa, &Patch::Apply(&obj)).await.with_context(|| format!("applying {kind} {name}"))?;
-        if kind == "ServiceAccount" {
-            account = Some(name);
-        }
+        applied.push((kind, name));
     }
-    account.context("the chart rendered no ServiceAccount")
+    Ok(applied)
 }
 
 /// Writes `out`, a kubeconfig for the cluster of `admin_kubeconfig` that authenticates as

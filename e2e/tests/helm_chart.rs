@@ -176,6 +176,8 @@ fn helm_lint_passes_and_the_defaults_render_the_expected_objects() {
         "ValidatingAdmissionPolicyBinding",
         "CustomResourceDefinition",
         "PodDisruptionBudget",
+        "FlowSchema",
+        "PriorityLevelConfiguration",
     ]
     .into_iter()
     .map(String::from)
@@ -195,6 +197,8 @@ fn helm_lint_passes_and_the_defaults_render_the_expected_objects() {
             "ValidatingAdmissionPolicy",
             "ValidatingAdmissionPolicyBinding",
             "CustomResourceDefinition",
+            "FlowSchema",
+            "PriorityLevelConfiguration",
         ]
         .contains(&kind);
         let expected_ns = if cluster_scoped { Value::Null } else { json!("cloneset-system") };
@@ -211,6 +215,19 @@ fn helm_lint_passes_and_the_defaults_render_the_expected_objects() {
     }
     assert_eq!(one(&docs, "ClusterRoleBinding")["roleRef"]["name"], one(&docs, "ClusterRole")["metadata"]["name"]);
     assert_eq!(one(&docs, "RoleBinding")["roleRef"]["name"], one(&docs, "Role")["metadata"]["name"]);
+
+    // Every request of that ServiceAccount goes to the chart's own priority level, after the
+    // built-in schemas of the control plane and before `service-accounts` (9000).
+    let (fs, plc) = (one(&docs, "FlowSchema"), one(&docs, "PriorityLevelConfiguration"));
+    assert_eq!(fs["spec"]["priorityLevelConfiguration"]["name"], plc["metadata"]["name"]);
+    assert_eq!(fs["spec"]["matchingPrecedence"], 1000);
+    assert_eq!(
+        fs["spec"]["rules"][0]["subjects"],
+        json!([{"kind": "ServiceAccount", "serviceAccount": {"name": "cloneset-operator", "namespace": "cloneset-system"}}])
+    );
+    assert_eq!(plc["spec"]["limited"]["nominalConcurrencyShares"], 40);
+    let without = render(&["--set", "apiPriorityAndFairness.enabled=false"]);
+    assert!(of_kind(&without, "FlowSchema").is_empty() && of_kind(&without, "PriorityLevelConfiguration").is_empty());
 
     // The Service exposes the metrics port of the manager pods.
     let (deploy, _) = manager(&docs);
