@@ -3,8 +3,9 @@
 
 use std::time::Duration;
 
-/// Kruise's feature gates that change CloneSet behaviour, with Kruise's production defaults (all off).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// Kruise's feature gates that change CloneSet behaviour, with Kruise's production defaults
+/// (all off but `InPlaceUpdateEnvFromMetadata`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FeatureGates {
     /// Pods' `controller-revision-hash` carries only the hash.
     pub cloneset_short_hash: bool,
@@ -21,6 +22,24 @@ pub struct FeatureGates {
     /// The pod template is hashed (and pods are built from it) as written, without the
     /// Kubernetes defaults Kruise's webhook fills in.
     pub template_no_defaults: bool,
+    /// A template change that alters a label or annotation a container's env reads through the
+    /// downward API is not made in place (a running container never sees the new value).
+    pub in_place_update_env_from_metadata: bool,
+}
+
+impl Default for FeatureGates {
+    fn default() -> Self {
+        Self {
+            cloneset_short_hash: false,
+            cloneset_partition_rollback: false,
+            preparing_update_as_update: false,
+            recreate_pod_when_change_vct: false,
+            in_place_workload_vertical_scaling: false,
+            force_delete_timeout_expectation: false,
+            template_no_defaults: false,
+            in_place_update_env_from_metadata: true,
+        }
+    }
 }
 
 /// Where a gate's value lives in [`FeatureGates`].
@@ -61,7 +80,7 @@ pub const KRUISE_GATES: &[Gate] = &[
     gate("PodUnavailableBudgetDeleteGate", Stage::Beta, None),
     gate("PodUnavailableBudgetUpdateGate", Stage::Alpha, None),
     gate("TemplateNoDefaults", Stage::Alpha, Some(|g| &mut g.template_no_defaults)),
-    gate("InPlaceUpdateEnvFromMetadata", Stage::Beta, None),
+    gate("InPlaceUpdateEnvFromMetadata", Stage::Beta, Some(|g| &mut g.in_place_update_env_from_metadata)),
     gate("StatefulSetAutoDeletePVC", Stage::Beta, None),
     gate("SidecarSetPatchPodMetadataDefaultsAllowed", Stage::Alpha, None),
     gate("SidecarTerminator", Stage::Alpha, None),
@@ -498,6 +517,7 @@ mod tests {
             in_place_workload_vertical_scaling: true,
             force_delete_timeout_expectation: true,
             template_no_defaults: false,
+            in_place_update_env_from_metadata: true,
         };
         assert_eq!(e2e.gates, on);
         assert!(e2e.without_effect.contains(&("EnableExternalCerts", false)) && e2e.without_effect.contains(&("PodWebhook", true)));
@@ -505,8 +525,9 @@ mod tests {
         // Explicit values win wherever they stand.
         assert!(!GateSettings::parse("CloneSetShortHash=false,AllAlpha=true").unwrap().gates.cloneset_short_hash);
         assert!(GateSettings::parse("AllAlpha=false,CloneSetShortHash=true").unwrap().gates.cloneset_short_hash);
-        // Every CloneSet gate is alpha in Kruise v1.9.0: AllBeta alone turns none on.
+        // AllBeta alone turns no CloneSet gate on: InPlaceUpdateEnvFromMetadata is on already.
         assert_eq!(GateSettings::parse("AllBeta=true").unwrap().gates, FeatureGates::default());
+        assert!(!GateSettings::parse("InPlaceUpdateEnvFromMetadata=false").unwrap().gates.in_place_update_env_from_metadata);
         assert_eq!(GateSettings::parse("AllAlpha=true").unwrap().gates, FeatureGates { template_no_defaults: true, ..on });
     }
 

@@ -30,7 +30,8 @@ fn the_chart_and_the_binary_have_one_version() {
 #[test]
 fn the_changelog_opens_with_this_version() {
     let changelog = read("CHANGELOG.md");
-    let first = changelog.lines().find(|l| l.starts_with("## [")).expect("a release section");
+    // Changes since the last release collect under `## [Unreleased]`, above it.
+    let first = changelog.lines().find(|l| l.starts_with("## [") && *l != "## [Unreleased]").expect("a release section");
     let heading = format!("## [{}] - ", env!("CARGO_PKG_VERSION"));
     assert!(first.starts_with(&heading), "CHANGELOG.md's first release is {first:?}, not {heading}<date>");
     let date = &first[heading.len()..];

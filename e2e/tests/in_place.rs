@@ -183,6 +183,67 @@ async fn in_place_only_reports_failed_update_for_a_change_it_cannot_make() {
     assert_eq!(st(&cs).updated_replicas, 0);
 }
 
+/// Container `main` reading template label `ver` into its env `X` (downward API).
+fn env_from_ver(ver: &str) -> serde_json::Value {
+    json!({"template": {"metadata": {"labels": {"ver": ver}}, "spec": {"containers": [{"name": "main", "image": "nginx:1.27",
+        "env": [{"name": "X", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['ver']"}}}]}]}}})
+}
+
+/// A label a container's env reads through the downward API: changed under InPlaceIfPossible,
+/// every pod is replaced by a new one and none is ever patched to the new value in place (its
+/// container would keep the old one); under InPlaceOnly the pods are held, with a FailedUpdate
+/// condition and a Warning event that name the variable.
+#[tokio::test]
+async fn a_label_read_into_env_changes_by_new_pods_never_in_place() {
+    let e = env("envmeta").await;
+    e.create(&manifest("web", 2, "nginx:1.27", in_place(env_from_ver("1")))).await;
+    e.wait_status("web", "2 ready", |cs| rolled_out(cs, 2)).await;
+    let old: BTreeSet<String> = e.active_pods("web").await.iter().filter_map(|p| p.metadata.uid.clone()).collect();
+    // Every value of `ver` each pod (by UID) was ever seen with.
+    let seen: Arc<Mutex<BTreeMap<String, BTreeSet<String>>>> = Default::default();
+    let watch = {
+        let (seen, pods) = (seen.clone(), e.pods.clone());
+        tokio::spawn(async move {
+            let stream = watcher::watcher(pods, watcher::Config::default().labels("app=web"));
+            futures::pin_mut!(stream);
+            while let Ok(Some(ev)) = stream.try_next().await {
+                let (Event::Apply(p) | Event::InitApply(p)) = ev else { continue };
+                let ver = label(&p, "ver").unwrap_or_default().to_string();
+                seen.lock().unwrap().entry(p.metadata.uid.clone().unwrap_or_default()).or_default().insert(ver);
+            }
+        })
+    };
+    e.patch("web", json!({"template": {"metadata": {"labels": {"ver": "2"}}}})).await;
+    e.wait_status("web", "rolled out with ver 2", |cs| rolled_out(cs, 2)).await;
+    watch.abort();
+    let pods = e.active_pods("web").await;
+    let new: BTreeSet<String> = pods.iter().filter_map(|p| p.metadata.uid.clone()).collect();
+    assert!(old.is_disjoint(&new), "every pod was recreated: {old:?} / {new:?}");
+    assert!(pods.iter().all(|p| label(p, "ver") == Some("2")));
+    let seen = seen.lock().unwrap().clone();
+    for uid in &old {
+        assert!(!seen.get(uid).is_some_and(|v| v.contains("2")), "pod {uid} was patched to ver=2 in place: {seen:?}");
+    }
+
+    let kept = new;
+    e.patch("web", json!({"updateStrategy": {"type": "InPlaceOnly"}, "template": {"metadata": {"labels": {"ver": "3"}}}})).await;
+    let cs =
+        e.wait_status("web", "FailedUpdate", |cs| st(cs).conditions.iter().any(|c| c.type_ == "FailedUpdate" && c.status == "True")).await;
+    let cond = st(&cs).conditions.into_iter().find(|c| c.type_ == "FailedUpdate").unwrap();
+    assert!(cond.message.contains("container main env X (metadata.labels['ver'])"), "{}", cond.message);
+    let events: Api<k8s_openapi::api::core::v1::Event> = e.ns.api();
+    wait_until(T, "a Warning event naming the variable", || async {
+        let list = events.list(&Default::default()).await?;
+        Ok(list.items.iter().any(|ev| ev.type_.as_deref() == Some("Warning") && ev.message.as_deref().is_some_and(|m| m.contains("env X"))))
+    })
+    .await
+    .unwrap();
+    let pods = e.active_pods("web").await;
+    assert_eq!(pods.iter().filter_map(|p| p.metadata.uid.clone()).collect::<BTreeSet<_>>(), kept, "no pod was recreated");
+    assert!(pods.iter().all(|p| label(p, "ver") == Some("2")), "no pod was patched to ver=3");
+    assert_eq!(st(&cs).updated_replicas, 0);
+}
+
 /// CloneSet `web` (InPlaceIfPossible) whose container `main` requests `cpu` (Burstable).
 fn sized(replicas: i32, cpu: &str) -> cloneset_operator::api::CloneSet {
     manifest("web", replicas, "nginx:1.27", in_place(json!({"template": {"spec": {"containers": [cpu_request(cpu)]}}})))

@@ -769,13 +769,16 @@ async fn execute_update(
     if !plan.pods.is_empty() {
         tracing::debug!(cloneset = %writes::cs_key(cs), diffs = ?plan.diffs, pods = ?plan.pods.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(), "updating pods");
     }
-    let refused = plan.pods.iter().find_map(|(_, a)| if let sync::PodAction::Refuse(msg) = a { Some(msg.clone()) } else { None });
+    let refused = plan.pods.iter().find_map(|(_, a)| a.refusal().map(str::to_string));
+    if let Some((_, sync::PodAction::Hold(msg))) = plan.pods.iter().find(|(_, a)| a.refusal().is_some()) {
+        event(ctx, cs, EventType::Warning, "FailedUpdatePodInPlace", msg.clone()).await;
+    }
     let failed = std::sync::atomic::AtomicBool::new(false);
     let failed = &failed;
     let ns = ns.as_str();
     let mut updates = Vec::with_capacity(plan.pods.len());
     for (name, action) in &plan.pods {
-        if matches!(action, sync::PodAction::Refuse(_)) {
+        if action.refusal().is_some() {
             break;
         }
         let Some(pod) = find_pod(active, name) else { continue };

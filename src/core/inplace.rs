@@ -143,6 +143,49 @@ pub fn in_place_spec(
     })
 }
 
+/// Env variables Kruise leaves out of its env-from-metadata hash (SidecarSet's own).
+const ENV_NOT_FROM_METADATA: [&str; 2] = ["SIDECARSET_VERSION", "SIDECARSET_VERSION_ALT"];
+
+/// Which container env variable, if any, reads through the downward API
+/// (`metadata.labels['<key>']` or `metadata.annotations['<key>']`) a label or annotation that
+/// `spec`'s metadata patch changes, as `"container <c> env <E> (<fieldPath>)"`. The kubelet
+/// resolves such a variable when the container starts, so patching the pod leaves a running
+/// container with the old value: only a restart of the container (kruise-daemon's work) or a
+/// new pod shows the new one. Kruise's rules: the containers of the new template, variables
+/// without a literal value, the two SidecarSet variables excepted.
+pub fn env_from_changed_metadata(new_data: &[u8], spec: &UpdateSpec) -> Option<String> {
+    let patch = spec.metadata_patch()?;
+    let template = revision::template_from_revision_data(new_data).ok()?;
+    let containers = template.get("spec")?.get("containers")?.as_array()?;
+    containers.iter().find_map(|c| {
+        c.get("env")?.as_array()?.iter().find_map(|env| {
+            let name = env.get("name")?.as_str()?;
+            let literal = env.get("value").and_then(Value::as_str).is_some_and(|v| !v.is_empty());
+            if literal || ENV_NOT_FROM_METADATA.contains(&name) {
+                return None;
+            }
+            let path = env.get("valueFrom")?.get("fieldRef")?.get("fieldPath")?.as_str()?;
+            let (field, key) = split_subscripted(path)?;
+            let field = match field {
+                "metadata.labels" => "labels",
+                "metadata.annotations" => "annotations",
+                _ => return None,
+            };
+            patch["metadata"][field]
+                .as_object()?
+                .contains_key(key)
+                .then(|| format!("container {} env {name} ({path})", c.get("name").and_then(Value::as_str).unwrap_or_default()))
+        })
+    })
+}
+
+/// `metadata.labels['k']` → `("metadata.labels", "k")`, as Kubernetes' `SplitMaybeSubscriptedPath`.
+fn split_subscripted(path: &str) -> Option<(&str, &str)> {
+    let inner = path.strip_suffix("']")?;
+    let (field, key) = inner.split_once("['")?;
+    Some((field, key))
+}
+
 /// The strategic-merge directives `CreateTwoWayMergePatch` writes for a change of
 /// `metadata.finalizers` (a set-like list): the new order, the added ones, the removed ones.
 fn finalizers_patch(old_meta: &Value, new_meta: &Value) -> Map<String, Value> {

@@ -437,6 +437,19 @@ pub enum PodAction {
     Wait,
     /// It cannot be updated as asked (InPlaceOnly without an in-place path, or its state).
     Refuse(String),
+    /// Refused as well, for a reason Kruise does not have (an env variable that would go stale
+    /// without kruise-daemon): said by a Warning event too.
+    Hold(String),
+}
+
+impl PodAction {
+    /// The message of a refusal ([`PodAction::Refuse`] or [`PodAction::Hold`]).
+    pub fn refusal(&self) -> Option<&str> {
+        match self {
+            PodAction::Refuse(msg) | PodAction::Hold(msg) => Some(msg),
+            _ => None,
+        }
+    }
 }
 
 /// The update phase's decision.
@@ -514,15 +527,23 @@ fn pod_action(input: &SyncInput<'_>, pod: &dyn PodRead, target: &str) -> PodActi
             (Some(old), Some(new)) => old != new,
             _ => false,
         };
-    let spec = input
-        .revision_data
-        .get(target)
-        .filter(|_| !vct_changed)
-        .and_then(|new| inplace::in_place_spec(old, new, target, grace, input.gates.in_place_workload_vertical_scaling));
-    let Some(spec) = spec else {
+    let new = input.revision_data.get(target).filter(|_| !vct_changed);
+    let spec = new.and_then(|new| inplace::in_place_spec(old, new, target, grace, input.gates.in_place_workload_vertical_scaling));
+    // No kruise-daemon restarts containers here: an env variable read from a changed label or
+    // annotation would stay stale in a pod updated in place, so such a change takes a new pod.
+    let stale_env = match (&spec, new) {
+        (Some(spec), Some(new)) if input.gates.in_place_update_env_from_metadata => inplace::env_from_changed_metadata(new, spec),
+        _ => None,
+    };
+    let Some(spec) = spec.filter(|_| stale_env.is_none()) else {
         return if kind == update_type::IN_PLACE_ONLY {
-            let name = pod.name();
-            PodAction::Refuse(format!("find Pod {name} update strategy is InPlaceOnly but can not update in-place"))
+            let refused = format!("find Pod {} update strategy is InPlaceOnly but can not update in-place", pod.name());
+            match stale_env {
+                Some(env) => PodAction::Hold(format!(
+                    "{refused}: {env} reads a label or annotation the update changes, which only a new pod would see"
+                )),
+                None => PodAction::Refuse(refused),
+            }
         } else {
             PodAction::Recreate
         };
@@ -578,7 +599,7 @@ pub fn action_writes(cs: &CloneSet, pod: &Pod, action: &PodAction, revision_labe
             writes.push(PodWrite::Patch(patch));
             writes
         }
-        PodAction::Wait | PodAction::Refuse(_) => vec![],
+        PodAction::Wait | PodAction::Refuse(_) | PodAction::Hold(_) => vec![],
     }
 }
 
@@ -971,6 +992,45 @@ mod tests {
         let [PodWrite::Resize(resize), PodWrite::Patch(apply), ..] = r[0].writes.as_slice() else { panic!("{r:?}") };
         assert_eq!(resize["spec"]["containers"][0]["resources"], json!({"requests": {"cpu": "200m"}}));
         assert_eq!(apply["metadata"]["annotations"][keys::INPLACE_UPDATE_GRACE], json!(null), "the grace annotation goes with it");
+    }
+
+    /// A container reading `metadata.labels['ver']` into its env: changing `ver` takes a new pod
+    /// (or, under InPlaceOnly, a refusal that says why), unless the gate is off; changing a label
+    /// no env reads stays in place.
+    #[test]
+    fn a_label_an_env_reads_is_not_changed_in_place() {
+        let template = |ver: &str, other: &str| {
+            json!({"metadata": {"labels": {"app": "foo", "ver": ver, "other": other}}, "spec": {"containers": [{"name": "c", "image": "nginx:1",
+                "env": [{"name": "X", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['ver']"}}}]}]}})
+        };
+        let data: BTreeMap<String, Arc<[u8]>> = [
+            ("foo-r1".to_string(), crate::core::revision::revision_data(&template("1", "a")).into()),
+            ("foo-r2".to_string(), crate::core::revision::revision_data(&template("2", "a")).into()),
+            ("foo-r3".to_string(), crate::core::revision::revision_data(&template("1", "b")).into()),
+        ]
+        .into();
+        let pod = ready_pod("foo-1", "foo-r1");
+        let pods: [&dyn PodRead; 1] = [&pod];
+        let now: Timestamp = "2026-01-01T01:00:00Z".parse().unwrap();
+        let action = |type_: &str, target: &str, gate: bool| {
+            let mut cs = in_place_cloneset(serde_json::Value::Null);
+            cs.spec.update_strategy.type_ = type_.into();
+            let mut i = input(&cs, &pods, target, now);
+            i.revision_data = &data;
+            i.gates.in_place_update_env_from_metadata = gate;
+            plan_update(&i).pods[0].1.clone()
+        };
+        assert_eq!(action("InPlaceIfPossible", "foo-r2", true), PodAction::Recreate);
+        let PodAction::Hold(why) = action("InPlaceOnly", "foo-r2", true) else { panic!("InPlaceOnly holds the pod") };
+        assert!(
+            why.starts_with(
+                "find Pod foo-1 update strategy is InPlaceOnly but can not update in-place: container c env X (metadata.labels['ver'])"
+            ),
+            "{why}"
+        );
+        assert!(matches!(action("InPlaceIfPossible", "foo-r2", false), PodAction::InPlace(_)), "gate off: Kruise's stale env");
+        assert!(matches!(action("InPlaceIfPossible", "foo-r3", true), PodAction::InPlace(_)), "no env reads `other`");
+        assert!(matches!(action("InPlaceOnly", "foo-r3", true), PodAction::InPlace(_)));
     }
 
     #[test]
