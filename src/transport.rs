@@ -6,7 +6,7 @@
 //! and a watch on it simply stops delivering. Here every connection that has read nothing for
 //! [`PING_AFTER`] is pinged, and closed when no answer comes within [`PING_TIMEOUT`]: the watches
 //! and requests on it fail, and their retries open a new connection. An apiserver that does not
-//! offer HTTP/2 (or a plain `http://` URL) gets HTTP/1.1 with kube's timeouts, as before.
+//! offer HTTP/2 (or a plain `http://` URL) gets HTTP/1.1 with kube's timeouts.
 
 use std::time::Duration;
 

@@ -19,6 +19,10 @@
 //!   namespace): memory and CPU, then a restart of the operator over the last step (startup).
 //!   The operator runs at its defaults, or with a bucket of `BENCH_RESOURCES_QPS` (default
 //!   empty) and twice that burst.
+//! * `BENCH_FAIRNESS` (default `1000`: pods): another client's request latency (p50, p99, max)
+//!   while the operator, running as the chart's ServiceAccount, rolls one CloneSet of that many
+//!   pods in place, first in APF's `workload-low` and then in the priority level the chart
+//!   installs for it (see `fairness.rs`); one row each.
 //! * `BENCH_LARGE` (default empty: skipped; e.g. `500x40` = 500 CloneSets × 40 pods): one
 //!   operator at its defaults over C×P pods in one namespace. First one CloneSet of
 //!   `BENCH_LARGE_ROLLOUT` (default 1000) pods, created and rolled in place `BENCH_LARGE_ROLLOUTS`
@@ -93,6 +97,7 @@
 
 mod baseline;
 mod cache;
+mod fairness;
 mod flows;
 mod scale;
 mod soak;
@@ -138,6 +143,8 @@ struct Knobs {
     resources: Vec<(u32, u32)>,
     resources_limit: Option<RateLimit>,
     concurrency: usize,
+    /// `BENCH_FAIRNESS`: pods of the fairness scenario's CloneSet.
+    fairness: Option<u32>,
     large: Option<(u32, u32)>,
     large_rollout: u32,
     large_probes: u32,
@@ -206,6 +213,15 @@ impl Knobs {
                 Some(RateLimit { qps, burst: (qps * 2.0) as u32 })
             }
         };
+        let fairness = match var("BENCH_FAIRNESS", "1000").trim() {
+            "" => None,
+            n => Some(
+                n.parse::<u32>()
+                    .ok()
+                    .filter(|&n| n > 0)
+                    .with_context(|| format!("BENCH_FAIRNESS={n}: expected a positive whole number"))?,
+            ),
+        };
         let large = match var("BENCH_LARGE", "").trim() {
             "" => None,
             spec => Some(bench::pair(spec).context("BENCH_LARGE")?),
@@ -245,6 +261,7 @@ impl Knobs {
             resources: pairs("BENCH_RESOURCES", "10x50,50x50")?,
             resources_limit,
             concurrency: concurrency as usize,
+            fairness,
             large,
             large_rollout: number("BENCH_LARGE_ROLLOUT", 1000)?,
             large_probes: number("BENCH_LARGE_PROBES", 20)?,
@@ -281,7 +298,7 @@ impl Knobs {
     /// The most pods that exist at once in any scenario.
     fn most_pods(&self) -> u32 {
         let timed = self.sizes.iter().chain(&self.scale_up_sizes).chain(&self.limited_sizes).map(|&(n, _)| n);
-        let resources = self.resources.iter().map(|&(c, p)| c * p);
+        let resources = self.resources.iter().map(|&(c, p)| c * p).chain(self.fairness);
         // The large scenario's pods, its big CloneSet, the probes' new pods and, beside them,
         // the raw baseline's copy of the big CloneSet's pods.
         let large = self.large.map(|(c, p)| c * p + 2 * self.large_rollout + self.large_probes);
@@ -486,6 +503,10 @@ async fn run(b: &Bench, rows: &mut Vec<Row>, failures: &mut Vec<String>) -> anyh
             rows.extend(b.resources(&k.resources).await?);
             eprintln!("{}", bench::table(rows));
         }
+    }
+    if let (None, Some(n)) = (&k.external, k.fairness) {
+        b.fairness(n, rows).await?;
+        eprintln!("{}", bench::table(rows));
     }
     if let Some((c, p)) = k.large {
         b.large(c, p, rows, failures).await?;
