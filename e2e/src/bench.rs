@@ -254,7 +254,7 @@ fn parse_labels(s: &str) -> BTreeMap<String, String> {
 
 /// The sum of every sample of metric `name` (e.g. `controller_runtime_reconcile_total`).
 pub fn metric_sum(text: &str, name: &str) -> f64 {
-    samples(text, name).map(|(_, v)| v).sum()
+    metric_sum_where(text, name, &[])
 }
 
 /// The sum of the samples of metric `name` whose labels include every pair of `with`.

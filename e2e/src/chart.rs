@@ -280,6 +280,43 @@ pub async fn may(admin: &Client, user: &str, verb: &str, group: &str, resource: 
     Ok(answer.status.is_some_and(|s| s.allowed))
 }
 
+/// Makes a kubeconfig cluster entry's relative CA path, which is relative to the kubeconfig at
+/// `from`, absolute, so the entry can be written into a kubeconfig elsewhere.
+pub fn absolute_ca(cluster: &mut Value, from: &Path) {
+    if let Some(ca) = cluster["certificate-authority"].as_str().map(PathBuf::from).filter(|p| p.is_relative()) {
+        cluster["certificate-authority"] = json!(from.parent().unwrap_or(Path::new(".")).join(ca));
+    }
+}
+
+/// Installs the chart's FlowSchema and PriorityLevelConfiguration for the operator of
+/// `namespace` (rendered with the values [`operator_identity`] installs its account with, so the
+/// FlowSchema names that account), and waits until the apiserver uses them (`Dangling=False`).
+/// Returns what it installed, to delete afterwards.
+pub async fn install_flowcontrol(admin: &Client, namespace: &str) -> anyhow::Result<Vec<(ApiResource, String)>> {
+    let (installed_in, values) = install_for(namespace, &[]);
+    let mut extra: Vec<&str> = values.iter().flat_map(|v| ["--set", v.as_str()]).collect();
+    extra.extend(["--show-only", "templates/flowcontrol.yaml"]);
+    let docs = render(&release_for(namespace), &installed_in, &extra)?;
+    let flowcontrol = |kind: &str| ApiResource::from_gvk(&GroupVersionKind::gvk("flowcontrol.apiserver.k8s.io", "v1", kind));
+    let installed: Vec<(ApiResource, String)> =
+        apply_rendered(admin, docs).await?.into_iter().map(|(kind, name)| (flowcontrol(&kind), name)).collect();
+    let schema =
+        installed.iter().find(|(ar, _)| ar.kind == "FlowSchema").map(|(_, n)| n.clone()).context("the chart rendered no FlowSchema")?;
+    let schemas: Api<DynamicObject> = Api::all_with(admin.clone(), &flowcontrol("FlowSchema"));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let fs = schemas.get(&schema).await?;
+        let conditions = fs.data["status"]["conditions"].as_array().cloned().unwrap_or_default();
+        if conditions.iter().any(|c| c["type"] == "Dangling" && c["status"] == "False") {
+            return Ok(installed);
+        }
+        if std::time::Instant::now() > deadline {
+            bail!("FlowSchema {schema} not in use (Dangling=False) 30 s after it was applied: {:?}", fs.data["status"]);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
 /// Writes a kubeconfig for the cluster of `admin` (its current context) that authenticates with
 /// `token` only.
 pub fn token_kubeconfig(admin: &Path, token: &str, namespace: &str, out: &Path) -> anyhow::Result<()> {
@@ -288,10 +325,7 @@ pub fn token_kubeconfig(admin: &Path, token: &str, namespace: &str, out: &Path) 
     let context = kc.contexts.iter().find(|c| c.name == current).and_then(|c| c.context.clone()).context("no current context")?;
     let named = kc.clusters.iter().find(|c| c.name == context.cluster).context("the current context's cluster is missing")?;
     let mut cluster = serde_json::to_value(named.cluster.clone().context("a cluster entry without a cluster")?)?;
-    // A relative CA path is relative to the kubeconfig it came from.
-    if let Some(ca) = cluster["certificate-authority"].as_str().map(PathBuf::from).filter(|p| p.is_relative()) {
-        cluster["certificate-authority"] = json!(admin.parent().unwrap_or(Path::new(".")).join(ca));
-    }
+    absolute_ca(&mut cluster, admin);
     let config = json!({
         "apiVersion": "v1", "kind": "Config",
         "clusters": [{"name": "cluster", "cluster": cluster}],

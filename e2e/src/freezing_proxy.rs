@@ -74,10 +74,7 @@ impl FreezingProxy {
             let uri: http::Uri = server.parse()?;
             let scheme = uri.scheme_str().unwrap_or("https");
             c["cluster"]["server"] = serde_json::json!(format!("{scheme}://{}", self.addr));
-            // A relative CA path is relative to the kubeconfig it came from.
-            if let Some(ca) = c["cluster"]["certificate-authority"].as_str().map(std::path::PathBuf::from).filter(|p| p.is_relative()) {
-                c["cluster"]["certificate-authority"] = serde_json::json!(from.parent().unwrap_or(Path::new(".")).join(ca));
-            }
+            crate::chart::absolute_ca(&mut c["cluster"], from);
         }
         std::fs::write(to, serde_json::to_vec_pretty(&config)?)?;
         Ok(())

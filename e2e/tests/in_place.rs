@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
 use cloneset_operator::api::keys;
-use e2e::testenv::{record, wait_until, watch_until};
+use e2e::testenv::{record, record_selected, wait_until, watch_until};
 use e2e::workload::{Env, T, condition, env, label, manifest, monitor, new_image, rolled_out, settled, st};
 use futures::TryStreamExt as _;
 use k8s_openapi::api::core::v1::Pod;
@@ -199,20 +199,12 @@ async fn a_label_read_into_env_changes_by_new_pods_never_in_place() {
     e.create(&manifest("web", 2, "nginx:1.27", in_place(env_from_ver("1")))).await;
     e.wait_status("web", "2 ready", |cs| rolled_out(cs, 2)).await;
     let old: BTreeSet<String> = e.active_pods("web").await.iter().filter_map(|p| p.metadata.uid.clone()).collect();
-    // Every value of `ver` each pod (by UID) was ever seen with.
-    let seen: Arc<Mutex<BTreeMap<String, BTreeSet<String>>>> = Default::default();
-    let watch = {
-        let (seen, pods) = (seen.clone(), e.pods.clone());
-        tokio::spawn(async move {
-            let stream = watcher::watcher(pods, watcher::Config::default().labels("app=web"));
-            futures::pin_mut!(stream);
-            while let Ok(Some(ev)) = stream.try_next().await {
-                let (Event::Apply(p) | Event::InitApply(p)) = ev else { continue };
-                let ver = label(&p, "ver").unwrap_or_default().to_string();
-                seen.lock().unwrap().entry(p.metadata.uid.clone().unwrap_or_default()).or_default().insert(ver);
-            }
-        })
-    };
+    // Every (UID, `ver`) the pods were seen with, from a watch.
+    let (seen, watch) = record_selected(&e.pods, watcher::Config::default().labels("app=web"), |p: &Pod| {
+        (p.metadata.uid.clone().unwrap_or_default(), label(p, "ver").unwrap_or_default().to_string())
+    })
+    .await
+    .unwrap();
     e.patch("web", json!({"template": {"metadata": {"labels": {"ver": "2"}}}})).await;
     e.wait_status("web", "rolled out with ver 2", |cs| rolled_out(cs, 2)).await;
     watch.abort();
@@ -222,7 +214,7 @@ async fn a_label_read_into_env_changes_by_new_pods_never_in_place() {
     assert!(pods.iter().all(|p| label(p, "ver") == Some("2")));
     let seen = seen.lock().unwrap().clone();
     for uid in &old {
-        assert!(!seen.get(uid).is_some_and(|v| v.contains("2")), "pod {uid} was patched to ver=2 in place: {seen:?}");
+        assert!(!seen.contains(&(uid.clone(), "2".to_string())), "pod {uid} was patched to ver=2 in place: {seen:?}");
     }
 
     let kept = new;

@@ -4,43 +4,24 @@
 use std::time::Duration;
 
 use cloneset_operator::api::CloneSet;
-use e2e::bench::metric_sum_where;
+use e2e::bench::{metric_sum, metric_sum_where};
 use e2e::chart;
-use e2e::testenv::{Operator, TestNamespace, client, install_api, wait_until, watch_until};
+use e2e::testenv::{Operator, TestNamespace, client, install_api, watch_until};
 use e2e::workload::manifest;
 use kube::Api;
-use kube::api::{ApiResource, DeleteParams, DynamicObject, GroupVersionKind, PostParams};
+use kube::api::{DeleteParams, DynamicObject, PostParams};
 use serde_json::json;
-
-fn flowcontrol(kind: &str) -> ApiResource {
-    ApiResource::from_gvk(&GroupVersionKind::gvk("flowcontrol.apiserver.k8s.io", "v1", kind))
-}
 
 #[tokio::test]
 async fn every_request_of_the_operator_is_dispatched_in_the_charts_priority_level() {
     install_api().await.unwrap();
     let ns = TestNamespace::create("apf").await.unwrap();
     let admin = client().await.unwrap();
-    // The values the suite installs the operator's identity with, so the FlowSchema names its account.
-    let (installed_in, values) = chart::install_for(&ns.name, &[]);
-    let release = chart::release_for(&ns.name);
-    let mut extra: Vec<&str> = values.iter().flat_map(|v| ["--set", v.as_str()]).collect();
-    extra.extend(["--show-only", "templates/flowcontrol.yaml"]);
-    let docs = chart::render(&release, &installed_in, &extra).unwrap();
-    let mut applied = chart::apply_rendered(&admin, docs).await.unwrap();
+    let installed = chart::install_flowcontrol(&admin, &ns.name).await.unwrap();
+    let name = format!("{}-cloneset-operator", chart::release_for(&ns.name));
+    let mut applied: Vec<(String, String)> = installed.iter().map(|(ar, n)| (ar.kind.clone(), n.clone())).collect();
     applied.sort();
-    let name = format!("{release}-cloneset-operator");
     assert_eq!(applied, [("FlowSchema".to_string(), name.clone()), ("PriorityLevelConfiguration".to_string(), name.clone())]);
-    let schemas: Api<DynamicObject> = Api::all_with(admin.clone(), &flowcontrol("FlowSchema"));
-    let levels: Api<DynamicObject> = Api::all_with(admin.clone(), &flowcontrol("PriorityLevelConfiguration"));
-    // The apiserver's flow-control configuration controller marks the schema once it uses it.
-    wait_until(Duration::from_secs(30), "the FlowSchema to be in use (Dangling=False)", || async {
-        let fs = schemas.get(&name).await?;
-        let conditions = fs.data["status"]["conditions"].as_array().cloned().unwrap_or_default();
-        Ok(conditions.iter().any(|c| c["type"] == "Dangling" && c["status"] == "False"))
-    })
-    .await
-    .unwrap();
 
     let op = Operator::start(&ns.name, &[]).await.unwrap();
     let clonesets: Api<CloneSet> = ns.api();
@@ -50,7 +31,7 @@ async fn every_request_of_the_operator_is_dispatched_in_the_charts_priority_leve
         .unwrap_or_else(|e| panic!("{e:#}\n{}", op.log_tail(30)));
 
     // Read in this order: a request the operator counts (on its answer) was dispatched before.
-    let made = metric_sum_where(&op.metrics().await.unwrap(), "rest_client_requests_total", &[]);
+    let made = metric_sum(&op.metrics().await.unwrap(), "rest_client_requests_total");
     let apiserver = admin.request_text(http::Request::get("/metrics").body(Vec::new()).unwrap()).await.unwrap();
     let dispatched = metric_sum_where(
         &apiserver,
@@ -61,6 +42,7 @@ async fn every_request_of_the_operator_is_dispatched_in_the_charts_priority_leve
     assert!(made >= 5.0, "the operator made its lists, watches and pod creations: {made}");
     assert!(dispatched >= made, "every request of the operator went through {name}: {dispatched} dispatched, {made} made");
 
-    let _ = schemas.delete(&name, &DeleteParams::default()).await;
-    let _ = levels.delete(&name, &DeleteParams::default()).await;
+    for (ar, name) in installed {
+        let _ = Api::<DynamicObject>::all_with(admin.clone(), &ar).delete(&name, &DeleteParams::default()).await;
+    }
 }

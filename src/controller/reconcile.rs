@@ -769,10 +769,11 @@ async fn execute_update(
     if !plan.pods.is_empty() {
         tracing::debug!(cloneset = %writes::cs_key(cs), diffs = ?plan.diffs, pods = ?plan.pods.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(), "updating pods");
     }
-    let refused = plan.pods.iter().find_map(|(_, a)| a.refusal().map(str::to_string));
-    if let Some((_, sync::PodAction::Hold(msg))) = plan.pods.iter().find(|(_, a)| a.refusal().is_some()) {
+    let refusal = plan.pods.iter().map(|(_, a)| a).find(|a| a.refusal().is_some());
+    if let Some(sync::PodAction::Hold(msg)) = refusal {
         event(ctx, cs, EventType::Warning, "FailedUpdatePodInPlace", msg.clone()).await;
     }
+    let refused = refusal.and_then(sync::PodAction::refusal).map(str::to_string);
     let failed = std::sync::atomic::AtomicBool::new(false);
     let failed = &failed;
     let ns = ns.as_str();

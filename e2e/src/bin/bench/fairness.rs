@@ -11,15 +11,14 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context as _, bail};
+use anyhow::bail;
 use cloneset_operator::api::CloneSet;
 use e2e::bench::{self, Row};
 use e2e::chart;
 use e2e::testenv::{Operator, OperatorOptions, TestNamespace, wait_until};
 use e2e::workload::manifest;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, ServiceAccount};
-use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
-use kube::api::{ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use kube::api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
 
@@ -66,7 +65,7 @@ impl Bench {
         let mut installed = Vec::new();
         for (i, level) in levels.iter().enumerate() {
             if i == 1 {
-                installed = self.install_flowcontrol(&ns.name).await?;
+                installed = chart::install_flowcontrol(&self.admin, &ns.name).await?;
             }
             let v = i as u32 + 2;
             let mut spec = strategy("InPlaceIfPossible", "100%");
@@ -117,20 +116,17 @@ impl Bench {
     /// A client authenticated as a ServiceAccount of its own in `ns`, allowed to read ConfigMaps
     /// there, with one ConfigMap to read.
     async fn other_client(&self, ns: &str) -> anyhow::Result<Client> {
-        let ssa = PatchParams::apply("cloneset-bench").force();
-        let objects = [
-            json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": OTHER}}),
-            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": OTHER},
+        let meta = json!({"name": OTHER, "namespace": ns});
+        let objects = vec![
+            json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta}),
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": meta,
                 "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list"]}]}),
-            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": OTHER},
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": meta,
                 "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": OTHER},
                 "subjects": [{"kind": "ServiceAccount", "name": OTHER, "namespace": ns}]}),
-            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": OTHER}, "data": {"a": "b"}}),
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": {"a": "b"}}),
         ];
-        Api::<ServiceAccount>::namespaced(self.admin.clone(), ns).patch(OTHER, &ssa, &Patch::Apply(&objects[0])).await?;
-        Api::<Role>::namespaced(self.admin.clone(), ns).patch(OTHER, &ssa, &Patch::Apply(&objects[1])).await?;
-        Api::<RoleBinding>::namespaced(self.admin.clone(), ns).patch(OTHER, &ssa, &Patch::Apply(&objects[2])).await?;
-        Api::<ConfigMap>::namespaced(self.admin.clone(), ns).patch(OTHER, &ssa, &Patch::Apply(&objects[3])).await?;
+        chart::apply_rendered(&self.admin, objects).await?;
         let user = format!("system:serviceaccount:{ns}:{OTHER}");
         wait_until(Duration::from_secs(30), "the other client's Role to be in effect", || async {
             chart::may(&self.admin, &user, "get", "", "configmaps", Some(ns)).await
@@ -140,27 +136,6 @@ impl Bench {
         let path = std::env::temp_dir().join(format!("{ns}-{OTHER}.kubeconfig"));
         chart::account_kubeconfig(&admin_kubeconfig, &self.admin, ns, OTHER, &path).await?;
         e2e::cluster::client_for(&path).await
-    }
-
-    /// The chart's FlowSchema and priority level for the operator of `ns` (as the suite installs
-    /// its identity), once the apiserver uses them; returns what to delete afterwards.
-    async fn install_flowcontrol(&self, ns: &str) -> anyhow::Result<Vec<(ApiResource, String)>> {
-        let (installed_in, values) = chart::install_for(ns, &[]);
-        let release = chart::release_for(ns);
-        let mut extra: Vec<&str> = values.iter().flat_map(|v| ["--set", v.as_str()]).collect();
-        extra.extend(["--show-only", "templates/flowcontrol.yaml"]);
-        let docs = chart::render(&release, &installed_in, &extra)?;
-        let applied = chart::apply_rendered(&self.admin, docs).await?;
-        let flowcontrol = |kind: &str| ApiResource::from_gvk(&GroupVersionKind::gvk("flowcontrol.apiserver.k8s.io", "v1", kind));
-        let schema = applied.iter().find(|(k, _)| k == "FlowSchema").map(|(_, n)| n.clone()).context("the chart rendered no FlowSchema")?;
-        let schemas: Api<DynamicObject> = Api::all_with(self.admin.clone(), &flowcontrol("FlowSchema"));
-        wait_until(Duration::from_secs(30), "the FlowSchema to be in use", || async {
-            let fs = schemas.get(&schema).await?;
-            let conditions = fs.data["status"]["conditions"].as_array().cloned().unwrap_or_default();
-            Ok(conditions.iter().any(|c| c["type"] == "Dangling" && c["status"] == "False"))
-        })
-        .await?;
-        Ok(applied.into_iter().map(|(kind, name)| (flowcontrol(&kind), name)).collect())
     }
 }
 
