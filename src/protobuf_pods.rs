@@ -245,12 +245,18 @@ pub struct Container {
     pub restart_policy: Option<String>,
 }
 
+/// Whether the cache keeps this variable (`is_read_env`).
+pub(crate) fn is_kept_env(v: &EnvVar) -> bool {
+    let path = v.value_from.as_ref().and_then(|f| f.field_ref.as_ref()).and_then(|f| f.field_path.as_deref());
+    is_read_env(v.name.as_deref().unwrap_or_default(), v.value.as_deref(), path)
+}
+
 fn no_read_env(env: &[EnvVar]) -> bool {
-    !env.iter().any(|v| is_read_env(v.name.as_deref().unwrap_or_default()))
+    !env.iter().any(is_kept_env)
 }
 
 fn read_env<S: Serializer>(env: &[EnvVar], s: S) -> Result<S::Ok, S::Error> {
-    s.collect_seq(env.iter().filter(|v| is_read_env(v.name.as_deref().unwrap_or_default())))
+    s.collect_seq(env.iter().filter(|v| is_kept_env(v)))
 }
 
 #[derive(Clone, PartialEq, Message, Serialize)]

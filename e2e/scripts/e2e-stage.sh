@@ -39,6 +39,12 @@ if [ $guarded = 1 ] && [ "$real_nodes" -gt 0 ]; then
 else
   echo "make test: the tests that need root and a real node are reported as ignored, with their reason (root: $([ "$(id -u)" = 0 ] && echo yes || echo no), REAL_NODES=$real_nodes)" >&2
 fi
+# The tests with kruise-daemon need its binary, which this project never builds (it is
+# OpenKruise's): they run only when CLONESET_E2E_KRUISE_DAEMON names one.
+if [ -z "${CLONESET_E2E_KRUISE_DAEMON:-}" ]; then
+  test_args+=(--skip with_kruise_daemon_)
+  echo "make test: with_kruise_daemon_* not run: CLONESET_E2E_KRUISE_DAEMON names no kruise-daemon binary (docs/development.md)" >&2
+fi
 
 before=$(mktemp)
 "$local_cluster" host-snapshot >"$before"

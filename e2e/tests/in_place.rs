@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use cloneset_operator::api::keys;
 use e2e::testenv::{record, record_selected, wait_until, watch_until};
@@ -234,6 +234,94 @@ async fn a_label_read_into_env_changes_by_new_pods_never_in_place() {
     assert_eq!(pods.iter().filter_map(|p| p.metadata.uid.clone()).collect::<BTreeSet<_>>(), kept, "no pod was recreated");
     assert!(pods.iter().all(|p| label(p, "ver") == Some("2")), "no pod was patched to ver=3");
     assert_eq!(st(&cs).updated_replicas, 0);
+}
+
+/// What kruise-daemon reports on a pod (`apps.kruise.io/runtime-containers-meta`): each
+/// container's running ID and the hash of the values its env read from the pod's metadata, here
+/// the values `ver` has when the report is made.
+fn daemon_report(p: &Pod, ver: &str) -> String {
+    let labels: BTreeMap<String, String> = [("ver".to_string(), ver.to_string())].into();
+    let containers: Vec<serde_json::Value> = p
+        .spec
+        .iter()
+        .flat_map(|s| &s.containers)
+        .map(|c| {
+            let id = p.status.iter().flat_map(|s| s.container_statuses.iter().flatten()).find(|s| s.name == c.name);
+            let hash = cloneset_operator::core::env_metadata::expected_hash(c, Some(&labels), None);
+            json!({"name": c.name, "containerID": id.and_then(|s| s.container_id.clone()).unwrap_or_default(), "restartCount": 0,
+                   "hashes": {"plainHash": 1, "extractedEnvFromMetadataHash": hash}})
+        })
+        .collect();
+    json!({"containers": containers}).to_string()
+}
+
+/// Where kruise-daemon reports on the pods (the test plays it: a simulated node runs no
+/// containers to restart), the same label change is made in place: same pods, the label patched
+/// with a state asking for the env to be refreshed, and a pod counted updated (InPlaceUpdateReady
+/// True, so the next pod may start) only once the daemon reports the new value's hash for its
+/// running container. Seen from a watch: no pod is ever ready on `ver=2` with the old report.
+#[tokio::test]
+async fn a_label_read_into_env_changes_in_place_where_kruise_daemon_reports() {
+    let e = env("envdaemon").await;
+    e.create(&manifest("web", 2, "nginx:1.27", in_place(env_from_ver("1")))).await;
+    e.wait_status("web", "2 ready", |cs| rolled_out(cs, 2)).await;
+    let report = |p: &Pod, ver: &str| json!({"metadata": {"annotations": {keys::RUNTIME_CONTAINERS_META: daemon_report(p, ver)}}});
+    let before = e.active_pods("web").await;
+    for p in &before {
+        e.pods.patch(&p.name_any(), &PatchParams::default(), &Patch::Merge(report(p, "1"))).await.unwrap();
+    }
+    let uids: BTreeSet<String> = before.iter().filter_map(|p| p.metadata.uid.clone()).collect();
+    // Every (pod, ver, InPlaceUpdateReady, reported value) seen, in order.
+    let old_report = daemon_report(&before[0], "1");
+    let (seen, watch) = record_selected(&e.pods, watcher::Config::default().labels("app=web"), move |p: &Pod| {
+        let reported_old = p.annotations().get(keys::RUNTIME_CONTAINERS_META).is_some_and(|r| *r == daemon_report(p, "1"));
+        (p.name_any(), label(p, "ver").unwrap_or_default().to_string(), condition(p, keys::INPLACE_UPDATE_READY), reported_old)
+    })
+    .await
+    .unwrap();
+    assert!(old_report.contains("extractedEnvFromMetadataHash"));
+    e.patch("web", json!({"template": {"metadata": {"labels": {"ver": "2"}}}})).await;
+
+    // maxUnavailable lets one pod update at a time: each is patched in place, waits for the
+    // daemon, and only then does the next start.
+    let mut done = BTreeSet::new();
+    for _ in 0..2 {
+        let waiting = |p: &Pod| {
+            !done.contains(&p.name_any())
+                && label(p, "ver") == Some("2")
+                && p.annotations().get(keys::INPLACE_UPDATE_STATE).is_some_and(|s| s.contains(r#""updateEnvFromMetadata":true"#))
+        };
+        wait_until(T, "a pod patched to ver=2 in place, waiting for the daemon", || async {
+            Ok(e.active_pods("web").await.iter().any(waiting))
+        })
+        .await
+        .unwrap_or_else(|err| panic!("{err:#}\n--- operator log ---\n{}", e.operator.log_tail(40)));
+        let pod = e.active_pods("web").await.into_iter().find(waiting).unwrap();
+        if done.is_empty() {
+            // A negative needs a window: the operator acts on a pod event within well under a
+            // second here, so three seconds without InPlaceUpdateReady turning True is a wait.
+            let ready = watch_until(&e.pods, &pod.name_any(), Duration::from_secs(3), |p| {
+                condition(p, keys::INPLACE_UPDATE_READY).as_deref() == Some("True")
+            })
+            .await;
+            assert!(ready.is_err(), "{} counted updated before the daemon reported", pod.name_any());
+        }
+        e.pods.patch(&pod.name_any(), &PatchParams::default(), &Patch::Merge(report(&pod, "2"))).await.unwrap();
+        done.insert(pod.name_any());
+    }
+    e.wait_status("web", "both updated and ready", |cs| rolled_out(cs, 2)).await;
+    watch.abort();
+    let after = e.active_pods("web").await;
+    assert_eq!(after.iter().filter_map(|p| p.metadata.uid.clone()).collect::<BTreeSet<_>>(), uids, "no pod was recreated");
+    let seen = seen.lock().unwrap().clone();
+    let early: Vec<_> = seen.iter().filter(|(_, ver, ready, old)| ver == "2" && ready.as_deref() == Some("True") && *old).collect();
+    assert!(early.is_empty(), "a pod counted updated while its container still had ver=1: {early:?}");
+    for name in &done {
+        assert!(
+            seen.iter().any(|(n, ver, ready, _)| n == name && ver == "2" && ready.as_deref() == Some("False")),
+            "{name} was seen waiting for the daemon"
+        );
+    }
 }
 
 /// CloneSet `web` (InPlaceIfPossible) whose container `main` requests `cpu` (Burstable).

@@ -624,6 +624,18 @@ async fn printed_x(pods: &Api<Pod>, name: &str) -> String {
     }
 }
 
+/// CloneSet `web` (InPlaceIfPossible) with one pod on the real node whose container printed X=1.
+async fn printing_ver_1(name: &str) -> (Env, Pod) {
+    let e = env(name).await;
+    let mut spec = on_the_real_node(json!({"updateStrategy": {"type": "InPlaceIfPossible"}}));
+    json_patch::merge(&mut spec, &prints_ver("1"));
+    e.create(&manifest("web", 1, "nginx:1.27", spec)).await;
+    e.wait_status("web", "ready", |cs| rolled_out(cs, 1)).await;
+    let [before] = <[Pod; 1]>::try_from(e.active_pods("web").await).unwrap();
+    assert_eq!(printed_x(&e.pods, &before.name_any()).await, "X=1");
+    (e, before)
+}
+
 /// A label the real container reads into its env: changed under InPlaceIfPossible, the pod is
 /// replaced and the new container prints the new value. Patched in place (what happened before,
 /// and what Kruise does without kruise-daemon), the running container would go on with the old
@@ -632,13 +644,7 @@ async fn printed_x(pods: &Api<Pod>, name: &str) -> String {
 #[ignore = "needs a real node (root: kubelet, containerd, a bridge); make test runs it as root"]
 async fn a_label_read_into_env_reaches_the_real_container_after_the_update() {
     let _cluster = real_cluster().await;
-    let e = env("real-envmeta").await;
-    let mut spec = on_the_real_node(json!({"updateStrategy": {"type": "InPlaceIfPossible"}}));
-    json_patch::merge(&mut spec, &prints_ver("1"));
-    e.create(&manifest("web", 1, "nginx:1.27", spec)).await;
-    e.wait_status("web", "ready", |cs| rolled_out(cs, 1)).await;
-    let [before] = <[Pod; 1]>::try_from(e.active_pods("web").await).unwrap();
-    assert_eq!(printed_x(&e.pods, &before.name_any()).await, "X=1");
+    let (e, before) = printing_ver_1("real-envmeta").await;
     let started = std::time::Instant::now();
     e.patch("web", json!({"template": {"metadata": {"labels": {"ver": "2"}}}})).await;
     e.wait_status("web", "updated", |cs| rolled_out(cs, 1)).await;
@@ -646,6 +652,79 @@ async fn a_label_read_into_env_reaches_the_real_container_after_the_update() {
     assert_eq!(printed_x(&e.pods, &after.name_any()).await, "X=2", "the container sees the new value");
     assert_ne!(after.uid(), before.uid(), "a new pod");
     println!("env from metadata: the new container printed X=2 {:.1?} after the label changed", started.elapsed());
+}
+
+/// kruise-daemon (OpenKruise's node agent, built from its source outside this repository) run on
+/// the real node as its DaemonSet would: its CRI socket at `/hostvarrun` (in a mount namespace of
+/// its own; the empty directory is created on the host, and removed after), `NODE_NAME` set,
+/// stopped when dropped.
+struct KruiseDaemon {
+    child: std::process::Child,
+    made_mount_point: bool,
+}
+
+impl KruiseDaemon {
+    const MOUNT_POINT: &str = "/hostvarrun";
+
+    fn start(cluster: &RealCluster, binary: &str) -> Self {
+        let node = &cluster.real.nodes[0];
+        let made_mount_point = !std::path::Path::new(Self::MOUNT_POINT).exists();
+        std::fs::create_dir_all(Self::MOUNT_POINT).unwrap();
+        let script = format!(
+            "mount --bind {run} {mp} && exec {binary} --socket-file=containerd.sock --addr=127.0.0.1:0 --enable-pprof=false",
+            run = node.run_dir.display(),
+            mp = Self::MOUNT_POINT,
+        );
+        let log = std::fs::File::create(cluster.dir.join("logs").join("kruise-daemon.log")).unwrap();
+        let child = std::process::Command::new("unshare")
+            .args(["--mount", "--propagation", "private", "sh", "-c", &script])
+            .env("NODE_NAME", &node.name)
+            .env("KUBECONFIG", cluster.dir.join("kubeconfig"))
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("starting kruise-daemon under unshare");
+        Self { child, made_mount_point }
+    }
+}
+
+impl Drop for KruiseDaemon {
+    fn drop(&mut self) {
+        _ = self.child.kill();
+        _ = self.child.wait();
+        if self.made_mount_point {
+            _ = std::fs::remove_dir(Self::MOUNT_POINT);
+        }
+    }
+}
+
+/// With kruise-daemon on the node, a label the real container reads into its env is changed in
+/// place, as Kruise does it: the same pod, its container restarted once by the daemon, and the
+/// new container printing the new value; the pod counts as updated only after that.
+#[tokio::test]
+#[ignore = "needs kruise-daemon built from OpenKruise's source outside this repository (CLONESET_E2E_KRUISE_DAEMON=<binary>) and a real node; make test skips it without the variable"]
+async fn with_kruise_daemon_a_label_read_into_env_is_refreshed_in_place() {
+    let binary = std::env::var("CLONESET_E2E_KRUISE_DAEMON")
+        .expect("CLONESET_E2E_KRUISE_DAEMON: the path of a kruise-daemon binary built from OpenKruise's source");
+    let cluster = real_cluster().await;
+    let _daemon = KruiseDaemon::start(&cluster, &binary);
+    let (e, before) = printing_ver_1("real-envdaemon").await;
+    watch_until(&e.pods, &before.name_any(), T, |p| p.annotations().contains_key(cloneset_operator::api::keys::RUNTIME_CONTAINERS_META))
+        .await
+        .expect("kruise-daemon reports on the pod");
+    let started = std::time::Instant::now();
+    e.patch("web", json!({"template": {"metadata": {"labels": {"ver": "2"}}}})).await;
+    watch_until(&e.pods, &before.name_any(), T, |p| {
+        condition(p, "InPlaceUpdateReady").as_deref() == Some("False") && p.labels().get("ver").is_some_and(|v| v == "2")
+    })
+    .await
+    .expect("the pod is patched in place, waiting for its container");
+    e.wait_status("web", "updated", |cs| rolled_out(cs, 1)).await;
+    let [after] = <[Pod; 1]>::try_from(e.active_pods("web").await).unwrap();
+    assert_eq!(after.uid(), before.uid(), "the same pod");
+    assert_eq!(main_status(&after).restart_count, 1, "its container restarted once");
+    assert_eq!(printed_x(&e.pods, &after.name_any()).await, "X=2", "the container sees the new value");
+    println!("env from metadata with kruise-daemon: X=2 in place {:.1?} after the label changed", started.elapsed());
 }
 
 /// A recreate update replaces the real pods: new names and containers, the old ones stopped

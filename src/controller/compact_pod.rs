@@ -24,6 +24,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference,
 
 use crate::api::keys;
 use crate::controller::wire_pod::WirePod;
+use crate::core::env_metadata;
 use crate::core::order::is_sidecar_restart_policy;
 use crate::core::pod_read::{ConditionRef, ContainerStatusRef, PodRead};
 
@@ -214,16 +215,24 @@ fn map(pairs: &Option<Pairs>) -> Option<BTreeMap<String, String>> {
     pairs.as_ref().map(|p| p.iter().map(|kv| (string(&kv.0), string(&kv.1))).collect())
 }
 
-/// Whether the controller reads a container's env variable `name` (launch priority).
-pub fn is_read_env(name: &str) -> bool {
-    name == keys::CONTAINER_PRIORITY_ENV || name == keys::CONTAINER_BARRIER_ENV
+/// Whether the controller reads a container's env variable `name` with this literal `value` and
+/// `fieldRef.fieldPath`: launch priority, and variables read from the pod's labels or annotations
+/// (kruise-daemon's env hash).
+pub fn is_read_env(name: &str, value: Option<&str>, field_path: Option<&str>) -> bool {
+    name == keys::CONTAINER_PRIORITY_ENV || name == keys::CONTAINER_BARRIER_ENV || env_metadata::is_metadata_env(name, value, field_path)
+}
+
+pub(crate) fn is_read_env_var(e: &EnvVar) -> bool {
+    let path = e.value_from.as_ref().and_then(|f| f.field_ref.as_ref()).map(|f| f.field_path.as_str());
+    is_read_env(&e.name, e.value.as_deref(), path)
 }
 
 /// Drops what the controller never reads from a pod. What it reads (checked in `controller`
 /// and `core`): all of metadata but managedFields; `spec.containers[].name`, `.image` and
 /// `.resources` (in-place updates and vertical scaling) and `.resizePolicy` (whether a resize
 /// restarts the container decides InPlaceUpdateReady), the `KRUISE_CONTAINER_PRIORITY` and
-/// `KRUISE_CONTAINER_BARRIER` env variables (launch priority), `spec.initContainers` likewise
+/// `KRUISE_CONTAINER_BARRIER` env variables (launch priority) and those read from the pod's labels
+/// or annotations (kruise-daemon's env hash), `spec.initContainers` likewise
 /// and their `restartPolicy` (sidecars: the update order's restart-count tie-break),
 /// `spec.readinessGates`, `spec.nodeName`; and `status` but the pod's IP lists and the
 /// containers' volume mounts and user. Everything else of the spec (volumes, tolerations,
@@ -234,7 +243,7 @@ pub fn keep_read_fields(pod: &mut Pod) {
     pod.metadata.managed_fields = None;
     if let Some(spec) = pod.spec.take() {
         let container = |c: Container| {
-            let env: Vec<EnvVar> = c.env.into_iter().flatten().filter(|e| is_read_env(&e.name)).collect();
+            let env: Vec<EnvVar> = c.env.into_iter().flatten().filter(is_read_env_var).collect();
             Container {
                 name: c.name,
                 image: c.image,

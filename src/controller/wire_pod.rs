@@ -15,7 +15,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use serde::Deserialize;
 
-use crate::controller::compact_pod::is_read_env;
+use crate::controller::compact_pod::is_read_env_var;
 #[cfg(doc)]
 use crate::controller::compact_pod::keep_read_fields;
 
@@ -105,7 +105,7 @@ impl<'de> Deserialize<'de> for ReadEnv {
             fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<ReadEnv, A::Error> {
                 let mut read = Vec::new();
                 while let Some(var) = seq.next_element::<EnvVar>()? {
-                    if is_read_env(&var.name) {
+                    if is_read_env_var(&var) {
                         read.push(var);
                     }
                 }
@@ -347,6 +347,9 @@ mod tests {
                     {"name": "KRUISE_CONTAINER_PRIORITY", "value": "10"},
                     {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
                     {"name": "KRUISE_CONTAINER_BARRIER", "valueFrom": {"configMapKeyRef": {"name": "barrier", "key": "p_10"}}},
+                    {"name": "VER", "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.labels['ver']"}}},
+                    {"name": "NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                    {"name": "NOTE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.annotations['note']"}}},
                 ],
                 "envFrom": [{"configMapRef": {"name": "settings"}}],
                 "ports": [{"containerPort": 8080, "protocol": "TCP"}],
@@ -379,7 +382,7 @@ mod tests {
         assert_eq!(wire.spec, stripped.spec);
         let spec = wire.spec.unwrap();
         let env: Vec<_> = spec.containers[0].env.iter().flatten().map(|e| e.name.as_str()).collect();
-        assert_eq!(env, ["KRUISE_CONTAINER_PRIORITY", "KRUISE_CONTAINER_BARRIER"], "only the env the controller reads");
+        assert_eq!(env, ["KRUISE_CONTAINER_PRIORITY", "KRUISE_CONTAINER_BARRIER", "VER", "NOTE"], "only the env the controller reads");
         assert_eq!(spec.containers[1].env, None, "no env read: none kept");
         assert_eq!(spec.init_containers.unwrap()[0].restart_policy.as_deref(), Some("Always"));
         assert!(spec.volumes.is_none() && spec.tolerations.is_none() && spec.affinity.is_none());

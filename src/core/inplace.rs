@@ -2,13 +2,13 @@
 //! without recreating it, the patch that does it, Kruise's state and grace annotations, and how
 //! completion is detected.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{Pod, ResourceRequirements};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
@@ -16,7 +16,7 @@ use serde_json::{Map, Value, json};
 use crate::api::keys;
 use crate::api::shared::{InPlaceUpdateContainerBatch, InPlaceUpdateContainerStatus, InPlaceUpdateState};
 use crate::core::pod_read::PodRead;
-use crate::core::{defaults, resources, revision};
+use crate::core::{defaults, env_metadata, resources, revision};
 
 /// What an in-place update changes, and Kruise's JSON for it (held in the grace annotation).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -26,12 +26,19 @@ pub struct UpdateSpec {
     /// Container name → new image.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub container_images: BTreeMap<String, String>,
+    /// Container name → the labels and annotations its env reads that this update changes,
+    /// applied with the update for kruise-daemon to restart it with (Kruise's field).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub container_ref_metadata: BTreeMap<String, ObjectMeta>,
     /// Container name → the cpu/memory values to resize to (InPlaceWorkloadVerticalScaling).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub container_resources: BTreeMap<String, ResourceRequirements>,
     /// A merge patch of the pod's labels and annotations (Go writes `[]byte` as base64).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub meta_data_patch: Option<ByteString>,
+    /// The containers' env is refreshed through kruise-daemon (`container_ref_metadata`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub update_env_from_metadata: bool,
     #[serde(default, skip_serializing_if = "is_zero")]
     pub grace_seconds: i32,
 }
@@ -41,7 +48,7 @@ fn is_zero(v: &i32) -> bool {
 }
 
 impl UpdateSpec {
-    fn metadata_patch(&self) -> Option<Value> {
+    pub fn metadata_patch(&self) -> Option<Value> {
         self.meta_data_patch.as_ref().and_then(|b| serde_json::from_slice(&b.0).ok())
     }
 }
@@ -140,50 +147,8 @@ pub fn in_place_spec(
         container_resources,
         meta_data_patch,
         grace_seconds: grace_seconds.max(0),
+        ..Default::default()
     })
-}
-
-/// Env variables Kruise leaves out of its env-from-metadata hash (SidecarSet's own).
-const ENV_NOT_FROM_METADATA: [&str; 2] = ["SIDECARSET_VERSION", "SIDECARSET_VERSION_ALT"];
-
-/// Which container env variable, if any, reads through the downward API
-/// (`metadata.labels['<key>']` or `metadata.annotations['<key>']`) a label or annotation that
-/// `spec`'s metadata patch changes, as `"container <c> env <E> (<fieldPath>)"`. The kubelet
-/// resolves such a variable when the container starts, so patching the pod leaves a running
-/// container with the old value: only a restart of the container (kruise-daemon's work) or a
-/// new pod shows the new one. Kruise's rules: the containers of the new template, variables
-/// without a literal value, the two SidecarSet variables excepted.
-pub fn env_from_changed_metadata(new_data: &[u8], spec: &UpdateSpec) -> Option<String> {
-    let patch = spec.metadata_patch()?;
-    let template = revision::template_from_revision_data(new_data).ok()?;
-    let containers = template.get("spec")?.get("containers")?.as_array()?;
-    containers.iter().find_map(|c| {
-        c.get("env")?.as_array()?.iter().find_map(|env| {
-            let name = env.get("name")?.as_str()?;
-            let literal = env.get("value").and_then(Value::as_str).is_some_and(|v| !v.is_empty());
-            if literal || ENV_NOT_FROM_METADATA.contains(&name) {
-                return None;
-            }
-            let path = env.get("valueFrom")?.get("fieldRef")?.get("fieldPath")?.as_str()?;
-            let (field, key) = split_subscripted(path)?;
-            let field = match field {
-                "metadata.labels" => "labels",
-                "metadata.annotations" => "annotations",
-                _ => return None,
-            };
-            patch["metadata"][field]
-                .as_object()?
-                .contains_key(key)
-                .then(|| format!("container {} env {name} ({path})", c.get("name").and_then(Value::as_str).unwrap_or_default()))
-        })
-    })
-}
-
-/// `metadata.labels['k']` → `("metadata.labels", "k")`, as Kubernetes' `SplitMaybeSubscriptedPath`.
-fn split_subscripted(path: &str) -> Option<(&str, &str)> {
-    let inner = path.strip_suffix("']")?;
-    let (field, key) = inner.split_once("['")?;
-    Some((field, key))
 }
 
 /// The strategic-merge directives `CreateTwoWayMergePatch` writes for a change of
@@ -243,9 +208,14 @@ pub fn start_state(pod: &Pod, spec: &UpdateSpec, now: Timestamp) -> (InPlaceUpda
         last_container_statuses: None,
         update_images: !spec.container_images.is_empty(),
         update_resources: !spec.container_resources.is_empty(),
+        update_env_from_metadata: spec.update_env_from_metadata,
         ..Default::default()
     };
-    let batch = if spec.grace_seconds <= 0 { record_batch(&mut state, pod, &spec.container_images, now) } else { BTreeMap::new() };
+    let batch = if spec.grace_seconds <= 0 {
+        record_batch(&mut state, pod, &spec.container_images, &spec.container_ref_metadata, now)
+    } else {
+        BTreeMap::new()
+    };
     (state, batch)
 }
 
@@ -291,10 +261,16 @@ fn split_batch(pod: &Pod, images: &BTreeMap<String, String>) -> (BTreeMap<String
     })
 }
 
-/// Starts the batch of `images` due now: records the batch's current imageIDs and the batch,
-/// leaves the rest for later (to start once this batch is updated and Ready), and returns the
-/// images to write now.
-fn record_batch(state: &mut InPlaceUpdateState, pod: &Pod, images: &BTreeMap<String, String>, now: Timestamp) -> BTreeMap<String, String> {
+/// Starts the batch of `images` due now: records the batch's current imageIDs and the batch
+/// (with the containers whose env reads changed metadata, `refreshed`), leaves the rest for
+/// later (to start once this batch is updated and Ready), and returns the images to write now.
+fn record_batch(
+    state: &mut InPlaceUpdateState,
+    pod: &Pod,
+    images: &BTreeMap<String, String>,
+    refreshed: &BTreeMap<String, ObjectMeta>,
+    now: Timestamp,
+) -> BTreeMap<String, String> {
     let (batch, next) = split_batch(pod, images);
     let statuses = pod.status.as_ref().and_then(|s| s.container_statuses.as_ref());
     let last = state.last_container_statuses.get_or_insert_with(BTreeMap::new);
@@ -305,9 +281,10 @@ fn record_batch(state: &mut InPlaceUpdateState, pod: &Pod, images: &BTreeMap<Str
     state.pre_check_before_next = (!next.is_empty())
         .then(|| crate::api::shared::InPlaceUpdatePreCheckBeforeNext { containers_required_ready: batch.keys().cloned().collect() });
     state.next_container_images = next;
-    state
-        .container_batches_record
-        .push(InPlaceUpdateContainerBatch { timestamp: Some(Time(now)), containers: batch.keys().cloned().collect() });
+    state.container_batches_record.push(InPlaceUpdateContainerBatch {
+        timestamp: Some(Time(now)),
+        containers: batch.keys().chain(refreshed.keys()).cloned().collect::<BTreeSet<_>>().into_iter().collect(),
+    });
     batch
 }
 
@@ -331,6 +308,11 @@ pub fn apply_patch(
         if let Some(a) = meta["metadata"]["annotations"].as_object() {
             annotations.extend(a.clone());
         }
+    }
+    // Every container's read metadata at once: launch priority batches only images here.
+    for meta in spec.container_ref_metadata.values() {
+        labels.extend(meta.labels.iter().flatten().map(|(k, v)| (k.clone(), json!(v))));
+        annotations.extend(meta.annotations.iter().flatten().map(|(k, v)| (k.clone(), json!(v))));
     }
     for (k, v) in extra_labels {
         labels.insert(k.clone(), json!(v));
@@ -448,7 +430,7 @@ pub fn state_after_grace(
     now: Timestamp,
 ) -> (InPlaceUpdateState, BTreeMap<String, String>) {
     let mut s = state.clone();
-    let batch = record_batch(&mut s, pod, &spec.container_images, now);
+    let batch = record_batch(&mut s, pod, &spec.container_images, &spec.container_ref_metadata, now);
     (s, batch)
 }
 
@@ -465,11 +447,12 @@ pub fn next_batch_patch(pod: &Pod, state: &InPlaceUpdateState, now: Timestamp) -
     }
     let mut next = state.clone();
     let images = std::mem::take(&mut next.next_container_images);
-    let batch = record_batch(&mut next, pod, &images, now);
+    let batch = record_batch(&mut next, pod, &images, &BTreeMap::new(), now);
     Some(apply_patch(pod, &UpdateSpec::default(), &batch, &next, &BTreeMap::new(), None))
 }
 
-/// §5.7: whether the containers report the new images (and, after a resize, the new resources).
+/// §5.7: whether the containers report the new images (and, after a resize, the new resources;
+/// after a change of metadata their env reads, kruise-daemon's hashes of the new values).
 /// Not complete while a grace period or a next batch is pending; otherwise each recorded
 /// container must show a new imageID, or report the spec image (covering re-tags of the same
 /// image).
@@ -478,6 +461,7 @@ pub fn update_completed(pod: &dyn PodRead, state: &InPlaceUpdateState) -> bool {
         && state.next_container_images.is_empty()
         && (!state.update_resources || resources::resources_applied(pod.full()))
         && containers_updated(pod, state)
+        && (!state.update_env_from_metadata || env_metadata::daemon_caught_up(&pod.whole()))
 }
 
 /// Every container recorded in the state shows a new imageID or reports its spec image.
@@ -746,6 +730,7 @@ mod tests {
             container_resources: BTreeMap::new(),
             meta_data_patch: None,
             grace_seconds: 3630,
+            ..Default::default()
         };
         assert_eq!(serde_json::to_string(&spec).unwrap(), r#"{"revision":"rev_new","containerImages":{"c1":"foo2"},"graceSeconds":3630}"#);
     }

@@ -5,6 +5,7 @@
 mod convergence;
 pub mod defaults;
 pub mod diff;
+pub mod env_metadata;
 pub mod events;
 pub mod expectations;
 pub mod gojson;

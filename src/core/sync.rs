@@ -18,7 +18,7 @@ use crate::core::diff::{self, DiffInput, ExpectationDiffs, PodView};
 use crate::core::inplace::{self, UpdateSpec};
 use crate::core::pod_read::PodRead;
 use crate::core::pods::{hash_matches, rfc3339_seconds};
-use crate::core::{lifecycle, order, readiness, status};
+use crate::core::{env_metadata, lifecycle, order, readiness, status};
 
 /// One pass's view of a CloneSet and its active pods.
 pub struct SyncInput<'a> {
@@ -528,13 +528,21 @@ fn pod_action(input: &SyncInput<'_>, pod: &dyn PodRead, target: &str) -> PodActi
             _ => false,
         };
     let new = input.revision_data.get(target).filter(|_| !vct_changed);
-    let spec = new.and_then(|new| inplace::in_place_spec(old, new, target, grace, input.gates.in_place_workload_vertical_scaling));
-    // No kruise-daemon restarts containers here: an env variable read from a changed label or
-    // annotation would stay stale in a pod updated in place, so such a change takes a new pod.
-    let stale_env = match (&spec, new) {
-        (Some(spec), Some(new)) if input.gates.in_place_update_env_from_metadata => inplace::env_from_changed_metadata(new, spec),
+    let mut spec = new.and_then(|new| inplace::in_place_spec(old, new, target, grace, input.gates.in_place_workload_vertical_scaling));
+    // An env variable read from a changed label or annotation would stay stale in a container
+    // updated in place: kruise-daemon, where it reports on the pod, restarts the container;
+    // without it such a change takes a new pod.
+    let mut stale_env = match (&spec, new) {
+        (Some(spec), Some(new)) if input.gates.in_place_update_env_from_metadata => env_metadata::changed_by(new, spec),
         _ => None,
     };
+    if let (Some(_), Some(current), Some(new)) = (&stale_env, &spec, new)
+        && env_metadata::daemon_reports(pod)
+        && let Some(refreshed) = env_metadata::through_daemon(new, current)
+    {
+        spec = Some(refreshed);
+        stale_env = None;
+    }
     let Some(spec) = spec.filter(|_| stale_env.is_none()) else {
         return if kind == update_type::IN_PLACE_ONLY {
             let refused = format!("find Pod {} update strategy is InPlaceOnly but can not update in-place", pod.name());
@@ -1031,6 +1039,65 @@ mod tests {
         assert!(matches!(action("InPlaceIfPossible", "foo-r2", false), PodAction::InPlace(_)), "gate off: Kruise's stale env");
         assert!(matches!(action("InPlaceIfPossible", "foo-r3", true), PodAction::InPlace(_)), "no env reads `other`");
         assert!(matches!(action("InPlaceOnly", "foo-r3", true), PodAction::InPlace(_)));
+    }
+
+    /// Where kruise-daemon reports on the pod, the same change is made in place: the label moves
+    /// to the reading container's `containerRefMetadata`, the state asks for the env to be
+    /// refreshed, and the pod is not updated until the daemon reports the new value's hash.
+    #[test]
+    fn a_label_an_env_reads_is_changed_in_place_where_kruise_daemon_reports() {
+        let env = json!([{"name": "X", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['ver']"}}}]);
+        let template = |ver: &str| json!({"metadata": {"labels": {"app": "foo", "ver": ver}}, "spec": {"containers": [{"name": "c", "image": "nginx:1", "env": env}]}});
+        let data: BTreeMap<String, Arc<[u8]>> = [
+            ("foo-r1".to_string(), crate::core::revision::revision_data(&template("1")).into()),
+            ("foo-r2".to_string(), crate::core::revision::revision_data(&template("2")).into()),
+        ]
+        .into();
+        let report = |id: &str, ver: &str| {
+            let c: k8s_openapi::api::core::v1::Container = serde_json::from_value(json!({"name": "c", "env": env})).unwrap();
+            let hash = crate::core::env_metadata::expected_hash(&c, Some(&[("ver".into(), ver.into())].into()), None);
+            json!({"containers": [{"name": "c", "containerID": id, "restartCount": 0, "hashes": {"plainHash": 7, "extractedEnvFromMetadataHash": hash}}]})
+                .to_string()
+        };
+        let mut pod = ready_pod("foo-1", "foo-r1");
+        pod.metadata.labels.get_or_insert_with(Default::default).insert("ver".into(), "1".into());
+        pod.metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .insert(keys::RUNTIME_CONTAINERS_META.into(), report("containerd://1", "1"));
+        pod.spec.as_mut().unwrap().containers = vec![serde_json::from_value(json!({"name": "c", "image": "nginx:1", "env": env})).unwrap()];
+        pod.status.as_mut().unwrap().container_statuses =
+            Some(vec![serde_json::from_value(json!({"name": "c", "containerID": "containerd://1", "image": "nginx:1", "imageID": "i1", "ready": true, "restartCount": 0})).unwrap()]);
+        let pods: [&dyn PodRead; 1] = [&pod];
+        let now: Timestamp = "2026-01-01T01:00:00Z".parse().unwrap();
+        let cs = in_place_cloneset(serde_json::Value::Null);
+        let mut i = input(&cs, &pods, "foo-r2", now);
+        i.revision_data = &data;
+        let PodAction::InPlace(spec) = plan_update(&i).pods[0].1.clone() else { panic!("in place, through the daemon") };
+        assert!(spec.update_env_from_metadata);
+        let writes = action_writes(&cs, &pod, &PodAction::InPlace(spec), "foo-r2", now);
+        let Some(PodWrite::Patch(patch)) = writes.last() else { panic!("{writes:?}") };
+        assert_eq!(patch["metadata"]["labels"]["ver"], json!("2"), "the label the env reads is written");
+        let mut updating = pod.clone();
+        updating.metadata.labels.as_mut().unwrap().extend([("ver".to_string(), "2".to_string())]);
+        let state = patch["metadata"]["annotations"][keys::INPLACE_UPDATE_STATE].as_str().unwrap().to_string();
+        assert!(state.contains(r#""updateEnvFromMetadata":true"#) && state.contains(r#""containers":["c"]"#), "{state}");
+        updating.metadata.annotations.as_mut().unwrap().insert(keys::INPLACE_UPDATE_STATE.into(), state);
+        assert!(!in_place_update_completed(&updating), "the container still has the old value");
+        let restarted =
+            |p: &mut Pod| p.status.as_mut().unwrap().container_statuses.as_mut().unwrap()[0].container_id = Some("containerd://2".into());
+        restarted(&mut updating);
+        assert!(!in_place_update_completed(&updating), "restarted, not reported yet");
+        updating.metadata.annotations.as_mut().unwrap().insert(keys::RUNTIME_CONTAINERS_META.into(), report("containerd://2", "2"));
+        assert!(in_place_update_completed(&updating), "the daemon reports the new value");
+
+        // Without the daemon's annotation: a new pod, as before.
+        let mut plain = pod.clone();
+        plain.metadata.annotations.as_mut().unwrap().remove(keys::RUNTIME_CONTAINERS_META);
+        let plain_pods: [&dyn PodRead; 1] = [&plain];
+        let mut i = input(&cs, &plain_pods, "foo-r2", now);
+        i.revision_data = &data;
+        assert_eq!(plan_update(&i).pods[0].1, PodAction::Recreate);
     }
 
     #[test]

@@ -14,9 +14,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
 
 use super::{
     Container, ContainerState, ContainerStatus, EnvVar, KeySelector, ObjectMeta, Pod, PodCondition, PodSpec, PodStatus, Quantity,
-    ResourceRequirements, Time, TranscodeError,
+    ResourceRequirements, Time, TranscodeError, is_kept_env,
 };
-use crate::controller::compact_pod::is_read_env;
 use crate::controller::wire_pod::WirePod;
 
 /// An `omitempty` string: absent when empty.
@@ -94,7 +93,7 @@ fn env_var(v: EnvVar) -> core::EnvVar {
 
 /// A container as `WirePod` keeps it: only the env variables the controller reads.
 fn container(c: Container) -> core::Container {
-    let env: Vec<core::EnvVar> = c.env.into_iter().filter(|v| is_read_env(v.name.as_deref().unwrap_or_default())).map(env_var).collect();
+    let env: Vec<core::EnvVar> = c.env.into_iter().filter(is_kept_env).map(env_var).collect();
     core::Container {
         name: c.name.unwrap_or_default(),
         image: text(c.image),
@@ -339,6 +338,14 @@ mod tests {
                     }),
                 ),
                 var("KRUISE_CONTAINER_BARRIER", None),
+                EnvVar {
+                    name: s("VER"),
+                    value: None,
+                    value_from: Some(EnvVarSource {
+                        field_ref: Some(ObjectFieldSelector { api_version: s("v1"), field_path: s("metadata.labels['ver']") }),
+                        ..Default::default()
+                    }),
+                },
             ],
             resources: Some(resources()),
             resize_policy: vec![ContainerResizePolicy { resource_name: s("cpu"), restart_policy: s("NotRequired") }],
@@ -472,7 +479,7 @@ mod tests {
         let WirePod(full) = every_field().into_wire().unwrap();
         let main = &full.spec.as_ref().unwrap().containers[0];
         let env: Vec<_> = main.env.iter().flatten().map(|e| e.name.as_str()).collect();
-        assert_eq!(env, ["KRUISE_CONTAINER_PRIORITY", "KRUISE_CONTAINER_BARRIER"]);
+        assert_eq!(env, ["KRUISE_CONTAINER_PRIORITY", "KRUISE_CONTAINER_BARRIER", "VER"]);
         assert_eq!(full.status.unwrap().container_statuses.unwrap()[0].restart_count, 3);
         assert_eq!(full.metadata.deletion_timestamp.unwrap().0.as_second(), 1_764_000_100);
     }
