@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::ResourceRequirements;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, Time};
 use kube::KubeSchema;
 use serde::{Deserialize, Serialize};
 
@@ -106,13 +106,26 @@ pub struct InPlaceUpdateState {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub next_container_images: BTreeMap<String, String>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub next_container_ref_metadata: BTreeMap<String, ObjectMeta>,
+    pub next_container_ref_metadata: BTreeMap<String, RefMetadata>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub next_container_resources: BTreeMap<String, ResourceRequirements>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pre_check_before_next: Option<InPlaceUpdatePreCheckBeforeNext>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub container_batches_record: Vec<InPlaceUpdateContainerBatch>,
+}
+
+/// The labels and annotations Kruise keeps for a container whose env reads them: a Go
+/// `metav1.ObjectMeta` with only those set, which Go writes with `"creationTimestamp":null` first.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RefMetadata {
+    #[serde(default)]
+    pub creation_timestamp: Option<Time>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub labels: Option<BTreeMap<String, String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub annotations: Option<BTreeMap<String, String>>,
 }
 
 /// kruise-daemon's report on a pod's containers (`apps.kruise.io/runtime-containers-meta`).

@@ -10,13 +10,11 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{Container, Pod};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::Value;
 
 use crate::api::keys;
-use crate::api::shared::RuntimeContainerMetaSet;
+use crate::api::shared::{RefMetadata, RuntimeContainerMetaSet};
 use crate::core::gojson;
-use crate::core::inplace::UpdateSpec;
 use crate::core::pod_read::PodRead;
 use crate::core::revision;
 
@@ -78,11 +76,11 @@ fn template_reads(container: &Value) -> Vec<(String, Source, String)> {
         .collect()
 }
 
-/// Which container env variable, if any, reads a label or annotation that `spec`'s metadata
-/// patch changes, as `"container <c> env <E> (<fieldPath>)"`. Kruise's rules: the containers of
-/// the new template (`new_data`, a revision's data).
-pub fn changed_by(new_data: &[u8], spec: &UpdateSpec) -> Option<String> {
-    let patch = spec.metadata_patch()?;
+/// Which container env variable, if any, reads a label or annotation that `patch` (an update's
+/// metadata patch, `{"metadata": {"labels": …, "annotations": …}}`) changes, as
+/// `"container <c> env <E> (<fieldPath>)"`. Kruise's rules: the containers of the new template
+/// (`new_data`, a revision's data).
+pub fn changed_by(new_data: &[u8], patch: &Value) -> Option<String> {
     let template = revision::template_from_revision_data(new_data).ok()?;
     let containers = template.get("spec")?.get("containers")?.as_array()?;
     containers.iter().find_map(|c| {
@@ -95,48 +93,40 @@ pub fn changed_by(new_data: &[u8], spec: &UpdateSpec) -> Option<String> {
     })
 }
 
-/// `spec` rewritten as Kruise writes it for kruise-daemon to refresh the env: each changed label
-/// or annotation a container reads moves from the metadata patch to that container's
-/// `containerRefMetadata`, and `updateEnvFromMetadata` is set. `None` when a read key is removed
-/// by the update: the daemon restarts a container only for a value it can see change, so such a
-/// pod is left to a new pod.
-pub fn through_daemon(new_data: &[u8], spec: &UpdateSpec) -> Option<UpdateSpec> {
-    let mut patch = spec.metadata_patch()?;
+/// `patch` split as Kruise splits it for kruise-daemon to refresh the env: each changed label or
+/// annotation a container reads leaves the patch for that container's `containerRefMetadata`.
+/// Returns the rest of the patch (`None` when nothing is left) and the containers' metadata.
+/// `None` when no read key changes, or when one is removed by the update: the daemon restarts a
+/// container only for a value it can see change, so such a pod is left to a new pod.
+pub fn split_for_daemon(new_data: &[u8], patch: &Value) -> Option<(Option<Value>, BTreeMap<String, RefMetadata>)> {
     let template = revision::template_from_revision_data(new_data).ok()?;
     let containers = template.get("spec")?.get("containers")?.as_array()?;
-    let mut refs: BTreeMap<String, ObjectMeta> = BTreeMap::new();
-    let mut moved = Vec::new();
+    let mut rest = patch.clone();
+    let mut refs: BTreeMap<String, RefMetadata> = BTreeMap::new();
     for c in containers {
         let cname = c.get("name").and_then(Value::as_str).unwrap_or_default();
         for (_, source, key) in template_reads(c) {
             let Some(value) = patch["metadata"][source.field()].get(&key) else { continue };
-            let value = value.as_str()?.to_string();
             let meta = refs.entry(cname.to_string()).or_default();
             let map = match source {
                 Source::Labels => &mut meta.labels,
                 Source::Annotations => &mut meta.annotations,
             };
-            map.get_or_insert_with(BTreeMap::new).insert(key.clone(), value);
-            moved.push((source, key));
+            map.get_or_insert_with(BTreeMap::new).insert(key.clone(), value.as_str()?.to_string());
+            let fields = rest["metadata"].as_object_mut()?;
+            if let Some(field) = fields.get_mut(source.field()).and_then(Value::as_object_mut) {
+                field.remove(&key);
+                if field.is_empty() {
+                    fields.remove(source.field());
+                }
+            }
         }
     }
     if refs.is_empty() {
         return None;
     }
-    let metadata = patch["metadata"].as_object_mut()?;
-    for (source, key) in moved {
-        if let Some(map) = metadata.get_mut(source.field()).and_then(Value::as_object_mut) {
-            map.remove(&key);
-            if map.is_empty() {
-                metadata.remove(source.field());
-            }
-        }
-    }
-    let mut spec = spec.clone();
-    spec.meta_data_patch = (!metadata.is_empty()).then(|| k8s_openapi::ByteString(serde_json::to_vec(&patch).unwrap_or_default()));
-    spec.container_ref_metadata = refs;
-    spec.update_env_from_metadata = true;
-    Some(spec)
+    let left = rest["metadata"].as_object().is_some_and(|m| !m.is_empty());
+    Some((left.then_some(rest), refs))
 }
 
 /// Whether kruise-daemon reports on this pod (its runtime-containers-meta annotation).
@@ -288,46 +278,32 @@ mod tests {
             "spec": {"containers": [{"name": "main", "image": "nginx:1", "env": env}, {"name": "side", "image": "busybox:1"}]}}))
     }
 
-    fn spec_with(patch: serde_json::Value) -> UpdateSpec {
-        UpdateSpec {
-            revision: "r2".into(),
-            meta_data_patch: Some(k8s_openapi::ByteString(serde_json::to_vec(&patch).unwrap())),
-            ..Default::default()
-        }
-    }
-
     #[test]
     fn a_changed_key_moves_to_the_reading_container_for_the_daemon() {
         let env = json!([{"name": "X", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['ver']"}}}]);
         let data = revision_data(json!({"app": "a", "ver": "2", "team": "b"}), env);
-        let spec = spec_with(json!({"metadata": {"labels": {"ver": "2", "team": "b"}}}));
-        assert_eq!(changed_by(&data, &spec).as_deref(), Some("container main env X (metadata.labels['ver'])"));
-        let refreshed = through_daemon(&data, &spec).expect("a daemon can refresh it");
-        assert!(refreshed.update_env_from_metadata);
-        assert_eq!(refreshed.metadata_patch(), Some(json!({"metadata": {"labels": {"team": "b"}}})), "the rest stays in the patch");
+        let patch = json!({"metadata": {"labels": {"ver": "2", "team": "b"}}});
+        assert_eq!(changed_by(&data, &patch).as_deref(), Some("container main env X (metadata.labels['ver'])"));
+        let (rest, refs) = split_for_daemon(&data, &patch).expect("a daemon can refresh it");
+        assert_eq!(rest, Some(json!({"metadata": {"labels": {"team": "b"}}})), "the rest stays in the patch");
         assert_eq!(
-            serde_json::to_value(&refreshed.container_ref_metadata).unwrap(),
-            json!({"main": {"labels": {"ver": "2"}}}),
+            serde_json::to_value(&refs).unwrap(),
+            json!({"main": {"creationTimestamp": null, "labels": {"ver": "2"}}}),
             "only the reading container, with the new value"
         );
-        // Kruise writes containerRefMetadata and updateEnvFromMetadata in its UpdateSpec JSON.
-        let written = serde_json::to_value(&refreshed).unwrap();
-        assert_eq!(written["containerRefMetadata"], json!({"main": {"labels": {"ver": "2"}}}));
-        assert_eq!(written["updateEnvFromMetadata"], json!(true));
-
-        let only_read = spec_with(json!({"metadata": {"labels": {"ver": "2"}}}));
-        assert_eq!(through_daemon(&data, &only_read).unwrap().meta_data_patch, None, "nothing else to patch");
+        let (rest, _) = split_for_daemon(&data, &json!({"metadata": {"labels": {"ver": "2"}}})).unwrap();
+        assert_eq!(rest, None, "nothing else to patch");
     }
 
     #[test]
     fn a_removed_key_or_an_unread_one_is_not_for_the_daemon() {
         let env = json!([{"name": "X", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['ver']"}}}]);
         let data = revision_data(json!({"app": "a"}), env);
-        let removed = spec_with(json!({"metadata": {"labels": {"ver": null}}}));
+        let removed = json!({"metadata": {"labels": {"ver": null}}});
         assert!(changed_by(&data, &removed).is_some());
-        assert_eq!(through_daemon(&data, &removed), None);
-        let unread = spec_with(json!({"metadata": {"labels": {"team": "b"}}}));
-        assert_eq!((changed_by(&data, &unread), through_daemon(&data, &unread)), (None, None));
+        assert_eq!(split_for_daemon(&data, &removed), None);
+        let unread = json!({"metadata": {"labels": {"team": "b"}}});
+        assert_eq!((changed_by(&data, &unread), split_for_daemon(&data, &unread)), (None, None));
     }
 
     fn pod(meta: Option<&str>, container_id: &str, ver: &str) -> Pod {

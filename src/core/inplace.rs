@@ -8,13 +8,13 @@ use std::time::Duration;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{Pod, ResourceRequirements};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 use crate::api::keys;
-use crate::api::shared::{InPlaceUpdateContainerBatch, InPlaceUpdateContainerStatus, InPlaceUpdateState};
+use crate::api::shared::{InPlaceUpdateContainerBatch, InPlaceUpdateContainerStatus, InPlaceUpdateState, RefMetadata};
 use crate::core::pod_read::PodRead;
 use crate::core::{defaults, env_metadata, resources, revision};
 
@@ -29,7 +29,7 @@ pub struct UpdateSpec {
     /// Container name → the labels and annotations its env reads that this update changes,
     /// applied with the update for kruise-daemon to restart it with (Kruise's field).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub container_ref_metadata: BTreeMap<String, ObjectMeta>,
+    pub container_ref_metadata: BTreeMap<String, RefMetadata>,
     /// Container name → the cpu/memory values to resize to (InPlaceWorkloadVerticalScaling).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub container_resources: BTreeMap<String, ResourceRequirements>,
@@ -48,8 +48,26 @@ fn is_zero(v: &i32) -> bool {
 }
 
 impl UpdateSpec {
-    pub fn metadata_patch(&self) -> Option<Value> {
+    fn metadata_patch(&self) -> Option<Value> {
         self.meta_data_patch.as_ref().and_then(|b| serde_json::from_slice(&b.0).ok())
+    }
+
+    /// Which container env variable, if any, reads a label or annotation this update changes
+    /// (`new_data`: the target revision's data); see [`env_metadata::changed_by`].
+    pub fn stale_env(&self, new_data: &[u8]) -> Option<String> {
+        env_metadata::changed_by(new_data, &self.metadata_patch()?)
+    }
+
+    /// This update as Kruise writes it for kruise-daemon to refresh the env: the read keys in
+    /// `containerRefMetadata`, `updateEnvFromMetadata` set. `None` when the daemon cannot.
+    pub fn through_daemon(&self, new_data: &[u8]) -> Option<UpdateSpec> {
+        let (rest, refs) = env_metadata::split_for_daemon(new_data, &self.metadata_patch()?)?;
+        Some(UpdateSpec {
+            meta_data_patch: rest.map(|p| ByteString(serde_json::to_vec(&p).unwrap_or_default())),
+            container_ref_metadata: refs,
+            update_env_from_metadata: true,
+            ..self.clone()
+        })
     }
 }
 
@@ -268,7 +286,7 @@ fn record_batch(
     state: &mut InPlaceUpdateState,
     pod: &Pod,
     images: &BTreeMap<String, String>,
-    refreshed: &BTreeMap<String, ObjectMeta>,
+    refreshed: &BTreeMap<String, RefMetadata>,
     now: Timestamp,
 ) -> BTreeMap<String, String> {
     let (batch, next) = split_batch(pod, images);
@@ -733,6 +751,24 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(serde_json::to_string(&spec).unwrap(), r#"{"revision":"rev_new","containerImages":{"c1":"foo2"},"graceSeconds":3630}"#);
+        // Kruise's UpdateSpec for an env refreshed through kruise-daemon (its field order; Go's
+        // ObjectMeta writes a null creationTimestamp).
+        let refreshed = UpdateSpec {
+            revision: "rev_new".into(),
+            container_ref_metadata: [(
+                "c1".into(),
+                RefMetadata { labels: Some([("ver".into(), "2".into())].into()), ..Default::default() },
+            )]
+            .into(),
+            update_env_from_metadata: true,
+            grace_seconds: 5,
+            ..Default::default()
+        };
+        assert_eq!(
+            serde_json::to_string(&refreshed).unwrap(),
+            r#"{"revision":"rev_new","containerRefMetadata":{"c1":{"creationTimestamp":null,"labels":{"ver":"2"}}},"updateEnvFromMetadata":true,"graceSeconds":5}"#
+        );
+        assert_eq!(serde_json::from_str::<UpdateSpec>(&serde_json::to_string(&refreshed).unwrap()).unwrap(), refreshed);
     }
 
     fn running_pod(image: &str, image_id: &str, status_image: &str) -> Pod {

@@ -533,12 +533,12 @@ fn pod_action(input: &SyncInput<'_>, pod: &dyn PodRead, target: &str) -> PodActi
     // updated in place: kruise-daemon, where it reports on the pod, restarts the container;
     // without it such a change takes a new pod.
     let mut stale_env = match (&spec, new) {
-        (Some(spec), Some(new)) if input.gates.in_place_update_env_from_metadata => env_metadata::changed_by(new, spec),
+        (Some(spec), Some(new)) if input.gates.in_place_update_env_from_metadata => spec.stale_env(new),
         _ => None,
     };
     if let (Some(_), Some(current), Some(new)) = (&stale_env, &spec, new)
         && env_metadata::daemon_reports(pod)
-        && let Some(refreshed) = env_metadata::through_daemon(new, current)
+        && let Some(refreshed) = current.through_daemon(new)
     {
         spec = Some(refreshed);
         stale_env = None;
