@@ -8,7 +8,7 @@
 //! The stack, outermost first:
 //!
 //! ```text
-//! Client (kube's own Buffer) → PodsInProtobuf (protobuf_pods.rs) → Retry (429/503/504, server_retry)
+//! Client (kube's own Buffer) → PodsInProtobuf (pod_cache/protobuf.rs) → Retry (429/503/504, server_retry)
 //!   → Throttle (token bucket + request metric) → ConcurrencyLimit ([`MAX_REQUESTS_IN_FLIGHT`])
 //!   → Buffer → the transport (transport.rs: kube's stack over HTTP/2 with pings, no retry)
 //! ```
@@ -35,7 +35,7 @@ use tower::retry::RetryLayer;
 use tower::{Layer, Service, ServiceExt as _};
 
 use crate::metrics::Metrics;
-use crate::protobuf_pods::PodsInProtobufLayer;
+use crate::pod_cache::protobuf::PodsInProtobufLayer;
 
 /// Requests per second and burst of one client's token bucket.
 #[derive(Clone, Copy, Debug, PartialEq)]

@@ -11,7 +11,7 @@ use cloneset_operator::controller;
 use cloneset_operator::kruise_guard::KruiseGuard;
 use cloneset_operator::leader::{self, ElectionConfig, LeaderElector};
 use cloneset_operator::metrics::Metrics;
-use cloneset_operator::protobuf_pods::{JSON_CONTENT_TYPE, PROTOBUF_CONTENT_TYPE};
+use cloneset_operator::pod_cache::protobuf::{JSON_CONTENT_TYPE, PROTOBUF_CONTENT_TYPE};
 use cloneset_operator::server::{self, Health};
 use cloneset_operator::telemetry::{self, LogFormat};
 

@@ -5,10 +5,11 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicIsize, Ordering};
 
-use cloneset_operator::controller::compact_pod::{CompactPod, Interner, keep_read_fields};
 use cloneset_operator::controller::owned_store::{Held, owned_store};
-use cloneset_operator::controller::wire_pod::WirePod;
 use cloneset_operator::controller::without_managed_fields;
+use cloneset_operator::pod_cache::compact::{CompactPod, Interner};
+use cloneset_operator::pod_cache::fields::keep_read_fields;
+use cloneset_operator::pod_cache::wire::WirePod;
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::watcher::Event;
 

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cloneset_operator::controller::pod_watch::{PodWatchConfig, pod_events};
-use cloneset_operator::controller::wire_pod::WirePod;
 use cloneset_operator::metrics::Metrics;
+use cloneset_operator::pod_cache::wire::WirePod;
 use e2e::testenv::{self, TestNamespace};
 use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};

@@ -8,12 +8,10 @@
 
 pub mod cached_revision;
 pub mod cloneset_cache;
-pub mod compact_pod;
 pub mod owned_store;
 pub mod pod_watch;
 pub mod queue;
 mod reconcile;
-pub mod wire_pod;
 mod writes;
 
 use std::collections::HashMap;
@@ -36,12 +34,12 @@ use crate::core::expectations::{ObjectKind, ResourceVersionExpectations, ScaleEx
 use crate::kruise_guard::{KruiseGuard, KruiseState};
 use crate::leader::LeaderElector;
 use crate::metrics::{Metrics, ReconcileResult};
+use crate::pod_cache::compact::{CompactPod, Interner};
+use crate::pod_cache::wire::WirePod;
 use crate::server::Health;
 use cloneset_cache::{CachedCloneSet, CompactCloneSet};
-use compact_pod::{CompactPod, Interner};
 use owned_store::{Change, Held, OwnedStore, OwnedStoreWriter, owned_store};
 use queue::WorkQueue;
-use wire_pod::WirePod;
 
 /// The caches a reconcile reads. Every one has finished its first list before any reconcile.
 #[derive(Clone)]
@@ -49,7 +47,7 @@ pub struct Stores {
     /// Decoded or not: one undecodable CloneSet must not fail the list of all of them.
     pub clonesets: Store<CachedCloneSet>,
     /// Indexed by owner: a reconcile reads its own pods and PVCs, not every cached one. Pods
-    /// are held compact, and read compact by the reconcile (`compact_pod::ReadPod`).
+    /// are held compact, and read compact by the reconcile (`pod_cache::compact::ReadPod`).
     pub pods: OwnedStore<CompactPod>,
     pub pvcs: OwnedStore<PersistentVolumeClaim>,
     /// By owner, and by namespace for those without a controller (to adopt).

@@ -18,6 +18,8 @@ use std::sync::{Arc, RwLock};
 use kube::Resource;
 use kube::runtime::watcher::Event;
 
+use crate::pod_cache::compact::CompactPod;
+
 /// An object's namespace and name.
 pub type Key = (Arc<str>, Arc<str>);
 
@@ -38,11 +40,25 @@ impl OwnerView<'_> {
 }
 
 /// What an owned store holds: an API object as decoded, or a compact form of one
-/// ([`super::compact_pod::CompactPod`]); the index needs its key and owners.
+/// ([`crate::pod_cache::compact::CompactPod`]); the index needs its key and owners.
 pub trait Held: Send + Sync + 'static {
     fn key(&self) -> Key;
     fn owners(&self) -> impl Iterator<Item = OwnerView<'_>>;
     fn resource_version(&self) -> Option<&str>;
+}
+
+impl Held for CompactPod {
+    fn key(&self) -> Key {
+        CompactPod::key(self)
+    }
+
+    fn owners(&self) -> impl Iterator<Item = OwnerView<'_>> {
+        self.owner_refs().map(|(api_version, kind, name, uid, controller)| OwnerView { api_version, kind, name, uid, controller })
+    }
+
+    fn resource_version(&self) -> Option<&str> {
+        self.stored_resource_version()
+    }
 }
 
 impl<K: Resource + Send + Sync + 'static> Held for K {

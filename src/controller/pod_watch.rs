@@ -2,7 +2,7 @@
 //! cache compacts.
 //!
 //! kube's watcher decodes JSON only, so a pod read in protobuf was written out as JSON by
-//! `protobuf_pods` and parsed again by kube: two passes over every pod event, 11% of the
+//! `pod_cache::protobuf` and parsed again by kube: two passes over every pod event, 11% of the
 //! operator's CPU samples and 7% more in the allocator under them, creating 4,000 pods. This
 //! watcher asks for the same requests kube's does (kube's own request builders, the same
 //! parameters), and [`PodWatch`] follows kube's watcher (v5) step by step:
@@ -28,8 +28,8 @@ use kube::api::{ListParams, WatchParams};
 use kube::runtime::watcher::Event;
 use prost::Message as _;
 
-use crate::controller::wire_pod::WirePod;
-use crate::protobuf_pods::{self, PROTOBUF_CONTENT_TYPE, TranscodeError, Untranscoded};
+use crate::pod_cache::protobuf::{self as protobuf_pods, PROTOBUF_CONTENT_TYPE, TranscodeError, Untranscoded};
+use crate::pod_cache::wire::WirePod;
 
 /// The watch timeout kube asks for, and how long past it a silent watch is given up on (kube's
 /// margin).
@@ -696,7 +696,7 @@ mod tests {
     }
 
     fn frame(event: &str, kind: &str, raw: Vec<u8>) -> Vec<u8> {
-        use crate::protobuf_pods::{RawExtension, TypeMeta, Unknown, WatchEvent};
+        use crate::pod_cache::protobuf::{RawExtension, TypeMeta, Unknown, WatchEvent};
         let unknown =
             Unknown { type_meta: Some(TypeMeta { api_version: Some("v1".into()), kind: Some(kind.into()) }), raw: Some(raw.into()) };
         let enveloped = [b"k8s\0".as_slice(), &unknown.encode_to_vec()].concat();

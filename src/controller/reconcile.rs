@@ -17,7 +17,6 @@ use serde_json::{Value, json};
 
 use super::Context;
 use super::cached_revision::CachedRevision;
-use super::compact_pod::ReadPod;
 use super::writes::{self, WriteError, event};
 use crate::api::cloneset::condition;
 use crate::api::shared::LifecycleState;
@@ -27,6 +26,7 @@ use crate::core::history::{self, RevisionView, UpdateRevisionPlan};
 use crate::core::pod_read::PodRead;
 use crate::core::sync::{self, SyncInput, sooner};
 use crate::core::{intstr, order, pod_read, pods as podcore, revision, status};
+use crate::pod_cache::compact::ReadPod;
 
 /// Why a reconcile failed; the worker retries with backoff.
 #[derive(Debug, thiserror::Error)]

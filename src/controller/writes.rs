@@ -14,11 +14,11 @@ use kube::{Api, Resource, ResourceExt as _};
 use serde_json::{Value, json};
 
 use super::Context;
-use super::wire_pod::WirePod;
 use crate::api::{CloneSet, CloneSetStatus};
 use crate::core::events;
 use crate::core::expectations::ObjectKind;
 use crate::core::pod_read::PodRead;
+use crate::pod_cache::wire::WirePod;
 
 /// Why a write failed, in terms of what the caller must do.
 #[derive(Debug, thiserror::Error)]
@@ -324,7 +324,7 @@ impl EventBudget {
 /// Pod writes' responses are decoded as the pod watch decodes events: a pod three managers have
 /// written is mostly managedFields, and only its UID and resource version are read here. With
 /// pods in protobuf (the default) the apiserver answers in protobuf and managedFields are never
-/// written as JSON at all (`crate::protobuf_pods`).
+/// written as JSON at all (`crate::pod_cache::protobuf`).
 fn pods(ctx: &Context, ns: &str) -> Api<WirePod> {
     Api::namespaced(ctx.client.clone(), ns)
 }

@@ -1,12 +1,12 @@
 //! What the decisions read of a pod, borrowed. The cache holds pods compact
-//! (`controller::compact_pod`), and turning one back into a `Pod` costs about 65 allocations:
+//! (`pod_cache::compact`), and turning one back into a `Pod` costs about 65 allocations:
 //! a reconcile that expanded all of its CloneSet's pods spent most of its time doing that. The
 //! per-pod checks every pass makes (revision, lifecycle state, readiness, availability, the
 //! in-place state) read through this trait instead; a decision or a write that needs the whole
 //! pod asks for [`PodRead::full`], which the cache's reader builds once, for that pod only.
 //!
 //! Each accessor answers as the same question asked of the stripped `Pod` would
-//! (`controller::compact_pod::tests::compact_reads_answer_as_the_expanded_pod_does`).
+//! (`pod_cache::compact::tests::compact_reads_answer_as_the_expanded_pod_does`).
 
 use std::borrow::Cow;
 

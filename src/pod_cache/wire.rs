@@ -15,9 +15,9 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use serde::Deserialize;
 
-use crate::controller::compact_pod::is_read_env_var;
+use crate::pod_cache::fields::is_read_env_var;
 #[cfg(doc)]
-use crate::controller::compact_pod::keep_read_fields;
+use crate::pod_cache::fields::keep_read_fields;
 
 /// A pod decoded as [`keep_read_fields`] leaves a decoded `Pod` (managedFields always `None`).
 #[derive(Clone, Debug, PartialEq)]
@@ -271,7 +271,7 @@ impl<'de> Deserialize<'de> for WirePod {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::compact_pod::{CompactPod, Interner};
+    use crate::pod_cache::compact::{CompactPod, Interner};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry};
     use serde_json::json;
 
@@ -332,7 +332,7 @@ mod tests {
         let text = pod.to_string();
         let WirePod(wire) = serde_json::from_str(&text).unwrap();
         let mut stripped: Pod = serde_json::from_str(&text).unwrap();
-        crate::controller::compact_pod::keep_read_fields(&mut stripped);
+        crate::pod_cache::fields::keep_read_fields(&mut stripped);
         (wire, stripped)
     }
 

@@ -2,7 +2,7 @@
 //! between: each field becomes what the apiserver's JSON of it decodes to. Go's JSON leaves out
 //! an empty string, a zero count, an empty map or list (`omitempty`), which k8s-openapi then
 //! decodes as absent; where the JSON field is required (a container's name, a condition's type)
-//! an absent value decodes as empty. `protobuf_pods::tests::a_pod_decoded_straight_is_its_json_decoded`
+//! an absent value decodes as empty. `tests::a_pod_decoded_straight_is_its_json_decoded` (below)
 //! checks every field against the JSON path, and `e2e/tests/protobuf_pods.rs` against the
 //! apiserver's own JSON.
 
@@ -16,7 +16,7 @@ use super::{
     Container, ContainerState, ContainerStatus, EnvVar, KeySelector, ObjectMeta, Pod, PodCondition, PodSpec, PodStatus, Quantity,
     ResourceRequirements, Time, TranscodeError, is_kept_env,
 };
-use crate::controller::wire_pod::WirePod;
+use crate::pod_cache::wire::WirePod;
 
 /// An `omitempty` string: absent when empty.
 fn text(s: Option<String>) -> Option<String> {
@@ -247,7 +247,7 @@ impl Pod {
 #[cfg(test)]
 mod tests {
     use super::super::*;
-    use crate::controller::wire_pod::WirePod;
+    use crate::pod_cache::wire::WirePod;
 
     fn t(seconds: i64) -> Option<Time> {
         Some(Time { seconds: Some(seconds) })

@@ -1,5 +1,5 @@
 //! Pod lists, watches and the answers to pod writes in Kubernetes' protobuf encoding, handed to
-//! kube as the JSON of the fields the pod cache reads ([`crate::controller::wire_pod`]).
+//! kube as the JSON of the fields the pod cache reads ([`crate::pod_cache::wire`]).
 //!
 //! Encoding a pod as JSON is most of what a cold start costs the apiserver: listing 21,020 pods
 //! of the bench from its watch cache took it 6.1–7.4 CPU s as JSON (231 MB, managedFields
@@ -25,8 +25,8 @@
 //! The messages below are the subset of `k8s.io/api/core/v1/generated.proto` and
 //! `k8s.io/apimachinery/.../generated.proto` the cache reads, with their field numbers. Each
 //! field is written as Go's JSON would write it (`omitempty`: an empty string or a zero count
-//! is left out), so a pod decodes to the same [`WirePod`](crate::controller::wire_pod::WirePod)
-//! either way: `tests/protobuf_pods.rs` checks that against the apiserver.
+//! is left out), so a pod decodes to the same [`WirePod`](crate::pod_cache::wire::WirePod)
+//! either way: `e2e/tests/protobuf_pods.rs` checks that against the apiserver.
 
 use std::collections::BTreeMap;
 use std::pin::Pin;
@@ -40,7 +40,7 @@ use prost::Message;
 use serde::{Serialize, Serializer};
 use tower::{Layer, Service};
 
-use crate::controller::compact_pod::is_read_env;
+use crate::pod_cache::fields::is_read_env;
 
 mod into_wire;
 
@@ -1054,7 +1054,7 @@ mod tests {
             ]
         );
         // kube reads each as a watch event.
-        use crate::controller::wire_pod::WirePod;
+        use crate::pod_cache::wire::WirePod;
         use kube::core::WatchEvent as Event;
         assert!(
             matches!(serde_json::from_str::<Event<WirePod>>(lines[0]).unwrap(), Event::Added(p) if p.0.metadata.name.as_deref() == Some("web-1"))
@@ -1077,7 +1077,7 @@ mod tests {
         };
         let mut out = Vec::new();
         object_json(enveloped("PodList", list.encode_to_vec()).into(), Answering::Read, &mut out).unwrap();
-        let list: kube::core::ObjectList<crate::controller::wire_pod::WirePod> = serde_json::from_slice(&out).unwrap();
+        let list: kube::core::ObjectList<crate::pod_cache::wire::WirePod> = serde_json::from_slice(&out).unwrap();
         assert_eq!(list.metadata.resource_version.as_deref(), Some("12"));
         assert_eq!(list.metadata.continue_.as_deref(), Some("next"));
         assert_eq!(list.items.len(), 1);
@@ -1110,7 +1110,7 @@ mod tests {
         let read = answer(Answering::Read);
         assert!(read.contains(r#""labels":{"app":"web"}"#) && read.contains(r#""phase":"Running""#), "a read keeps the rest: {read}");
         // What a write's caller reads of it (writes::expect_version).
-        let written: crate::controller::wire_pod::WirePod = serde_json::from_str(&answer(Answering::Write)).unwrap();
+        let written: crate::pod_cache::wire::WirePod = serde_json::from_str(&answer(Answering::Write)).unwrap();
         assert_eq!((written.0.metadata.uid.as_deref(), written.0.metadata.resource_version.as_deref()), (Some("u-1"), Some("7")));
         // A refused write is answered with a Status either way.
         let refused = Status { status: Some("Failure".into()), code: Some(409), ..Default::default() };

@@ -9,7 +9,7 @@
 //! ([`ReadPod`]), expanding one back into a `Pod` ([`CompactPod::expand`]) only where a
 //! decision or a write needs all of it.
 //!
-//! What is kept is what [`keep_read_fields`] keeps, field for field: expanding a compacted pod
+//! What is kept is what [`keep_read_fields`](super::fields::keep_read_fields) keeps, field for field: expanding a compacted pod
 //! gives exactly the stripped pod (`a_compacted_pod_expands_to_the_stripped_pod`).
 
 use std::collections::{BTreeMap, HashSet};
@@ -23,10 +23,10 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 
 use crate::api::keys;
-use crate::controller::wire_pod::WirePod;
-use crate::core::env_metadata;
 use crate::core::order::is_sidecar_restart_policy;
 use crate::core::pod_read::{ConditionRef, ContainerStatusRef, PodRead};
+use crate::pod_cache::fields::keep_read_fields;
+use crate::pod_cache::wire::WirePod;
 
 /// Shares equal values between cached objects. Entries nobody else holds any more are dropped
 /// once the set has grown by an eighth (at least 1,024) since the last sweep, so unused entries
@@ -213,67 +213,6 @@ fn pairs(map: Option<BTreeMap<String, String>>, i: &mut Interner) -> Option<Pair
 
 fn map(pairs: &Option<Pairs>) -> Option<BTreeMap<String, String>> {
     pairs.as_ref().map(|p| p.iter().map(|kv| (string(&kv.0), string(&kv.1))).collect())
-}
-
-/// Whether the controller reads a container's env variable `name` with this literal `value` and
-/// `fieldRef.fieldPath`: launch priority, and variables read from the pod's labels or annotations
-/// (kruise-daemon's env hash).
-pub fn is_read_env(name: &str, value: Option<&str>, field_path: Option<&str>) -> bool {
-    name == keys::CONTAINER_PRIORITY_ENV || name == keys::CONTAINER_BARRIER_ENV || env_metadata::is_metadata_env(name, value, field_path)
-}
-
-pub(crate) fn is_read_env_var(e: &EnvVar) -> bool {
-    let path = e.value_from.as_ref().and_then(|f| f.field_ref.as_ref()).map(|f| f.field_path.as_str());
-    is_read_env(&e.name, e.value.as_deref(), path)
-}
-
-/// Drops what the controller never reads from a pod. What it reads (checked in `controller`
-/// and `core`): all of metadata but managedFields; `spec.containers[].name`, `.image` and
-/// `.resources` (in-place updates and vertical scaling) and `.resizePolicy` (whether a resize
-/// restarts the container decides InPlaceUpdateReady), the `KRUISE_CONTAINER_PRIORITY` and
-/// `KRUISE_CONTAINER_BARRIER` env variables (launch priority) and those read from the pod's labels
-/// or annotations (kruise-daemon's env hash), `spec.initContainers` likewise
-/// and their `restartPolicy` (sidecars: the update order's restart-count tie-break),
-/// `spec.readinessGates`, `spec.nodeName`; and `status` but the pod's IP lists and the
-/// containers' volume mounts and user. Everything else of the spec (volumes, tolerations,
-/// affinity, the rest of env, mounts, probes, commands, ports) is never read. The pod watch
-/// decodes only what is kept here (`WirePod`): a field kept here must be decoded there too
-/// (`the_wire_spec_is_the_stripped_spec`, `the_wire_status_is_the_stripped_status`).
-pub fn keep_read_fields(pod: &mut Pod) {
-    pod.metadata.managed_fields = None;
-    if let Some(spec) = pod.spec.take() {
-        let container = |c: Container| {
-            let env: Vec<EnvVar> = c.env.into_iter().flatten().filter(is_read_env_var).collect();
-            Container {
-                name: c.name,
-                image: c.image,
-                resources: c.resources,
-                resize_policy: c.resize_policy,
-                restart_policy: c.restart_policy,
-                env: (!env.is_empty()).then_some(env),
-                ..Default::default()
-            }
-        };
-        pod.spec = Some(PodSpec {
-            containers: spec.containers.into_iter().map(container).collect(),
-            init_containers: spec.init_containers.map(|cs| cs.into_iter().map(container).collect()),
-            readiness_gates: spec.readiness_gates,
-            node_name: spec.node_name,
-            ..Default::default()
-        });
-    }
-    if let Some(status) = pod.status.as_mut() {
-        status.host_ips = None;
-        status.pod_ips = None;
-        for s in [&mut status.container_statuses, &mut status.init_container_statuses, &mut status.ephemeral_container_statuses]
-            .into_iter()
-            .flatten()
-            .flatten()
-        {
-            s.volume_mounts = None;
-            s.user = None;
-        }
-    }
 }
 
 /// A pod as the cache holds it (see the module documentation).
@@ -906,22 +845,19 @@ impl PodRead for ReadPod {
     }
 }
 
-impl super::owned_store::Held for CompactPod {
-    fn key(&self) -> super::owned_store::Key {
+impl CompactPod {
+    /// The store's key: namespace and name.
+    pub fn key(&self) -> (Arc<str>, Arc<str>) {
         (self.shape.namespace.clone(), self.name.clone())
     }
 
-    fn owners(&self) -> impl Iterator<Item = super::owned_store::OwnerView<'_>> {
-        self.shape.owners.iter().map(|o| super::owned_store::OwnerView {
-            api_version: &o.api_version,
-            kind: &o.kind,
-            name: &o.name,
-            uid: &o.uid,
-            controller: o.controller == Some(true),
-        })
+    /// Each owner reference: apiVersion, kind, name, uid and whether it is the controller.
+    pub fn owner_refs(&self) -> impl Iterator<Item = (&str, &str, &str, &str, bool)> {
+        self.shape.owners.iter().map(|o| (&*o.api_version, &*o.kind, &*o.name, &*o.uid, o.controller == Some(true)))
     }
 
-    fn resource_version(&self) -> Option<&str> {
+    /// `metadata.resourceVersion`.
+    pub fn stored_resource_version(&self) -> Option<&str> {
         self.resource_version.read(&self.texts)
     }
 }
