@@ -210,8 +210,9 @@ where
 pub const MAX_REQUESTS_IN_FLIGHT: usize = 32;
 
 /// Builds a client for `config` whose requests all pass through its own token bucket, if
-/// `limit` is set. With `protobuf_pods`, pod lists, watches and the answers to pod writes are
-/// read in protobuf ([`PodsInProtobufLayer`], outermost: every retry asks for protobuf too).
+/// `limit` is set. With `protobuf_pods`, the pod cache's own lists and watches and the answers to
+/// pod writes are read in protobuf ([`PodsInProtobufLayer`], outermost: every retry asks for
+/// protobuf too).
 ///
 /// Each call makes a separate bucket, like each client-go client built from a rest.Config: the
 /// leader-election client gets its own, so lease renewals never queue behind a burst of pod
