@@ -1,6 +1,6 @@
 //! cloneset-operator: an OpenKruise-compatible CloneSet operator.
 //!
-//! The module tree follows `../shared/design/architecture.md`: pure decisions in `core`,
+//! The module tree (docs/development.md, "Map of the code"): pure decisions in `core`,
 //! the only apiserver I/O in `controller`, process wiring in `main.rs`.
 
 pub mod api;

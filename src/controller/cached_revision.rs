@@ -1,9 +1,9 @@
 //! The cached form of a ControllerRevision: what a reconcile reads, with its data held as the
 //! bytes revisions are compared by. Decoded, a revision is its pod template as a JSON tree (a
 //! map node and a string per field) plus every annotation of its CloneSet, which Kruise copies
-//! onto it (`kubectl apply`'s last-applied configuration, the whole CloneSet, among them): about
-//! 7.3 KB each in a heap profile at 100,000 pods. And every reconcile encoded each tree again to
-//! compare it with the template.
+//! onto it (`kubectl apply`'s last-applied configuration, the whole CloneSet, among them):
+//! kilobytes each, a large share of the heap at scale (e2e/bench/HISTORY.md). And every
+//! reconcile encoded each tree again to compare it with the template.
 
 use std::sync::Arc;
 

@@ -1,4 +1,4 @@
-//! One reconcile of one CloneSet, in Kruise's order (§4.0): observe → gate on expectations →
+//! One reconcile of one CloneSet, in Kruise's order: observe → gate on expectations →
 //! revisions → scale or update → status → housekeeping → requeue hint.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -434,7 +434,7 @@ fn recorded_vct_hashes(revisions: &[RevisionView], current: &str, legacy_of_curr
         .collect()
 }
 
-/// §3.3: find or create the update revision; pick the current one.
+/// Find or create the update revision; pick the current one.
 async fn sync_revisions(ctx: &Context, key: &str, cs: &CloneSet, template: &str) -> Result<Revisions, ReconcileError> {
     let ns = cs.namespace().unwrap_or_default();
     let cs_name = cs.name_any();
@@ -511,7 +511,7 @@ async fn sync_revisions(ctx: &Context, key: &str, cs: &CloneSet, template: &str)
     Ok(Revisions { update, current, collision_count, sorted, template })
 }
 
-/// §3.5: delete non-live revisions beyond `revisionHistoryLimit`, oldest first.
+/// Delete non-live revisions beyond `revisionHistoryLimit`, oldest first.
 async fn truncate_history(
     ctx: &Context,
     cs: &CloneSet,
@@ -536,7 +536,7 @@ async fn truncate_history(
 // ---------------------------------------------------------------------------------------------
 // Pods and PVCs
 
-/// §4.0 step 6: owned pods that no longer match the selector are released (owner removed).
+/// Owned pods that no longer match the selector are released (owner removed).
 /// While the CloneSet is being deleted they are only left out, as Kruise's RefManager does, so
 /// garbage collection still takes them with it.
 async fn release_mismatched_pods(ctx: &Context, cs: &CloneSet, active: Vec<ReadPod>) -> Result<Vec<ReadPod>, ReconcileError> {
@@ -554,7 +554,7 @@ async fn release_mismatched_pods(ctx: &Context, cs: &CloneSet, active: Vec<ReadP
     Ok(kept)
 }
 
-/// §4.3 with reuse disabled: PVCs of inactive pods go to those pods (garbage collected with
+/// With PVC reuse disabled: PVCs of inactive pods go to those pods (garbage collected with
 /// them); PVCs with no pod at all are deleted.
 async fn cleanup_pvcs(
     ctx: &Context,

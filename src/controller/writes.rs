@@ -188,9 +188,9 @@ async fn send_event(client: kube::Client, ev: CoreEvent, patch: bool) -> Result<
 
 /// Events sent concurrently (the rest wait for a slot in their own tasks).
 const EVENTS_IN_FLIGHT: usize = 16;
-/// client-go's `maxQueuedEvents`: events waiting to be sent. Unbounded, a creation of 100,000
-/// pods in 2,500 CloneSets left 13,153 tasks alive, nearly all of them events waiting in their
-/// own tasks, each holding its Event.
+/// client-go's `maxQueuedEvents`: events waiting to be sent. Unbounded, a mass creation of pods
+/// left thousands of tasks alive, nearly all of them events waiting in their own tasks, each
+/// holding its Event.
 pub const MAX_QUEUED_EVENTS: usize = 1000;
 
 /// Per event name, the latest send not yet finished: its turn's id, and what ends when it ends.

@@ -21,7 +21,7 @@ pub struct PodView {
     pub preparing_delete: bool,
     /// Carries apps.kruise.io/specified-delete or is listed in podsToDelete.
     pub specified_delete: bool,
-    /// Available as Kruise defines it (§4.5: lifecycle Normal/empty, Ready for minReadySeconds, InPlaceUpdateReady not False).
+    /// Available as Kruise defines it (lifecycle Normal/empty, Ready for minReadySeconds, InPlaceUpdateReady not False).
     pub available: bool,
 }
 

@@ -68,9 +68,9 @@ impl ScaleExpectations {
     /// A watch event of a held object `name` owned by `cloneset` arrived (applied to the cache
     /// already): a creation expected of it is observed, whatever the cache shows by the next
     /// check. Kruise observes creations the same way, by its watch's events. Checking a snapshot
-    /// alone left a pod created and then deleted before a check (2,318 pods were evicted at once
-    /// at 100,000 pods while reconciles waited 12 minutes in the queue on average) pending for
-    /// good: a leak that froze 13 CloneSets short of their pods. A pod the cache never holds (a
+    /// alone left a pod created and then deleted before a check (a mass eviction while reconciles
+    /// waited long in the queue) pending for good: a leak that froze CloneSets short of their
+    /// pods. A pod the cache never holds (a
     /// webhook stripped its owner) is never observed, and still leaks rather than being created
     /// again and again.
     pub fn observe(&mut self, cloneset: &str, kind: ObjectKind, name: &str) {

@@ -1,5 +1,5 @@
 //! Go `encoding/json` as OpenKruise v1.9.0 applies it to a CloneSet's pod template when it records
-//! a ControllerRevision (spec §3.1, §12a "Byte-exact revision data").
+//! a ControllerRevision.
 //!
 //! Kruise never encodes the template the user wrote. The controller decodes the CloneSet into typed
 //! Go structs (`k8s.io/api` v0.32.10), encodes those with `encoding/json`, decodes the result into a
@@ -28,10 +28,9 @@
 //! `encoding/json` does with a type mismatch.
 //!
 //! Known limits:
-//! * serde_json (without its `float_roundtrip` feature, which this crate does not enable) may read a
-//!   decimal literal with 16-17 significant digits one ulp off (`9.999999999999999e20` becomes
-//!   `1e21`), so such a number in a raw field (`managedFields[].fieldsV1`) or an int64 field can
-//!   print differently from Go. Integers up to 2^64 and ordinary decimals are unaffected.
+//! * Decimal literals read exactly only because serde_json's `float_roundtrip` feature is on
+//!   (Cargo.toml): without it, one of 16-17 significant digits may be read one ulp off
+//!   (`9.999999999999999e20` as `1e21`) and print differently from Go.
 //! * Strings use the escapes of Go 1.22 and later (`\b` and `\f` short forms), the toolchains
 //!   Kruise v1.9.0 is built with.
 

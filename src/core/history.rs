@@ -1,4 +1,4 @@
-//! ControllerRevision history (§3.3–§3.5): which revision is the update revision, when an older
+//! ControllerRevision history: which revision is the update revision, when an older
 //! one is reused (rollback), and which non-live revisions are truncated.
 
 use std::collections::BTreeSet;

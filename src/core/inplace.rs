@@ -1,4 +1,4 @@
-//! In-place updates (§5.5–§5.7): whether a revision change can be applied to a running pod
+//! In-place updates: whether a revision change can be applied to a running pod
 //! without recreating it, the patch that does it, Kruise's state and grace annotations, and how
 //! completion is detected.
 
@@ -268,7 +268,7 @@ fn launch_priorities(pod: &Pod) -> BTreeMap<String, i32> {
     containers.iter().zip(declared).map(|(c, p)| (c.name.clone(), p)).collect()
 }
 
-/// §5.6 launch priority: of the containers to update, those without a priority and those with
+/// Launch priority: of the containers to update, those without a priority and those with
 /// the highest one go now, the rest wait for a later batch.
 fn split_batch(pod: &Pod, images: &BTreeMap<String, String>) -> (BTreeMap<String, String>, BTreeMap<String, String>) {
     let priorities = launch_priorities(pod);
@@ -469,7 +469,7 @@ pub fn next_batch_patch(pod: &Pod, state: &InPlaceUpdateState, now: Timestamp) -
     Some(apply_patch(pod, &UpdateSpec::default(), &batch, &next, &BTreeMap::new(), None))
 }
 
-/// §5.7: whether the containers report the new images (and, after a resize, the new resources;
+/// Whether the containers report the new images (and, after a resize, the new resources;
 /// after a change of metadata their env reads, kruise-daemon's hashes of the new values).
 /// Not complete while a grace period or a next batch is pending; otherwise each recorded
 /// container must show a new imageID, or report the spec image (covering re-tags of the same
@@ -801,7 +801,7 @@ mod tests {
         .unwrap()
     }
 
-    /// §5.6: the highest priority goes first; the rest only once those have their new images and
+    /// The highest priority goes first; the rest only once those have their new images and
     /// are Ready, as a second batch on record.
     /// Kruise's pod webhook gives a container without `KRUISE_CONTAINER_PRIORITY` priority 0 (so
     /// it goes after a positive one), none at all when every priority is equal, and reads the

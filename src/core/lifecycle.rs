@@ -1,4 +1,4 @@
-//! Lifecycle hook predicates and the state a pod's lifecycle label should move to (§6).
+//! Lifecycle hook predicates and the state a pod's lifecycle label should move to.
 
 use crate::api::keys;
 use crate::api::shared::{Lifecycle, LifecycleHook, LifecycleState};
@@ -32,7 +32,7 @@ pub fn ready_for_normal(pod: &dyn PodRead, pre_normal: Option<&LifecycleHook>) -
     }
 }
 
-/// What the lifecycle allows when a pod is chosen for an in-place update (§5.6 step 1).
+/// What the lifecycle allows when a pod is chosen for an in-place update.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum InPlaceGate {
     /// Update now.

@@ -1,4 +1,4 @@
-//! ControllerRevision data, hash and name, byte-compatible with OpenKruise v1.9.0 (spec §3.1, §3.2).
+//! ControllerRevision data, hash and name, byte-compatible with OpenKruise v1.9.0.
 //!
 //! * data: `{"spec":{"template":{"$patch":"replace",...}}}`, the template as Go encodes it
 //!   ([`super::gojson`]);

@@ -1,4 +1,4 @@
-//! CloneSet status (§7): counts, current revision, the Progressing condition, and whether the
+//! CloneSet status: counts, current revision, the Progressing condition, and whether the
 //! new status is worth a write.
 
 use std::time::Duration;
@@ -107,7 +107,7 @@ pub fn compute(input: &StatusInput<'_>) -> (CloneSetStatus, Option<Duration>) {
     (s, requeue)
 }
 
-/// §7.2: sets, replaces or removes the Progressing condition; returns when the deadline passes.
+/// Sets, replaces or removes the Progressing condition; returns when the deadline passes.
 fn apply_progressing(cs: &CloneSet, s: &mut CloneSetStatus, now: Timestamp) -> Option<Duration> {
     let pds = match cs.spec.progress_deadline_seconds {
         Some(p) if p != NO_DEADLINE => p,
@@ -175,7 +175,7 @@ pub fn set_condition(conditions: &mut Vec<CloneSetCondition>, mut new: CloneSetC
     new
 }
 
-/// §7.1: a status is written only when one of these changed — Kruise's list, plus a new or
+/// A status is written only when one of these changed — Kruise's list, plus a new or
 /// changed FailedScale/FailedUpdate condition (see [`failures`]).
 pub fn needs_write(old: &CloneSetStatus, new: &CloneSetStatus) -> bool {
     let progressing =
@@ -489,8 +489,8 @@ mod tests {
     }
 
     /// Scaling up from Available is progress; the status stays True so lastTransitionTime is kept.
-    /// (Kruise's table lists the old times and no requeue here but never asserts them; §7.2 says
-    /// lastUpdateTime is now and the deadline requeue applies.)
+    /// (Kruise's table lists the old times and no requeue here but never asserts them; its code sets
+    /// lastUpdateTime to now and the deadline requeue applies.)
     #[test]
     fn available_then_scale_up_is_updated_keeping_the_transition_time() {
         let prev = cond("True", REASON_AVAILABLE, "CloneSet is available", at_nanos(10), at_nanos(10));
@@ -602,7 +602,7 @@ mod tests {
         assert_eq!(got, (Some(prev), None));
     }
 
-    /// Resuming starts the deadline clock now. The message is the plain "is progressing" of §7.2
+    /// Resuming starts the deadline clock now. The message is the plain "is progressing" of Kruise's code
     /// (Kruise's table says "CloneSet is resumed" but does not assert messages; its code has no
     /// such message).
     #[test]
@@ -630,7 +630,7 @@ mod tests {
     }
 
     /// With the old condition carried (as a reconcile does), DeadlineExceeded is sticky even
-    /// across a new revision until Available, Paused or PartitionAvailable applies (§7.2 case 4);
+    /// across a new revision until Available, Paused or PartitionAvailable applies, as in Kruise's code;
     /// the entry is kept as it is, old message included.
     #[test]
     fn deadline_exceeded_stays_sticky_across_a_new_revision() {

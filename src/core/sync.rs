@@ -1,5 +1,5 @@
 //! What one reconcile pass should do to the pods: refresh them, or scale, or update — one phase
-//! per pass, in Kruise's order (§4.4, §5.2). Pure: the controller executes the plan.
+//! per pass, in Kruise's order. Pure: the controller executes the plan.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -216,7 +216,7 @@ fn lifecycle_move(input: &SyncInput<'_>, pod: &dyn PodRead) -> Option<LifecycleS
     }
 }
 
-/// §5.2 step 1: what every pod needs before anything else happens, in Kruise's order — the
+/// What every pod needs before anything else happens, in Kruise's order — the
 /// in-place refresh (grace periods, batches, `InPlaceUpdateReady=True`), then the lifecycle
 /// move (with the inPlaceUpdate hook's not-ready key first), then a missing
 /// `pod-template-hash`. The `KruisePodReady` condition Kruise's pod-readiness controller sets
@@ -310,7 +310,7 @@ impl ScalePlan {
     }
 }
 
-/// §4.4: scale up, or delete PreparingDelete / specified / surplus pods — the first step that
+/// Scale up, or delete PreparingDelete / specified / surplus pods — the first step that
 /// has something to do wins.
 pub fn plan_scale(input: &SyncInput<'_>) -> ScalePlan {
     let hooks = input.cloneset.spec.lifecycle.as_ref();
@@ -463,7 +463,7 @@ pub struct UpdatePlan {
     pub target: String,
 }
 
-/// §5.2 steps 2–7.
+/// The update step: which pods move to the target revision now, and how (Kruise's `Update`).
 pub fn plan_update(input: &SyncInput<'_>) -> UpdatePlan {
     let strategy = &input.cloneset.spec.update_strategy;
     if strategy.paused {
@@ -508,7 +508,7 @@ pub fn plan_update(input: &SyncInput<'_>) -> UpdatePlan {
     UpdatePlan { diffs, pods, rolling_back, target: target.to_string() }
 }
 
-/// §5.6 and §5.8: recreate, or in place when the strategy allows and the change permits.
+/// Recreate, or in place when the strategy allows and the change permits.
 fn pod_action(input: &SyncInput<'_>, pod: &dyn PodRead, target: &str) -> PodAction {
     let strategy = &input.cloneset.spec.update_strategy;
     let kind = if strategy.type_.is_empty() { update_type::RECREATE } else { strategy.type_.as_str() };
@@ -674,7 +674,7 @@ pub fn next_availability(input: &SyncInput<'_>) -> Option<Duration> {
         .min()
 }
 
-/// Names in `podsToDelete` that are not active pods of this CloneSet (Kruise drops them, §4.6).
+/// Names in `podsToDelete` that are not active pods of this CloneSet (Kruise drops them).
 pub fn stale_pods_to_delete(cs: &CloneSet, active: &[&dyn PodRead]) -> Option<Vec<String>> {
     let names: BTreeSet<&str> = active.iter().map(|p| p.name()).collect();
     let list = &cs.spec.scale_strategy.pods_to_delete;

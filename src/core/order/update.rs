@@ -298,7 +298,7 @@ fn group_by_density(total_matched: usize, total_unmatched: usize, update_matched
 /// Kruise's `limitUpdateIndexes`: how many of the sorted `candidates` may be updated now.
 ///
 /// * `update_num` and `update_max_unavailable` are `updateNum` and `updateMaxUnavailable` from
-///   the diff arithmetic (§5.1); the list is first cut to `|update_num|`.
+///   the diff arithmetic; the list is first cut to `|update_num|`.
 /// * Every pod of `pods` that is not available ([`is_pod_available`] with `min_ready_seconds`,
 ///   so pods being updated in place, in a non-Normal lifecycle state, not Running or not yet
 ///   ready long enough all count) adds to the unavailable count; those for which
@@ -782,7 +782,7 @@ mod tests {
     /// Kruise `TestCalculateUpdateCount`: its 16 unnamed cases (`case #0`…`#15`), each run
     /// through `calculateDiffsWithExpectation` then `limitUpdateIndexes` with minReadySeconds 0
     /// and the CloneSetPartitionRollback gate on. The `updateNum`/`updateMaxUnavailable` each
-    /// case produces were derived by hand from §5.1 (no toDelete, no PreparingDelete; current
+    /// case produces were derived by hand from Kruise's diff arithmetic (no toDelete, no PreparingDelete; current
     /// "current" ≠ update "updated"; maxUnavailable defaults to 20% rounded up without surge):
     /// `updateOldDiff = old − partition`, `updateNewDiff = new − (replicas − partition)`,
     /// `updateNum` = the smaller in magnitude (`−updateNewDiff` for the latter),
