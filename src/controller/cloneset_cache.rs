@@ -24,7 +24,6 @@ use serde_json::{Value, json};
 
 use super::Context;
 use super::reconcile::ReconcileError;
-use super::writes;
 use crate::api::CloneSet;
 
 /// The condition an undecodable CloneSet carries until it decodes again (also the event reason).
@@ -185,7 +184,7 @@ async fn report(ctx: &Context, u: &Undecodable) -> Result<Option<Duration>, Reco
     // The event needs only the object's reference, which the metadata gives.
     let reference = CloneSet { metadata: u.metadata.clone(), spec: Default::default(), status: None };
     let note = format!("cannot decode the CloneSet, so it is not reconciled: {}", u.error);
-    writes::event(ctx, &reference, EventType::Warning, FAILED_DECODE, note).await;
+    ctx.events.record(&reference, EventType::Warning, FAILED_DECODE, note).await;
 
     let message = format!("cannot decode: {}", u.error);
     let ours = |c: &&Value| c["type"] == FAILED_DECODE;

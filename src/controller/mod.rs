@@ -12,9 +12,9 @@ pub mod owned_store;
 pub mod pod_watch;
 pub mod queue;
 mod reconcile;
+pub mod recorder;
 mod writes;
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -74,14 +74,10 @@ pub struct Context {
     pub rv_expectations: Mutex<ResourceVersionExpectations>,
     /// Per CloneSet: its template's revision data, for the generation it was computed at.
     pub template_revisions: reconcile::TemplateRevisionCache,
-    /// client-go's event correlation state ([`writes::event`]).
-    pub event_correlator: Mutex<crate::core::events::EventCorrelator>,
     pub queue: WorkQueue,
     pub metrics: Arc<Metrics>,
-    /// Per CloneSet UID and event type: its event spam-filter bucket ([`writes::event`]).
-    pub event_budgets: Mutex<HashMap<String, writes::EventBudget>>,
-    /// Events waiting to be sent, at most client-go's [`writes::MAX_QUEUED_EVENTS`] ([`writes::event`]).
-    pub event_queue: writes::EventQueue,
+    /// The operator's events, with their correlation, spam filter and queue.
+    pub events: recorder::Recorder,
     /// Whether this instance leads (always, without leader election): only then are keys queued.
     leading: AtomicBool,
 }
@@ -394,11 +390,9 @@ pub async fn run(client: Client, config: ControllerConfig, runtime: Runtime, shu
         scale_expectations: Mutex::new(ScaleExpectations::default()),
         rv_expectations: Mutex::new(ResourceVersionExpectations::default()),
         template_revisions: Default::default(),
-        event_correlator: Mutex::default(),
         queue: WorkQueue::with_limits(retry_limits, metrics.queue()),
         metrics: metrics.clone(),
-        event_budgets: Mutex::new(HashMap::new()),
-        event_queue: writes::EventQueue::default(),
+        events: recorder::Recorder::new(client.clone()),
         leading: AtomicBool::new(elector.is_none()),
     });
 

@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 
 use super::Context;
 use super::cached_revision::CachedRevision;
-use super::writes::{self, WriteError, event};
+use super::writes::{self, WriteError};
 use crate::api::cloneset::condition;
 use crate::api::shared::LifecycleState;
 use crate::api::{CloneSet, CloneSetCondition, keys};
@@ -169,7 +169,7 @@ pub async fn reconcile(ctx: &Arc<Context>, key: &str) -> Result<Option<Duration>
                 let scale = sync::plan_scale(&input);
                 if let Some(limit) = scale.scale_up_limited_to {
                     let msg = format!("scaleUp is limited because of scaleStrategy.maxUnavailable, limit: {limit}");
-                    event(ctx, cs, EventType::Warning, "ScaleUpLimited", msg).await;
+                    ctx.events.record(cs, EventType::Warning, "ScaleUpLimited", msg).await;
                 }
                 let templates = revs.templates_for(&scale)?;
                 let (changed, error) = execute_scale(ctx, cs, &scale, &templates, &active_refs, &inactive, &pvcs, now).await;
@@ -771,7 +771,7 @@ async fn execute_update(
     }
     let refusal = plan.pods.iter().map(|(_, a)| a).find(|a| a.refusal().is_some());
     if let Some(sync::PodAction::Hold(msg)) = refusal {
-        event(ctx, cs, EventType::Warning, "FailedUpdatePodInPlace", msg.clone()).await;
+        ctx.events.record(cs, EventType::Warning, "FailedUpdatePodInPlace", msg.clone()).await;
     }
     let refused = refusal.and_then(sync::PodAction::refusal).map(str::to_string);
     let failed = std::sync::atomic::AtomicBool::new(false);
@@ -802,24 +802,24 @@ async fn execute_update(
         match (action, result) {
             (sync::PodAction::Recreate, Ok(())) => {
                 let msg = format!("successfully patch pod {name} specified-delete for update(revision {target})");
-                event(ctx, cs, EventType::Normal, "SuccessfulUpdatePodReCreate", msg).await;
+                ctx.events.record(cs, EventType::Normal, "SuccessfulUpdatePodReCreate", msg).await;
             }
             (sync::PodAction::Recreate, Err(e)) => {
                 let msg =
                     format!("failed to patch pod specified-delete {name} for update(revision {target}): {}", writes::plain_message(&e));
-                event(ctx, cs, EventType::Warning, "FailedUpdatePodReCreate", msg).await;
+                ctx.events.record(cs, EventType::Warning, "FailedUpdatePodReCreate", msg).await;
                 first_error.get_or_insert(e);
             }
             (sync::PodAction::InPlace(spec), Ok(())) => {
                 let msg = format!("successfully update pod {name} in-place(revision {target})");
-                event(ctx, cs, EventType::Normal, "SuccessfulUpdatePodInPlace", msg).await;
+                ctx.events.record(cs, EventType::Normal, "SuccessfulUpdatePodInPlace", msg).await;
                 if spec.grace_seconds > 0 {
                     requeue = sooner(requeue, Some(Duration::from_secs(spec.grace_seconds as u64)));
                 }
             }
             (sync::PodAction::InPlace(_), Err(e)) => {
                 let msg = format!("failed to update pod {name} in-place(revision {target}): {}", writes::plain_message(&e));
-                event(ctx, cs, EventType::Warning, "FailedUpdatePodInPlace", msg).await;
+                ctx.events.record(cs, EventType::Warning, "FailedUpdatePodInPlace", msg).await;
                 first_error.get_or_insert(e);
             }
             (_, Err(e)) => {

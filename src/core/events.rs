@@ -3,7 +3,7 @@
 //! (`count` + 1, `lastTimestamp`, `message`) instead of creating another, and once an object has
 //! had [`AGGREGATE_MAX_EVENTS`] different messages for one reason within
 //! [`AGGREGATE_INTERVAL`], the rest are folded into one "(combined from similar events): …" event.
-//! The per-object spam filter is `controller::writes::EventBudget`.
+//! The per-object spam filter is `controller::recorder::EventBudget`.
 
 use std::collections::HashMap;
 use std::hash::Hash;
