@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 
 use crate::api::CloneSet;
 use crate::api::keys;
-use crate::config::FeatureGates;
+use crate::core::gates::FeatureGates;
 use crate::core::sync::{self, PodWrite, Step, StepOutcome, SyncInput};
 use crate::core::{lifecycle, revision};
 

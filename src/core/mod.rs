@@ -8,6 +8,7 @@ pub mod diff;
 pub mod env_metadata;
 pub mod events;
 pub mod expectations;
+pub mod gates;
 pub mod gojson;
 pub mod history;
 pub mod inplace;
