@@ -15,6 +15,7 @@ mod reconcile;
 pub mod recorder;
 mod writes;
 
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -396,14 +397,46 @@ pub async fn run(client: Client, config: ControllerConfig, runtime: Runtime, shu
         leading: AtomicBool::new(elector.is_none()),
     });
 
+    let mut tasks =
+        feed_queue(&ctx, Events { clonesets: cs_events, pods: pod_events, pvcs: pvc_events, revisions: rev_events, nodes: node_events });
+    let mut shutdown = std::pin::pin!(shutdown);
+    let ready = caches_synced(&ctx, &health, shutdown.as_mut()).await?
+        && elected(guard.as_mut(), elector.as_mut(), &health, &metrics, shutdown.as_mut()).await;
+    if !ready {
+        tasks.abort_all();
+        return Ok(());
+    }
+    lead(&ctx, tasks, guard.as_mut(), elector.as_mut(), &metrics, lease_name, shutdown).await
+}
+
+/// The caches' event streams, as the reflectors yield them once stored.
+struct Events<C, P, V, R, N> {
+    clonesets: C,
+    pods: P,
+    pvcs: V,
+    revisions: R,
+    nodes: N,
+}
+
+/// Runs the caches' streams: each change queues the CloneSet it concerns (a pod update no
+/// decision reads queues nothing), and creations are observed for the scale expectations first.
+/// Also publishes the queue's unfinished work. The tasks end when the returned set is aborted.
+fn feed_queue<C, P, V, R, N>(ctx: &Arc<Context>, events: Events<C, P, V, R, N>) -> tokio::task::JoinSet<()>
+where
+    C: Stream<Item = Arc<CachedCloneSet>> + Send + 'static,
+    P: Stream<Item = Change<CompactPod>> + Send + 'static,
+    V: Stream<Item = Arc<PersistentVolumeClaim>> + Send + 'static,
+    R: Stream<Item = Arc<cached_revision::CachedRevision>> + Send + 'static,
+    N: Stream<Item = Arc<Node>> + Send + 'static,
+{
     let mut tasks = tokio::task::JoinSet::new();
     let c = ctx.clone();
-    tasks.spawn(cs_events.for_each(move |cs| {
+    tasks.spawn(events.clonesets.for_each(move |cs| {
         c.enqueue(&format!("{}/{}", cs.namespace().unwrap_or_default(), cs.name_any()));
         std::future::ready(())
     }));
     let c = ctx.clone();
-    tasks.spawn(pod_events.for_each(move |change| {
+    tasks.spawn(events.pods.for_each(move |change| {
         let awaits = |uid: &str| c.rv_expectations.lock().unwrap_or_else(|e| e.into_inner()).awaits(uid);
         if !queues_a_reconcile(&change, awaits) {
             c.metrics.pod_update_unread();
@@ -418,21 +451,21 @@ pub async fn run(client: Client, config: ControllerConfig, runtime: Runtime, shu
         std::future::ready(())
     }));
     let c = ctx.clone();
-    let pvc_owners = pvc_events.filter_map(move |pvc| {
+    let pvc_owners = events.pvcs.filter_map(move |pvc| {
         let key = owned_store::owner_key(pvc.as_ref());
         if let Some(key) = &key {
             c.observe_creation(key, pvc.as_ref(), ObjectKind::Pvc);
         }
         std::future::ready(key)
     });
-    for stream in [pvc_owners.boxed(), rev_events.filter_map(|r| std::future::ready(owned_store::owner_key(r.as_ref()))).boxed()] {
+    for stream in [pvc_owners.boxed(), events.revisions.filter_map(|r| std::future::ready(owned_store::owner_key(r.as_ref()))).boxed()] {
         let c = ctx.clone();
         tasks.spawn(stream.for_each(move |key| {
             c.enqueue(&key);
             std::future::ready(())
         }));
     }
-    tasks.spawn(node_events.for_each(|_| std::future::ready(())));
+    tasks.spawn(events.nodes.for_each(|_| std::future::ready(())));
     let c = ctx.clone();
     tasks.spawn(async move {
         let mut tick = tokio::time::interval(Duration::from_millis(500));
@@ -442,8 +475,12 @@ pub async fn run(client: Client, config: ControllerConfig, runtime: Runtime, shu
         }
     });
 
-    // Never act on a cache that has not finished its first list: an empty pod cache read as
-    // truth would mean mass creation.
+    tasks
+}
+
+/// Waits until every cache has finished its first list; `false` when shutdown came first. Never
+/// act on a cache that has not: an empty pod cache read as truth would mean mass creation.
+async fn caches_synced(ctx: &Context, health: &Health, shutdown: Pin<&mut impl Future<Output = ()>>) -> anyhow::Result<bool> {
     let stores = ctx.stores.clone();
     let synced = async {
         stores.clonesets.wait_until_ready().await?;
@@ -452,57 +489,76 @@ pub async fn run(client: Client, config: ControllerConfig, runtime: Runtime, shu
         stores.revisions.wait_until_ready().await;
         stores.nodes.wait_until_ready().await
     };
-    let mut shutdown = std::pin::pin!(shutdown);
     tokio::select! {
         res = tokio::time::timeout(ctx.config.cache_sync_timeout, synced) => match res {
             Ok(Ok(())) => {
                 tracing::info!("caches synced");
                 health.set_caches_synced(true);
+                Ok(true)
             }
             Ok(Err(e)) => anyhow::bail!("caches failed to sync: {e}"),
             Err(_) => anyhow::bail!("caches did not sync within --controller-cache-sync-timeout ({:?})", ctx.config.cache_sync_timeout),
         },
-        _ = &mut shutdown => {
+        _ = shutdown => {
             tracing::info!("shutdown requested before the caches synced");
-            tasks.abort_all();
-            return Ok(());
+            Ok(false)
         }
     }
+}
 
-    // A standby waits here with warm caches until Kruise's manager is not running and this
-    // instance is elected; a Kruise manager that appears during the election is waited out again.
+/// A standby waits here with warm caches until Kruise's manager is not running and this instance
+/// is elected; a Kruise manager that appears during the election is waited out again. `false`
+/// when shutdown came first.
+async fn elected(
+    mut guard: Option<&mut KruiseGuard>,
+    mut elector: Option<&mut LeaderElector>,
+    health: &Health,
+    metrics: &Metrics,
+    mut shutdown: Pin<&mut impl Future<Output = ()>>,
+) -> bool {
     loop {
-        if let Some(guard) = guard.as_mut() {
+        if let Some(guard) = guard.as_deref_mut() {
             tokio::select! {
-                () = stand_by_while_kruise_runs(guard, &health, &metrics) => {}
-                _ = &mut shutdown => {
+                () = stand_by_while_kruise_runs(guard, health, metrics) => {}
+                _ = shutdown.as_mut() => {
                     tracing::info!("shutdown requested while standing by for Kruise's manager");
-                    tasks.abort_all();
-                    return Ok(());
+                    return false;
                 }
             }
         }
-        if let Some(elector) = elector.as_mut() {
+        if let Some(elector) = elector.as_deref_mut() {
             tracing::info!(lease = %format!("{}/{}", elector.config().namespace, elector.config().lease_name), identity = %elector.config().identity, "waiting to be elected leader");
             tokio::select! {
                 () = elector.acquire() => {}
-                _ = &mut shutdown => {
+                _ = shutdown.as_mut() => {
                     tracing::info!("shutdown requested while standing by");
-                    tasks.abort_all();
                     // A take-over that raced with the signal must not keep the Lease until expiry.
                     elector.release().await;
-                    return Ok(());
+                    return false;
                 }
             }
         }
-        let Some(guard) = guard.as_mut() else { break };
+        let Some(guard) = guard.as_deref_mut() else { return true };
         if !matches!(guard.check().await, Ok(KruiseState::Live { .. })) {
-            break;
+            return true;
         }
-        if let Some(elector) = elector.as_mut() {
+        if let Some(elector) = elector.as_deref_mut() {
             elector.release().await;
         }
     }
+}
+
+/// Leads: reconciles from the full cache with the workers until shutdown (`Ok`), or until the
+/// Lease is lost or Kruise's manager appears (an error: fail-stop).
+async fn lead(
+    ctx: &Arc<Context>,
+    mut tasks: tokio::task::JoinSet<()>,
+    mut guard: Option<&mut KruiseGuard>,
+    mut elector: Option<&mut LeaderElector>,
+    metrics: &Metrics,
+    lease_name: Option<&str>,
+    shutdown: Pin<&mut impl Future<Output = ()>>,
+) -> anyhow::Result<()> {
     ctx.leading.store(true, Ordering::Release);
     metrics.set_leader(true, lease_name);
     // Everything a standby saw was not queued: start from the full cache.
@@ -525,19 +581,19 @@ pub async fn run(client: Client, config: ControllerConfig, runtime: Runtime, shu
         workers.spawn(async move { worker(c).await });
     }
     let kruise_appeared = async {
-        match guard.as_mut() {
+        match guard.as_deref_mut() {
             Some(guard) => until_kruise_runs(guard).await,
             None => std::future::pending().await,
         }
     };
-    let lost = match elector.as_mut() {
+    let lost = match elector.as_deref_mut() {
         Some(elector) => tokio::select! {
-            () = &mut shutdown => None,
+            () = shutdown => None,
             lost = elector.hold() => Some(format!("lost leadership: {lost}")),
             why = kruise_appeared => Some(why),
         },
         None => tokio::select! {
-            () = &mut shutdown => None,
+            () = shutdown => None,
             why = kruise_appeared => Some(why),
         },
     };
@@ -551,7 +607,7 @@ pub async fn run(client: Client, config: ControllerConfig, runtime: Runtime, shu
         while workers.join_next().await.is_some() {}
         tasks.abort_all();
         // A Lease we still hold is handed on at once rather than at expiry.
-        if let Some(elector) = elector.as_mut() {
+        if let Some(elector) = elector.as_deref_mut() {
             elector.release().await;
         }
         anyhow::bail!("{lost}");
@@ -561,7 +617,7 @@ pub async fn run(client: Client, config: ControllerConfig, runtime: Runtime, shu
     while workers.join_next().await.is_some() {}
     tasks.abort_all();
     metrics.set_leader(false, lease_name);
-    if let Some(elector) = elector.as_mut() {
+    if let Some(elector) = elector {
         elector.release().await;
     }
     Ok(())
