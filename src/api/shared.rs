@@ -128,37 +128,29 @@ pub struct RefMetadata {
     pub annotations: Option<BTreeMap<String, String>>,
 }
 
-/// kruise-daemon's report on a pod's containers (`apps.kruise.io/runtime-containers-meta`).
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+/// kruise-daemon's report on a pod's containers (`apps.kruise.io/runtime-containers-meta`), as
+/// far as the operator reads it.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
 pub struct RuntimeContainerMetaSet {
     #[serde(default)]
     pub containers: Vec<RuntimeContainerMeta>,
 }
 
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
 pub struct RuntimeContainerMeta {
     pub name: String,
     #[serde(rename = "containerID")]
     pub container_id: String,
     #[serde(default)]
-    pub restart_count: i32,
-    #[serde(default)]
     pub hashes: RuntimeContainerHashes,
 }
 
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RuntimeContainerHashes {
-    #[serde(default)]
-    pub plain_hash: u64,
     /// The hash of the values the container's env really read from metadata.
-    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    #[serde(default)]
     pub extracted_env_from_metadata_hash: u64,
-}
-
-fn is_zero_u64(v: &u64) -> bool {
-    *v == 0
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{Container, Pod};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::api::keys;
 use crate::api::shared::{RefMetadata, RuntimeContainerMetaSet};
@@ -35,11 +35,19 @@ impl Source {
             Source::Annotations => "annotations",
         }
     }
+
+    /// This source's map of `labels` and `annotations`.
+    fn of<T>(self, labels: T, annotations: T) -> T {
+        match self {
+            Source::Labels => labels,
+            Source::Annotations => annotations,
+        }
+    }
 }
 
 /// What a variable named `name` reads, given its literal `value` and its `fieldRef.fieldPath`:
 /// a label or annotation key, by Kruise's rules (no literal value, not SidecarSet's).
-pub fn reads(name: &str, value: Option<&str>, field_path: Option<&str>) -> Option<(Source, String)> {
+pub fn reads<'a>(name: &str, value: Option<&str>, field_path: Option<&'a str>) -> Option<(Source, &'a str)> {
     if value.is_some_and(|v| !v.is_empty()) || NOT_FROM_METADATA.contains(&name) {
         return None;
     }
@@ -49,7 +57,7 @@ pub fn reads(name: &str, value: Option<&str>, field_path: Option<&str>) -> Optio
         "metadata.annotations" => Source::Annotations,
         _ => return None,
     };
-    Some((source, key.to_string()))
+    Some((source, key))
 }
 
 /// Whether the cache must keep this env variable: it may read the pod's metadata.
@@ -63,67 +71,72 @@ fn split_subscripted(path: &str) -> Option<(&str, &str)> {
     inner.split_once("['")
 }
 
-/// Per container of a template (JSON), the variables that read metadata: (name, source, key).
-fn template_reads(container: &Value) -> Vec<(String, Source, String)> {
-    let env = container.get("env").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
-    env.iter()
-        .filter_map(|e| {
-            let name = e.get("name")?.as_str()?;
-            let path = e.get("valueFrom")?.get("fieldRef")?.get("fieldPath")?.as_str();
-            let (source, key) = reads(name, e.get("value").and_then(Value::as_str), path)?;
-            Some((name.to_string(), source, key))
-        })
-        .collect()
+/// A label or annotation that an update's metadata patch changes and a container's env reads.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ChangedRead {
+    container: String,
+    env: String,
+    source: Source,
+    key: String,
+    /// The new value; `None` when the update removes the key.
+    value: Option<String>,
 }
 
-/// Which container env variable, if any, reads a label or annotation that `patch` (an update's
-/// metadata patch, `{"metadata": {"labels": …, "annotations": …}}`) changes, as
-/// `"container <c> env <E> (<fieldPath>)"`. Kruise's rules: the containers of the new template
-/// (`new_data`, a revision's data).
-pub fn changed_by(new_data: &[u8], patch: &Value) -> Option<String> {
-    let template = revision::template_from_revision_data(new_data).ok()?;
-    let containers = template.get("spec")?.get("containers")?.as_array()?;
-    containers.iter().find_map(|c| {
-        template_reads(c).into_iter().find_map(|(name, source, key)| {
-            patch["metadata"][source.field()].as_object()?.contains_key(&key).then(|| {
-                let path = format!("metadata.{}['{key}']", source.field());
-                format!("container {} env {name} ({path})", c.get("name").and_then(Value::as_str).unwrap_or_default())
-            })
-        })
-    })
+impl ChangedRead {
+    /// `container <c> env <E> (<fieldPath>)`, as conditions and events name it.
+    pub fn describe(&self) -> String {
+        format!("container {} env {} (metadata.{}['{}'])", self.container, self.env, self.source.field(), self.key)
+    }
 }
 
-/// `patch` split as Kruise splits it for kruise-daemon to refresh the env: each changed label or
-/// annotation a container reads leaves the patch for that container's `containerRefMetadata`.
-/// Returns the rest of the patch (`None` when nothing is left) and the containers' metadata.
-/// `None` when no read key changes, or when one is removed by the update: the daemon restarts a
-/// container only for a value it can see change, so such a pod is left to a new pod.
-pub fn split_for_daemon(new_data: &[u8], patch: &Value) -> Option<(Option<Value>, BTreeMap<String, RefMetadata>)> {
-    let template = revision::template_from_revision_data(new_data).ok()?;
-    let containers = template.get("spec")?.get("containers")?.as_array()?;
-    let mut rest = patch.clone();
-    let mut refs: BTreeMap<String, RefMetadata> = BTreeMap::new();
-    for c in containers {
-        let cname = c.get("name").and_then(Value::as_str).unwrap_or_default();
-        for (_, source, key) in template_reads(c) {
-            let Some(value) = patch["metadata"][source.field()].get(&key) else { continue };
-            let meta = refs.entry(cname.to_string()).or_default();
-            let map = match source {
-                Source::Labels => &mut meta.labels,
-                Source::Annotations => &mut meta.annotations,
-            };
-            map.get_or_insert_with(BTreeMap::new).insert(key.clone(), value.as_str()?.to_string());
-            let fields = rest["metadata"].as_object_mut()?;
-            if let Some(field) = fields.get_mut(source.field()).and_then(Value::as_object_mut) {
-                field.remove(&key);
-                if field.is_empty() {
-                    fields.remove(source.field());
-                }
-            }
+/// The labels and annotations that `patch` (an update's metadata patch, `{"metadata":
+/// {"labels": …, "annotations": …}}`) changes and an env variable of the new template's
+/// containers reads (`new_data`, a revision's data), in container and variable order.
+pub fn changed_reads(new_data: &[u8], patch: &Value) -> Vec<ChangedRead> {
+    let template = revision::template_from_revision_data(new_data).ok();
+    let containers = template.as_ref().and_then(|t| t.get("spec")?.get("containers")?.as_array());
+    let mut out = Vec::new();
+    for c in containers.into_iter().flatten() {
+        let env = c.get("env").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
+        for e in env {
+            let Some(name) = e.get("name").and_then(Value::as_str) else { continue };
+            let path = e.get("valueFrom").and_then(|v| v.get("fieldRef")?.get("fieldPath")?.as_str());
+            let Some((source, key)) = reads(name, e.get("value").and_then(Value::as_str), path) else { continue };
+            let Some(value) = patch["metadata"][source.field()].get(key) else { continue };
+            out.push(ChangedRead {
+                container: c.get("name").and_then(Value::as_str).unwrap_or_default().to_string(),
+                env: name.to_string(),
+                source,
+                key: key.to_string(),
+                value: value.as_str().map(str::to_string),
+            });
         }
     }
-    if refs.is_empty() {
+    out
+}
+
+/// `patch` split as Kruise splits it for kruise-daemon to refresh the env: each of `changed`
+/// leaves the patch for its container's `containerRefMetadata`. Returns the rest of the patch
+/// (`None` when nothing is left) and the containers' metadata. `None` when nothing changes, or
+/// when a read key is removed: the daemon restarts a container only for a value it can see
+/// change, so such a pod is left to a new pod.
+pub fn split_for_daemon(patch: &Value, changed: &[ChangedRead]) -> Option<(Option<Value>, BTreeMap<String, RefMetadata>)> {
+    if changed.is_empty() {
         return None;
+    }
+    let mut rest = patch.clone();
+    let mut refs: BTreeMap<String, RefMetadata> = BTreeMap::new();
+    for read in changed {
+        let meta = refs.entry(read.container.clone()).or_default();
+        let map = read.source.of(&mut meta.labels, &mut meta.annotations);
+        map.get_or_insert_with(BTreeMap::new).insert(read.key.clone(), read.value.clone()?);
+        let fields = rest["metadata"].as_object_mut()?;
+        if let Some(field) = fields.get_mut(read.source.field()).and_then(Value::as_object_mut) {
+            field.remove(&read.key);
+            if field.is_empty() {
+                fields.remove(read.source.field());
+            }
+        }
     }
     let left = rest["metadata"].as_object().is_some_and(|m| !m.is_empty());
     Some((left.then_some(rest), refs))
@@ -148,11 +161,7 @@ pub fn expected_hash(
         .filter_map(|e| {
             let path = e.value_from.as_ref()?.field_ref.as_ref().map(|f| f.field_path.as_str());
             let (source, key) = reads(&e.name, e.value.as_deref(), path)?;
-            let map = match source {
-                Source::Labels => labels,
-                Source::Annotations => annotations,
-            };
-            Some((e.name.as_str(), map.and_then(|m| m.get(&key)).map_or("", String::as_str)))
+            Some((e.name.as_str(), source.of(labels, annotations).and_then(|m| m.get(key)).map_or("", String::as_str)))
         })
         .collect();
     envs.sort_by(|a, b| a.0.cmp(b.0));
@@ -163,33 +172,13 @@ pub fn expected_hash(
 /// (`[{"name":…,"value":…}]`, `null` when empty, an empty value omitted). `dump.ForHash` of a
 /// `[]byte` prints `([]uint8)[b0 b1 …]` with each byte in decimal.
 fn hash_envs(envs: &[(&str, &str)]) -> u64 {
-    let mut json = Vec::new();
-    if envs.is_empty() {
-        json.extend_from_slice(b"null");
-    } else {
-        json.push(b'[');
-        for (i, (name, value)) in envs.iter().enumerate() {
-            if i > 0 {
-                json.push(b',');
-            }
-            json.extend_from_slice(b"{\"name\":");
-            gojson::append_string(&mut json, name);
-            if !value.is_empty() {
-                json.extend_from_slice(b",\"value\":");
-                gojson::append_string(&mut json, value);
-            }
-            json.push(b'}');
-        }
-        json.push(b']');
-    }
-    let mut dumped = String::from("([]uint8)[");
-    for (i, b) in json.iter().enumerate() {
-        if i > 0 {
-            dumped.push(' ');
-        }
-        dumped.push_str(&b.to_string());
-    }
-    dumped.push(']');
+    let list: Vec<Value> = envs
+        .iter()
+        .map(|(name, value)| if value.is_empty() { json!({"name": name}) } else { json!({"name": name, "value": value}) })
+        .collect();
+    let json = gojson::encode_value(&if list.is_empty() { Value::Null } else { Value::Array(list) });
+    let bytes: Vec<String> = json.iter().map(u8::to_string).collect();
+    let dumped = format!("([]uint8)[{}]", bytes.join(" "));
     let mut hash: u32 = 0x811c_9dc5;
     for b in dumped.bytes() {
         hash ^= u32::from(b);
@@ -283,15 +272,18 @@ mod tests {
         let env = json!([{"name": "X", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['ver']"}}}]);
         let data = revision_data(json!({"app": "a", "ver": "2", "team": "b"}), env);
         let patch = json!({"metadata": {"labels": {"ver": "2", "team": "b"}}});
-        assert_eq!(changed_by(&data, &patch).as_deref(), Some("container main env X (metadata.labels['ver'])"));
-        let (rest, refs) = split_for_daemon(&data, &patch).expect("a daemon can refresh it");
+        let changed = changed_reads(&data, &patch);
+        let described: Vec<String> = changed.iter().map(ChangedRead::describe).collect();
+        assert_eq!(described, ["container main env X (metadata.labels['ver'])"]);
+        let (rest, refs) = split_for_daemon(&patch, &changed).expect("a daemon can refresh it");
         assert_eq!(rest, Some(json!({"metadata": {"labels": {"team": "b"}}})), "the rest stays in the patch");
         assert_eq!(
             serde_json::to_value(&refs).unwrap(),
             json!({"main": {"creationTimestamp": null, "labels": {"ver": "2"}}}),
             "only the reading container, with the new value"
         );
-        let (rest, _) = split_for_daemon(&data, &json!({"metadata": {"labels": {"ver": "2"}}})).unwrap();
+        let only_read = json!({"metadata": {"labels": {"ver": "2"}}});
+        let (rest, _) = split_for_daemon(&only_read, &changed_reads(&data, &only_read)).unwrap();
         assert_eq!(rest, None, "nothing else to patch");
     }
 
@@ -300,10 +292,12 @@ mod tests {
         let env = json!([{"name": "X", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['ver']"}}}]);
         let data = revision_data(json!({"app": "a"}), env);
         let removed = json!({"metadata": {"labels": {"ver": null}}});
-        assert!(changed_by(&data, &removed).is_some());
-        assert_eq!(split_for_daemon(&data, &removed), None);
+        let changed = changed_reads(&data, &removed);
+        assert_eq!(changed.len(), 1, "a removal is a change");
+        assert_eq!(split_for_daemon(&removed, &changed), None);
         let unread = json!({"metadata": {"labels": {"team": "b"}}});
-        assert_eq!((changed_by(&data, &unread), split_for_daemon(&data, &unread)), (None, None));
+        assert_eq!(changed_reads(&data, &unread), []);
+        assert_eq!(split_for_daemon(&unread, &[]), None);
     }
 
     fn pod(meta: Option<&str>, container_id: &str, ver: &str) -> Pod {

@@ -52,16 +52,16 @@ impl UpdateSpec {
         self.meta_data_patch.as_ref().and_then(|b| serde_json::from_slice(&b.0).ok())
     }
 
-    /// Which container env variable, if any, reads a label or annotation this update changes
-    /// (`new_data`: the target revision's data); see [`env_metadata::changed_by`].
-    pub fn stale_env(&self, new_data: &[u8]) -> Option<String> {
-        env_metadata::changed_by(new_data, &self.metadata_patch()?)
+    /// The labels and annotations this update changes that an env variable of the new
+    /// template (`new_data`, the target revision's data) reads ([`env_metadata::changed_reads`]).
+    pub fn changed_reads(&self, new_data: &[u8]) -> Vec<env_metadata::ChangedRead> {
+        self.metadata_patch().map(|patch| env_metadata::changed_reads(new_data, &patch)).unwrap_or_default()
     }
 
-    /// This update as Kruise writes it for kruise-daemon to refresh the env: the read keys in
-    /// `containerRefMetadata`, `updateEnvFromMetadata` set. `None` when the daemon cannot.
-    pub fn through_daemon(&self, new_data: &[u8]) -> Option<UpdateSpec> {
-        let (rest, refs) = env_metadata::split_for_daemon(new_data, &self.metadata_patch()?)?;
+    /// This update as Kruise writes it for kruise-daemon to refresh the env of `changed`: those
+    /// keys in `containerRefMetadata`, `updateEnvFromMetadata` set. `None` when the daemon cannot.
+    pub fn through_daemon(&self, changed: &[env_metadata::ChangedRead]) -> Option<UpdateSpec> {
+        let (rest, refs) = env_metadata::split_for_daemon(&self.metadata_patch()?, changed)?;
         Some(UpdateSpec {
             meta_data_patch: rest.map(|p| ByteString(serde_json::to_vec(&p).unwrap_or_default())),
             container_ref_metadata: refs,

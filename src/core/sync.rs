@@ -532,13 +532,13 @@ fn pod_action(input: &SyncInput<'_>, pod: &dyn PodRead, target: &str) -> PodActi
     // An env variable read from a changed label or annotation would stay stale in a container
     // updated in place: kruise-daemon, where it reports on the pod, restarts the container;
     // without it such a change takes a new pod.
-    let mut stale_env = match (&spec, new) {
-        (Some(spec), Some(new)) if input.gates.in_place_update_env_from_metadata => spec.stale_env(new),
-        _ => None,
+    let changed = match (&spec, new) {
+        (Some(spec), Some(new)) if input.gates.in_place_update_env_from_metadata => spec.changed_reads(new),
+        _ => vec![],
     };
-    if let (Some(_), Some(current), Some(new)) = (&stale_env, &spec, new)
-        && env_metadata::daemon_reports(pod)
-        && let Some(refreshed) = current.through_daemon(new)
+    let mut stale_env = changed.first().map(env_metadata::ChangedRead::describe);
+    if let Some(refreshed) =
+        spec.as_ref().filter(|_| stale_env.is_some() && env_metadata::daemon_reports(pod)).and_then(|s| s.through_daemon(&changed))
     {
         spec = Some(refreshed);
         stale_env = None;

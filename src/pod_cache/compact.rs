@@ -9,8 +9,9 @@
 //! ([`ReadPod`]), expanding one back into a `Pod` ([`CompactPod::expand`]) only where a
 //! decision or a write needs all of it.
 //!
-//! What is kept is what [`keep_read_fields`](super::fields::keep_read_fields) keeps, field for field: expanding a compacted pod
-//! gives exactly the stripped pod (`a_compacted_pod_expands_to_the_stripped_pod`).
+//! What is kept is what [`keep_read_fields`](super::fields::keep_read_fields) keeps, field for
+//! field: expanding a compacted pod gives exactly the stripped pod
+//! (`a_compacted_pod_expands_to_the_stripped_pod`).
 
 use std::collections::{BTreeMap, HashSet};
 use std::hash::Hash;
