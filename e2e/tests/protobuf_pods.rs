@@ -125,6 +125,11 @@ async fn pods_read_in_protobuf_decode_as_they_do_from_json() {
     assert!(from_json["deleting"].0.metadata.deletion_timestamp.is_some());
     let main = &from_json["rich"].0.status.as_ref().unwrap().container_statuses.as_ref().unwrap()[0];
     assert!(main.last_state.as_ref().unwrap().terminated.is_some(), "the status was written: {main:?}");
+    // What the core reads of the apiserver's complete pods (k8s-openapi's whole type, stripped).
+    for mut whole in pods.list(&ListParams::default()).await.unwrap().items {
+        cloneset_operator::pod_cache::fields::keep_read_fields(&mut whole);
+        assert_eq!(from_json[&whole.name_any()].0, whole, "the JSON decoder against the stripped whole pod");
+    }
 
     // The pod cache's own watcher, which decodes protobuf straight into the cached pod: a
     // streaming list and a paged one (a pod a page), each then watching the next change; and
