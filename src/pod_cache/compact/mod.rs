@@ -46,7 +46,7 @@ pub struct Interner {
     owners: Pool<CompactOwner>,
     conditions: Pool<ConditionSaid>,
     shapes: Pool<PodShape>,
-    images: Pool<StatusImage>,
+    statuses: Pool<StatusShape>,
 }
 
 impl Interner {
@@ -98,7 +98,7 @@ pub struct CompactPod {
 
 /// What the pods of one CloneSet revision in one phase have alike, shared through the interner:
 /// each pod holds one pointer instead of its own blocks for its containers, owners, readiness
-/// gates and the fields beside them (with the shared conditions and images below, the cached
+/// gates and the fields beside them (with the shared conditions and container-status shapes below, the cached
 /// pod fell from 1,314 to 818 bytes of heap in `tests/cache_footprint.rs`). Nothing here differs from node to
 /// node, so pods of a CloneSet spread over many nodes still share it.
 #[derive(Debug, PartialEq, Eq, Hash)]
@@ -197,24 +197,42 @@ enum CompactState {
 
 #[derive(Debug)]
 struct CompactContainerStatus {
-    image: Arc<StatusImage>,
+    shape: Arc<StatusShape>,
     container_id: Span,
     ready: bool,
     started: Option<bool>,
     restart_count: i32,
     state: CompactState,
     last_state: CompactState,
+}
+
+/// What a container's status has alike in every pod of a revision: its name, image and image
+/// ID, and the resources a kubelet reports for it (`resources`, `allocatedResources`), which a
+/// container with requests has in every pod (each pod held its own before: about a kilobyte).
+#[derive(Debug, PartialEq)]
+struct StatusShape {
+    name: Arc<str>,
+    image: Arc<str>,
+    image_id: Arc<str>,
     resources: Sparse<ResourceRequirements>,
     /// Every other field (allocated resources, stop signal, ...), when any is set.
     rest: Option<Box<ContainerStatus>>,
 }
 
-/// A container status's name, image and image ID: the same in every pod of a revision.
-#[derive(Debug, PartialEq, Eq, Hash)]
-struct StatusImage {
-    name: Arc<str>,
-    image: Arc<str>,
-    image_id: Arc<str>,
+// Strings, maps and lists of them, whose equality is an equivalence.
+impl Eq for StatusShape {}
+
+impl Hash for StatusShape {
+    /// By name, image, image ID and the resources' values: equal shapes hash alike, and pods
+    /// mid-resize (two sets of resources for one image) hash apart.
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        (&self.name, &self.image, &self.image_id, self.rest.is_some()).hash(state);
+        if let Sparse::Boxed(r) = &self.resources {
+            for (name, q) in [&r.limits, &r.requests].into_iter().flatten().flatten() {
+                (name, &q.0).hash(state);
+            }
+        }
+    }
 }
 
 impl CompactState {
@@ -298,37 +316,32 @@ impl CompactCondition {
 
 impl CompactContainerStatus {
     fn new(mut s: ContainerStatus, i: &mut Interner, texts: &mut Texts) -> Self {
-        let image = StatusImage {
+        let container_id = texts.add(s.container_id.take());
+        let (ready, started, restart_count) = (std::mem::take(&mut s.ready), s.started.take(), std::mem::take(&mut s.restart_count));
+        let (state, last_state) = (CompactState::new(s.state.take()), CompactState::new(s.last_state.take()));
+        let shape = StatusShape {
             name: i.get(&std::mem::take(&mut s.name)),
             image: i.get(&std::mem::take(&mut s.image)),
             image_id: i.get(&std::mem::take(&mut s.image_id)),
-        };
-        Self {
-            image: i.images.intern(image),
-            container_id: texts.add(s.container_id.take()),
-            ready: std::mem::take(&mut s.ready),
-            started: s.started.take(),
-            restart_count: std::mem::take(&mut s.restart_count),
-            state: CompactState::new(s.state.take()),
-            last_state: CompactState::new(s.last_state.take()),
             resources: Sparse::new(s.resources.take()),
             rest: rest(s),
-        }
+        };
+        Self { shape: i.statuses.intern(shape), container_id, ready, started, restart_count, state, last_state }
     }
 
     fn expand(&self, texts: &str) -> ContainerStatus {
         ContainerStatus {
-            name: string(&self.image.name),
-            image: string(&self.image.image),
-            image_id: string(&self.image.image_id),
+            name: string(&self.shape.name),
+            image: string(&self.shape.image),
+            image_id: string(&self.shape.image_id),
             container_id: self.container_id.expand(texts),
             ready: self.ready,
             started: self.started,
             restart_count: self.restart_count,
             state: self.state.expand(),
             last_state: self.last_state.expand(),
-            resources: self.resources.expand(),
-            ..self.rest.as_deref().cloned().unwrap_or_default()
+            resources: self.shape.resources.expand(),
+            ..self.shape.rest.as_deref().cloned().unwrap_or_default()
         }
     }
 }
@@ -336,15 +349,13 @@ impl CompactContainerStatus {
 impl CompactContainerStatus {
     /// Equal, its own strings read from `texts` and the other's from `other_texts`.
     fn reads_as(&self, texts: &str, other: &Self, other_texts: &str) -> bool {
-        self.image == other.image
+        self.shape == other.shape
             && self.container_id.read(texts) == other.container_id.read(other_texts)
             && self.ready == other.ready
             && self.started == other.started
             && self.restart_count == other.restart_count
             && self.state == other.state
             && self.last_state == other.last_state
-            && self.resources == other.resources
-            && self.rest == other.rest
     }
 }
 

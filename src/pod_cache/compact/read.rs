@@ -90,8 +90,8 @@ impl PodRead for ReadPod {
     }
 
     fn container_status(&self, name: &str) -> Option<ContainerStatusRef<'_>> {
-        let s = self.compact.status.as_ref()?.container_statuses.as_ref()?.iter().find(|s| &*s.image.name == name)?;
-        Some(ContainerStatusRef { image: &s.image.image, image_id: &s.image.image_id })
+        let s = self.compact.status.as_ref()?.container_statuses.as_ref()?.iter().find(|s| &*s.shape.name == name)?;
+        Some(ContainerStatusRef { image: &s.shape.image, image_id: &s.shape.image_id })
     }
 
     fn container_image(&self, name: &str) -> Option<&str> {
@@ -109,7 +109,7 @@ impl PodRead for ReadPod {
     fn max_restarts(&self) -> (i32, i32) {
         let Some(status) = self.compact.status.as_ref() else { return (0, 0) };
         let most = |statuses: Option<&[CompactContainerStatus]>, counted: &dyn Fn(&str) -> bool| {
-            statuses.unwrap_or_default().iter().filter(|s| counted(&s.image.name)).map(|s| s.restart_count).fold(0, i32::max)
+            statuses.unwrap_or_default().iter().filter(|s| counted(&s.shape.name)).map(|s| s.restart_count).fold(0, i32::max)
         };
         let sidecars = self.compact.shape.spec.as_ref().and_then(|s| s.init_containers.as_deref()).unwrap_or_default();
         let is_sidecar = |name: &str| sidecars.iter().any(|c| &*c.name == name && is_sidecar_restart_policy(c.restart_policy.as_deref()));

@@ -597,7 +597,7 @@ fn the_pods_of_one_revision_share_their_shape() {
     for (ca, cb) in sa.conditions.as_ref().unwrap().iter().zip(sb.conditions.as_ref().unwrap().iter()) {
         assert!(Arc::ptr_eq(&ca.said, &cb.said), "condition {} held twice", ca.said.type_);
     }
-    let image = |s: &CompactStatus| s.container_statuses.as_ref().unwrap()[0].image.clone();
+    let image = |s: &CompactStatus| s.container_statuses.as_ref().unwrap()[0].shape.clone();
     assert!(Arc::ptr_eq(&image(sa), &image(sb)), "a revision's container image held twice");
     for (p, c) in pods.into_iter().zip(&cached) {
         let mut stripped = p;
