@@ -12,6 +12,8 @@ pub mod owned_store;
 pub mod pod_watch;
 pub mod queue;
 mod reconcile;
+#[cfg(test)]
+mod reconcile_requests;
 pub mod recorder;
 mod writes;
 

@@ -288,41 +288,11 @@ pub async fn delete_revision(ctx: &Context, ns: &str, name: &str) -> Result<(), 
 mod tests {
     use super::*;
 
-    /// A Context whose client is an apiserver that echoes every write back with a uid and a
-    /// resourceVersion (what the write helpers record as expectations).
+    /// A Context whose apiserver echoes every write back with a uid and a resourceVersion (what
+    /// the write helpers record as expectations).
     fn echoing_context() -> Context {
-        use bytes::Bytes;
-        use http_body_util::{BodyExt as _, Full};
-        let svc = tower::service_fn(|req: http::Request<kube::client::Body>| async move {
-            let body = req.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
-            let mut obj: Value = serde_json::from_slice(&body).unwrap_or_else(|_| json!({}));
-            obj["metadata"]["uid"] = json!("uid-echo");
-            obj["metadata"]["resourceVersion"] = json!("42");
-            obj["metadata"]["name"] = json!("echo");
-            Ok::<_, std::convert::Infallible>(http::Response::new(Full::new(Bytes::from(obj.to_string()))))
-        });
-        context_with(kube::Client::new(svc, "default"))
-    }
-
-    fn context_with(client: kube::Client) -> Context {
-        let (clonesets, _) = kube::runtime::reflector::store();
-        let (pods, _) = super::super::owned_store::owned_store();
-        let (pvcs, _) = super::super::owned_store::owned_store();
-        let (revisions, _) = super::super::owned_store::owned_store();
-        let (nodes, _) = kube::runtime::reflector::store();
-        let metrics = std::sync::Arc::new(crate::metrics::Metrics::new());
-        Context {
-            client: client.clone(),
-            config: Default::default(),
-            stores: super::super::Stores { clonesets, pods, pvcs, revisions, nodes },
-            scale_expectations: Default::default(),
-            rv_expectations: Default::default(),
-            template_revisions: Default::default(),
-            queue: super::super::WorkQueue::with_limits(Default::default(), metrics.queue()),
-            metrics,
-            events: super::super::recorder::Recorder::new(client.clone()),
-            leading: Default::default(),
-        }
+        use super::super::reconcile_requests::{Apiserver, context_with};
+        context_with(Apiserver::default().client()).0
     }
 
     /// Kruise expects resourceVersions of the pods it writes only (revisions only with image
