@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use cloneset_operator::api::{CloneSet, CloneSetStatus};
+use cloneset_operator::api::{CloneSet, CloneSetStatus, keys};
 use futures::TryStreamExt as _;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
@@ -157,4 +157,51 @@ pub fn monitor(pods: Api<Pod>, selector: String) -> (Arc<Mutex<Extremes>>, tokio
         }
     });
     (seen, handle)
+}
+
+/// `extra` over an InPlaceIfPossible update strategy.
+pub fn in_place(extra: serde_json::Value) -> serde_json::Value {
+    let mut spec = json!({"updateStrategy": {"type": "InPlaceIfPossible"}});
+    json_patch::merge(&mut spec, &extra);
+    spec
+}
+
+/// Per pod UID: the revision labels it went through (in order) and whether it was ever seen with
+/// InPlaceUpdateReady=False and Ready=False at once.
+#[derive(Default, Debug)]
+pub struct History {
+    pub revisions: BTreeMap<String, Vec<String>>,
+    pub seen_not_ready_during_update: BTreeSet<String>,
+    /// Pod names in the order their revision label first changed.
+    pub update_order: Vec<String>,
+}
+
+/// Watches the pods `selector` picks and records each one's [`History`].
+pub fn watch_pods(pods: Api<Pod>, selector: &str) -> (Arc<Mutex<History>>, tokio::task::JoinHandle<()>) {
+    let hist = Arc::new(Mutex::new(History::default()));
+    let out = hist.clone();
+    let selector = selector.to_string();
+    let handle = tokio::spawn(async move {
+        let stream = watcher::watcher(pods, watcher::Config::default().labels(&selector));
+        futures::pin_mut!(stream);
+        while let Ok(Some(ev)) = stream.try_next().await {
+            let (Event::Apply(p) | Event::InitApply(p)) = ev else { continue };
+            let uid = p.metadata.uid.clone().unwrap_or_default();
+            let rev = label(&p, keys::CONTROLLER_REVISION_HASH).unwrap_or_default().to_string();
+            let mut h = out.lock().unwrap();
+            let revs = h.revisions.entry(uid.clone()).or_default();
+            let changed = revs.last() != Some(&rev);
+            let first_change = changed && revs.len() == 1;
+            if changed {
+                revs.push(rev);
+            }
+            if first_change {
+                h.update_order.push(p.name_any());
+            }
+            if condition(&p, "InPlaceUpdateReady").as_deref() == Some("False") && condition(&p, "Ready").as_deref() == Some("False") {
+                h.seen_not_ready_during_update.insert(uid);
+            }
+        }
+    });
+    (hist, handle)
 }

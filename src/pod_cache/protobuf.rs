@@ -25,7 +25,7 @@
 //! field is written as Go's JSON would write it (`omitempty`: an empty string or a zero count
 //! is left out), so a pod decodes to the same [`WirePod`](crate::pod_cache::wire::WirePod)
 //! either way: `tests/pod_decoders.rs` checks field numbers and types against Kubernetes' complete
-//! generated messages (k8s-pb), and `e2e/tests/protobuf_pods.rs` against the apiserver.
+//! generated messages (k8s-pb), and `e2e/tests/operator/pod_cache.rs` against the apiserver.
 
 use std::collections::BTreeMap;
 use std::pin::Pin;

@@ -1159,7 +1159,7 @@ mod tests {
 
     const NODE: NodeSlot<'static> = NodeSlot { host_ip: "127.1.0.10", fresh_pod_ip: "127.128.0.2" };
 
-    /// Found by comparing with a real kubelet (e2e/tests/real_nodes.rs): it lists the volume
+    /// Found by comparing with a real kubelet (e2e/tests/test_bed/kubelets.rs): it lists the volume
     /// mounts in each container's status.
     #[test]
     fn container_statuses_list_the_volume_mounts_as_the_kubelet_does() {
@@ -1194,7 +1194,7 @@ mod tests {
         }
     }
 
-    /// Found by comparing with a real kubelet (e2e/tests/real_nodes.rs): a pod starts in three
+    /// Found by comparing with a real kubelet (e2e/tests/test_bed/kubelets.rs): a pod starts in three
     /// status writes (sandbox not ready, sandbox ready with the containers being created, running).
     #[test]
     fn a_pod_starts_as_the_kubelet_reports_it_in_three_steps() {
@@ -1218,7 +1218,7 @@ mod tests {
         assert_eq!(desired_status(&p, &cfg, &NODE, &mut memory, now).status, None, "then stable");
     }
 
-    /// Found by comparing with a real kubelet (e2e/tests/real_nodes.rs): a container whose process
+    /// Found by comparing with a real kubelet (e2e/tests/test_bed/kubelets.rs): a container whose process
     /// exits shows `terminated` until the kubelet starts it again, a second after the first exit,
     /// then after 10 s, 20 s, ... of back-off, each time shown `CrashLoopBackOff` for a moment
     /// first; every exit is counted once, however often the pod is looked at.
@@ -1458,7 +1458,7 @@ mod tests {
         p.status.as_ref().unwrap().container_statuses.as_ref().unwrap()[0].ready
     }
 
-    /// Found by comparing with a real kubelet (e2e/tests/real_nodes.rs): a container with a
+    /// Found by comparing with a real kubelet (e2e/tests/test_bed/kubelets.rs): a container with a
     /// readiness probe runs unready until the probe first passes, `initialDelaySeconds` after its
     /// start and never in the status write that reports the start.
     #[test]

@@ -3,7 +3,7 @@
 //! an empty string, a zero count, an empty map or list (`omitempty`), which k8s-openapi then
 //! decodes as absent; where the JSON field is required (a container's name, a condition's type)
 //! an absent value decodes as empty. `tests::a_pod_decoded_straight_is_its_json_decoded` (below)
-//! checks every field against the JSON path, and `e2e/tests/protobuf_pods.rs` against the
+//! checks every field against the JSON path, and `e2e/tests/operator/pod_cache.rs` against the
 //! apiserver's own JSON.
 
 use std::collections::BTreeMap;

@@ -1,17 +1,15 @@
-//! In-place updates, lifecycle hooks and update ordering, end to end: the real operator against
-//! the real control plane, with the simulated kubelet restarting containers in place.
+//! In-place updates, end to end: the real operator against the real control plane, with the
+//! simulated kubelet restarting containers in place.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use cloneset_operator::api::keys;
 use e2e::testenv::{record, record_selected, wait_until, watch_until};
-use e2e::workload::{Env, T, condition, env, label, manifest, monitor, new_image, rolled_out, settled, st};
-use futures::TryStreamExt as _;
+use e2e::workload::{T, condition, env, in_place, label, manifest, new_image, rolled_out, settled, st, watch_pods};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Patch, PatchParams};
-use kube::runtime::watcher::{self, Event};
+use kube::runtime::watcher;
 use kube::{Api, ResourceExt as _};
 use serde_json::json;
 
@@ -30,51 +28,6 @@ fn restart_count(p: &Pod) -> i32 {
 
 fn ip(p: &Pod) -> Option<String> {
     p.status.as_ref().and_then(|s| s.pod_ip.clone())
-}
-
-/// Per pod UID: the revision labels it went through (in order) and whether it was ever seen with
-/// InPlaceUpdateReady=False and Ready=False at once.
-#[derive(Default, Debug)]
-struct History {
-    revisions: BTreeMap<String, Vec<String>>,
-    seen_not_ready_during_update: BTreeSet<String>,
-    /// Pod names in the order their revision label first changed.
-    update_order: Vec<String>,
-}
-
-fn watch_pods(pods: Api<Pod>, selector: &str) -> (Arc<Mutex<History>>, tokio::task::JoinHandle<()>) {
-    let hist = Arc::new(Mutex::new(History::default()));
-    let out = hist.clone();
-    let selector = selector.to_string();
-    let handle = tokio::spawn(async move {
-        let stream = watcher::watcher(pods, watcher::Config::default().labels(&selector));
-        futures::pin_mut!(stream);
-        while let Ok(Some(ev)) = stream.try_next().await {
-            let (Event::Apply(p) | Event::InitApply(p)) = ev else { continue };
-            let uid = p.metadata.uid.clone().unwrap_or_default();
-            let rev = label(&p, keys::CONTROLLER_REVISION_HASH).unwrap_or_default().to_string();
-            let mut h = out.lock().unwrap();
-            let revs = h.revisions.entry(uid.clone()).or_default();
-            let changed = revs.last() != Some(&rev);
-            let first_change = changed && revs.len() == 1;
-            if changed {
-                revs.push(rev);
-            }
-            if first_change {
-                h.update_order.push(p.name_any());
-            }
-            if condition(&p, "InPlaceUpdateReady").as_deref() == Some("False") && condition(&p, "Ready").as_deref() == Some("False") {
-                h.seen_not_ready_during_update.insert(uid);
-            }
-        }
-    });
-    (hist, handle)
-}
-
-fn in_place(extra: serde_json::Value) -> serde_json::Value {
-    let mut spec = json!({"updateStrategy": {"type": "InPlaceIfPossible"}});
-    json_patch::merge(&mut spec, &extra);
-    spec
 }
 
 #[tokio::test]
@@ -382,164 +335,6 @@ async fn without_the_vertical_scaling_gate_a_resources_change_recreates() {
     let pods = e.active_pods("web").await;
     assert!(pods.iter().all(|p| !old.contains(p.metadata.uid.as_ref().unwrap())), "every pod was recreated");
     assert!(pods.iter().all(|p| reported_cpu(p).as_deref() == Some("200m")));
-}
-
-/// CloneSet `web` whose pods carry the label its preDelete hook waits on (`example.io/hold`).
-fn held_by_pre_delete_hook(replicas: i32) -> cloneset_operator::api::CloneSet {
-    let mut cs =
-        manifest("web", replicas, "nginx:1.27", json!({"lifecycle": {"preDelete": {"labelsHandler": {"example.io/hold": "true"}}}}));
-    cs.spec.template.metadata.as_mut().unwrap().labels.as_mut().unwrap().insert("example.io/hold".into(), "true".into());
-    cs
-}
-
-#[tokio::test]
-async fn pre_delete_hook_keeps_a_pod_in_preparing_delete_until_released() {
-    let e = env("predelete").await;
-    e.create(&held_by_pre_delete_hook(2)).await;
-    e.wait_status("web", "2 ready", |cs| rolled_out(cs, 2)).await;
-    e.patch("web", json!({"replicas": 1})).await;
-    let held = wait_for_state(&e, "PreparingDelete").await;
-    // Another full reconcile (a new generation observed) must leave it alone.
-    e.patch("web", json!({"minReadySeconds": 1})).await;
-    e.wait_status("web", "generation observed", |_| true).await;
-    let still = e.pods.get(&held).await.expect("still there while hooked");
-    assert_eq!(label(&still, keys::LIFECYCLE_STATE), Some("PreparingDelete"));
-    assert!(still.metadata.deletion_timestamp.is_none());
-    // Releasing the hook lets the deletion proceed.
-    e.pods.patch(&held, &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"example.io/hold": null}}}))).await.unwrap();
-    e2e::testenv::wait_deleted(&e.pods, &held, T).await.unwrap();
-    e.wait_status("web", "1 ready", |cs| settled(cs, 1)).await;
-}
-
-#[tokio::test]
-async fn scaling_back_up_cancels_a_preparing_delete_instead_of_creating_a_pod() {
-    let e = env("cancel").await;
-    e.create(&held_by_pre_delete_hook(3)).await;
-    e.wait_status("web", "3 ready", |cs| rolled_out(cs, 3)).await;
-    let (extremes, watch) = monitor(e.pods.clone(), "app=web".into());
-    e.patch("web", json!({"replicas": 2})).await;
-    let held = wait_for_state(&e, "PreparingDelete").await;
-    let (states, record) = record(&e.pods, &held, |p: &Pod| label(p, keys::LIFECYCLE_STATE).unwrap_or_default().to_string()).await.unwrap();
-    e.patch("web", json!({"replicas": 3})).await;
-    e.wait_status("web", "3 available", |cs| settled(cs, 3) && st(cs).updated_ready_replicas == 3).await;
-    let back = watch_until(&e.pods, &held, T, |p| label(p, keys::LIFECYCLE_STATE) == Some("Normal")).await.unwrap();
-    record.abort();
-    watch.abort();
-    assert!(back.metadata.deletion_timestamp.is_none());
-    assert_eq!(label(&back, "example.io/hold"), Some("true"), "the hook's label is the user's: left alone");
-    let states = states.lock().unwrap().clone();
-    let mut path = states.clone();
-    path.dedup();
-    assert_eq!(path, ["PreparingDelete", "PreparingNormal", "Normal"], "the held pod went back through PreparingNormal: {states:?}");
-    assert_eq!(extremes.lock().unwrap().uids.len(), 3, "no pod was created or deleted: the held one was taken back");
-}
-
-async fn wait_for_state(e: &Env, state: &str) -> String {
-    wait_until(T, &format!("a pod in {state}"), || async {
-        Ok(e.active_pods("web").await.iter().any(|p| label(p, keys::LIFECYCLE_STATE) == Some(state)))
-    })
-    .await
-    .unwrap();
-    e.active_pods("web").await.iter().find(|p| label(p, keys::LIFECYCLE_STATE) == Some(state)).map(|p| p.name_any()).unwrap()
-}
-
-/// Rolls the paused CloneSet `web` to a new image and returns its pods in the order they were updated.
-async fn rollout_order(e: &Env, replicas: i32) -> Vec<String> {
-    let (hist, watch) = watch_pods(e.pods.clone(), "app=web");
-    e.patch("web", new_image("nginx:1.28")).await;
-    e.patch("web", json!({"updateStrategy": {"paused": false}})).await;
-    e.wait_status("web", "rolled out", |cs| rolled_out(cs, replicas)).await;
-    watch.abort();
-    hist.lock().unwrap().update_order.clone()
-}
-
-/// The pods of the operator's first update plan for `name` that updates them all, in the order
-/// chosen (the `updating pods` debug line lists them before any write is sent).
-fn planned_update_order(e: &Env, name: &str) -> Vec<String> {
-    let log = std::fs::read_to_string(&e.operator.log).unwrap();
-    let key = format!("cloneset={}/{name}", e.ns.name);
-    let plans: Vec<Vec<String>> = log
-        .lines()
-        .filter(|l| l.contains("updating pods") && l.contains(&key))
-        .filter_map(|l| l.split("pods=[").nth(1)?.split(']').next())
-        .map(|list| list.split(", ").map(|s| s.trim_matches('"').to_string()).filter(|s| !s.is_empty()).collect())
-        .collect();
-    let most =
-        plans.iter().map(Vec::len).max().unwrap_or_else(|| panic!("no 'updating pods' line for {key}:\n{}", e.operator.log_tail(40)));
-    plans.into_iter().find(|p| p.len() == most).unwrap_or_default()
-}
-
-/// Labels each pod (by its creation order) so a priority or scatter strategy can tell them apart.
-async fn label_pods(e: &Env, labels: &[serde_json::Value]) -> Vec<String> {
-    let mut pods = e.active_pods("web").await;
-    pods.sort_by_key(|p| p.name_any());
-    let mut names = Vec::new();
-    for (p, l) in pods.iter().zip(labels) {
-        e.pods.patch(&p.name_any(), &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": l}}))).await.unwrap();
-        names.push(p.name_any());
-    }
-    names
-}
-
-#[tokio::test]
-async fn priority_strategies_choose_the_update_order() {
-    let e = env("priority").await;
-    let spec = in_place(json!({"updateStrategy": {"maxUnavailable": 1, "paused": true,
-        "priorityStrategy": {"orderPriority": [{"orderedKey": "example.io/order"}]}}}));
-    e.create(&manifest("web", 4, "nginx:1.27", spec)).await;
-    e.wait_status("web", "4 ready", |cs| rolled_out(cs, 4)).await;
-    let names = label_pods(
-        &e,
-        &[
-            json!({"example.io/order": "sts-2"}),
-            json!({"example.io/order": "sts-10"}),
-            json!({"example.io/order": "sts-1"}),
-            json!({"example.io/order": "sts-3"}),
-        ],
-    )
-    .await;
-    let order = rollout_order(&e, 4).await;
-    // The higher trailing integer goes first: sts-10, sts-3, sts-2, sts-1.
-    assert_eq!(order, [names[1].clone(), names[3].clone(), names[0].clone(), names[2].clone()]);
-}
-
-#[tokio::test]
-async fn weight_priority_updates_matching_pods_first() {
-    let e = env("weight").await;
-    let spec = in_place(json!({"updateStrategy": {"maxUnavailable": 1, "paused": true,
-        "priorityStrategy": {"weightPriority": [{"weight": 50, "matchSelector": {"matchLabels": {"example.io/tier": "canary"}}}]}}}));
-    e.create(&manifest("web", 4, "nginx:1.27", spec)).await;
-    e.wait_status("web", "4 ready", |cs| rolled_out(cs, 4)).await;
-    let canary = json!({"example.io/tier": "canary"});
-    let names = label_pods(&e, &[json!({}), canary.clone(), json!({}), canary]).await;
-    let order = rollout_order(&e, 4).await;
-    let first_two: BTreeSet<String> = order[..2].iter().cloned().collect();
-    assert_eq!(first_two, [names[1].clone(), names[3].clone()].into(), "the weighted pods go first: {order:?}");
-}
-
-#[tokio::test]
-async fn scatter_strategy_spreads_matching_pods_across_the_rollout() {
-    let e = env("scatter").await;
-    // All six in one pass (maxUnavailable 100%), so the observed order is one scatter sort; with
-    // a smaller budget the remaining pods are re-sorted every round, as in Kruise.
-    let spec = in_place(
-        json!({"updateStrategy": {"maxUnavailable": "100%", "paused": true, "scatterStrategy": [{"key": "example.io/zone", "value": "a"}]}}),
-    );
-    e.create(&manifest("web", 6, "nginx:1.27", spec)).await;
-    e.wait_status("web", "6 ready", |cs| rolled_out(cs, 6)).await;
-    let a = json!({"example.io/zone": "a"});
-    let b = json!({"example.io/zone": "b"});
-    // Without scatter the default order could take the three zone-a pods back to back.
-    let names = label_pods(&e, &[a.clone(), a.clone(), a, b.clone(), b.clone(), b]).await;
-    let zone_a: BTreeSet<String> = names[..3].iter().cloned().collect();
-    // The six pods' writes are pipelined, so the order they land in is not the order chosen: read
-    // the chosen order from the operator's plan (its debug line), and check the pods rolled out.
-    let landed = rollout_order(&e, 6).await;
-    let order = planned_update_order(&e, "web");
-    assert_eq!(order.iter().collect::<BTreeSet<_>>(), landed.iter().collect::<BTreeSet<_>>(), "every pod planned once and updated");
-    let is_a: Vec<bool> = order.iter().map(|n| zone_a.contains(n)).collect();
-    assert!(is_a.windows(2).all(|w| !(w[0] && w[1])), "no two zone-a pods in a row: {is_a:?}");
-    assert!(*is_a.last().unwrap(), "one zone-a pod is moved to the very end: {is_a:?}");
 }
 
 /// §5.6 launch priority: the container with the higher `KRUISE_CONTAINER_PRIORITY` gets its new

@@ -9,7 +9,8 @@ use std::time::Duration;
 use cloneset_operator::controller::pod_watch::{PodWatchConfig, pod_events};
 use cloneset_operator::metrics::Metrics;
 use cloneset_operator::pod_cache::wire::WirePod;
-use e2e::testenv::{self, TestNamespace};
+use e2e::testenv::{self, Operator, TestNamespace, wait_until};
+use e2e::workload::{env, manifest, settled};
 use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -274,4 +275,55 @@ async fn pod_writes_answered_in_protobuf_decode_as_they_do_from_json() {
     let pods: Api<Pod> = ns.api();
     let _ = pods.patch("rich", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"finalizers": null}}))).await;
     let _ = pods.delete("rich", &DeleteParams { grace_period_seconds: Some(0), ..Default::default() }).await;
+}
+
+/// Whether the apiserver answers a streaming list (a watch with `sendInitialEvents`) with the
+/// bookmark that ends its initial events. Kubernetes v1.36 serves them only over an etcd with
+/// progress notifications (3.4.31+, 3.5.13+): the local control plane's etcd 3.4.23 has none,
+/// and the apiserver refuses.
+async fn apiserver_serves_streaming_lists(ns: &str) -> bool {
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(e2e::testenv::client().await.unwrap(), ns);
+    let params = kube::api::WatchParams::streaming_lists().labels("e2e-streaming-probe");
+    let stream = pods.watch(&params, "0").await.unwrap();
+    futures::pin_mut!(stream);
+    match futures::StreamExt::next(&mut stream).await {
+        Some(Ok(kube::core::WatchEvent::Bookmark(b))) => {
+            b.metadata.annotations.get("k8s.io/initial-events-end").is_some_and(|v| v == "true")
+        }
+        _ => false,
+    }
+}
+
+/// The caches fill from a streaming list by default (the local control plane serves them), and
+/// from pages when told: either way a restarted operator finds every pod it owns, so it writes
+/// nothing, and then scales from what it found.
+#[tokio::test]
+async fn caches_fill_from_a_streaming_list_and_from_pages_and_find_every_pod() {
+    let mut e = env("streaming").await;
+    // The local control plane's etcd (v3.6) has the progress notifications kube-apiserver needs.
+    assert!(apiserver_serves_streaming_lists(&e.ns.name).await, "the local control plane serves streaming lists");
+    let by_default = "streaming lists";
+    let op = &e.operator;
+    wait_until(e2e::workload::T, "the operator to say how its caches list", || async { Ok(op.log_tail(400).contains("caches list with")) })
+        .await
+        .unwrap();
+    assert!(op.log_tail(400).contains(&format!("caches list with {by_default}")), "{}", op.log_tail(40));
+    e.create(&manifest("web", 4, "nginx:1.27", json!({}))).await;
+    e.wait_status("web", "4 ready", |cs| settled(cs, 4)).await;
+    for (flags, listed_with, replicas) in [(&["--streaming-lists=false"][..], "paged lists", 6), (&[][..], by_default, 3)] {
+        e.operator.stop();
+        let op = Operator::start(&e.ns.name, flags).await.unwrap();
+        wait_until(e2e::workload::T, "the CloneSet reconciled and the queue empty", || async {
+            Ok(e2e::bench::reconciled_and_idle(&op.metrics().await?, 1.0))
+        })
+        .await
+        .unwrap();
+        assert!(op.log_tail(400).contains(&format!("caches list with {listed_with}")), "{}", op.log_tail(40));
+        let writes = e2e::bench::Requests::from_metrics(&op.metrics().await.unwrap());
+        assert_eq!(writes.writes(), 0.0, "a restart over settled pods wrote: {writes:?}\n{}", op.log_tail(30));
+        e.operator = op;
+        e.patch("web", json!({"replicas": replicas})).await;
+        e.wait_status("web", &format!("{replicas} ready"), |cs| settled(cs, replicas)).await;
+        assert_eq!(e.active_pods("web").await.len(), replicas as usize);
+    }
 }
