@@ -33,7 +33,9 @@
 //!   before the first CloneSet over all pods, CPU seconds per 1,000 pod events); then one
 //!   annotation of the bench's own patched on every pod, then one label (which of the two run:
 //!   `BENCH_LARGE_OBSERVE`, default `annotation,label`, empty for neither; each writes every pod
-//!   once). Each reports the controller's CPU per 1,000 of these
+//!   once). `BENCH_LARGE_REQUESTS=<cpu>,<memory>` (default empty: none) gives the C×P pods'
+//!   container those requests, which a kubelet then reports in each pod's status. Each reports
+//!   the controller's CPU per 1,000 of these
 //!   events and its reconciles, each step a row: they ask for no write, and a write to pods,
 //!   CloneSets or events meanwhile fails the run; the operator reconciles for the label, not
 //!   for the annotation, which no decision reads. Then the first CloneSet rolled in place
@@ -152,6 +154,8 @@ struct Knobs {
     large_rollouts: u32,
     /// `BENCH_LARGE_OBSERVE`: which observe steps run (`annotation`, `label`), in that order.
     large_observe: Vec<String>,
+    /// `BENCH_LARGE_REQUESTS`: the C×P pods' container requests (cpu, memory), if any.
+    large_requests: Option<(String, String)>,
     /// `BENCH_SOAK` (C×P), `BENCH_SOAK_MINUTES`, `BENCH_SOAK_RELIST_MINUTES`.
     soak: Option<(u32, u32)>,
     soak_minutes: u32,
@@ -252,6 +256,13 @@ impl Knobs {
             bail!("BENCH_BASELINE_CONCURRENCY must be at least 1");
         }
         let large_observe = choices("BENCH_LARGE_OBSERVE", "annotation,label", &["annotation", "label"])?;
+        let large_requests = match var("BENCH_LARGE_REQUESTS", "").trim() {
+            "" => None,
+            r => {
+                let (cpu, memory) = r.split_once(',').with_context(|| format!("BENCH_LARGE_REQUESTS={r}: expected <cpu>,<memory>"))?;
+                Some((cpu.trim().to_string(), memory.trim().to_string()))
+            }
+        };
         Ok(Self {
             sizes: pairs("BENCH_SIZES", "100x3,1000x1")?,
             scale_up_sizes: pairs("BENCH_SCALE_UP_SIZES", "5000x1")?,
@@ -267,6 +278,7 @@ impl Knobs {
             large_probes: number("BENCH_LARGE_PROBES", 20)?,
             large_rollouts,
             large_observe,
+            large_requests,
             soak,
             soak_minutes: number("BENCH_SOAK_MINUTES", 120)?,
             soak_relist_minutes: number("BENCH_SOAK_RELIST_MINUTES", 30)?,
@@ -687,6 +699,10 @@ mod tests {
         assert_eq!(d.large_observe, ["annotation", "label"]);
         assert_eq!(knobs(&[("BENCH_LARGE_OBSERVE", "annotation")]).unwrap().large_observe, ["annotation"]);
         assert!(knobs(&[("BENCH_LARGE_OBSERVE", "")]).unwrap().large_observe.is_empty());
+        assert_eq!(d.large_requests, None);
+        let requests = knobs(&[("BENCH_LARGE_REQUESTS", "100m, 64Mi")]).unwrap().large_requests;
+        assert_eq!(requests, Some(("100m".to_string(), "64Mi".to_string())));
+        assert!(knobs(&[("BENCH_LARGE_REQUESTS", "100m")]).is_err());
         assert!(knobs(&[("BENCH_LARGE_OBSERVE", "labels")]).is_err());
         assert_eq!((d.soak, d.soak_minutes, d.soak_relist_minutes), (None, 120, 30));
         assert!(d.scheduler_args().is_empty());

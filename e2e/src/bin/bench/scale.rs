@@ -328,7 +328,13 @@ impl Bench {
         let before = ctl.snapshot().await?;
         let conflicts_before = self.apiserver_pod_conflicts().await.ok();
         let t0 = Instant::now();
-        let end = self.create_and_converge(&w, (0..c).map(|i| format!("cs-{i:04}")).collect(), p, json!({}), total).await?;
+        let spec = match &self.knobs.large_requests {
+            Some((cpu, memory)) => json!({"template": {"spec": {"containers": [
+                {"name": "main", "image": image(1), "resources": {"requests": {"cpu": cpu, "memory": memory}}},
+            ]}}}),
+            None => json!({}),
+        };
+        let end = self.create_and_converge(&w, (0..c).map(|i| format!("cs-{i:04}")).collect(), p, spec, total).await?;
         let secs = end.duration_since(t0).as_secs_f64();
         let busy = Reading::take(ctl.pid(), &w)?;
         let counts = since(ctl.snapshot().await?, &before);
