@@ -175,7 +175,7 @@ fn requesting_pod(reported: bool) -> Pod {
 }
 
 /// What the kubelet's report of a container's resources adds to a cached pod: the same in every
-/// pod of a revision, it is shared, not held by each pod (about a kilobyte each when it was).
+/// pod of a revision, it is shared, not held by each pod.
 #[test]
 fn resources_reported_in_a_pod_s_status_cost_each_pod_nothing() {
     let _alone = alone();

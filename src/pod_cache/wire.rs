@@ -1,9 +1,9 @@
 //! The pod as the pod watch decodes it: what [`keep_read_fields`] would drop (`metadata.managedFields`,
 //! most of the spec, the IP lists and the containers' mounts and user in the status) is skipped
 //! while the JSON is read, not decoded and then dropped. Nothing reads managedFields, yet in a
-//! pod three managers have written they are a third of the JSON and half of what decoding
-//! allocates (121 of 231 allocations, 16 of 33 KB, for a pod of the soak), on every pod event;
-//! the rest of what is dropped (volumes, tolerations, mounts, policies) is a third of the remainder.
+//! pod three managers have written they are much of the JSON and about half of what decoding
+//! allocates, on every pod event; the rest of what is dropped (volumes, tolerations, mounts,
+//! policies) is a good part of the remainder (e2e/bench/HISTORY.md has the figures).
 
 use std::collections::BTreeMap;
 

@@ -1,7 +1,7 @@
-//! The cached form of a pod: only what the controller reads, in a layout that costs about a
-//! tenth of a `Pod`. A decoded `Pod` is large even when almost empty (the struct alone is 2.2
-//! KB, each container another 2.1 KB, each condition 160 bytes, and every label a map node and
-//! two strings), so at 20,000 pods the cache, not the work, sized the operator. Here strings
+//! The cached form of a pod: only what the controller reads, in a layout that costs a fraction
+//! of a `Pod`. A decoded `Pod` is large even when almost empty (kilobytes for the struct and for
+//! each container, a block per condition, and every label a map node and two strings), so at
+//! scale the cache, not the work, sizes the operator (`tests/cache_footprint.rs`). Here strings
 //! that repeat across pods (namespace, labels, owner, image, node, condition types and
 //! reasons) are shared through an [`Interner`], and so is what the pods of one revision have
 //! alike (their containers, owners and readiness gates: a [`PodShape`]). The few fields that
@@ -98,9 +98,8 @@ pub struct CompactPod {
 
 /// What the pods of one CloneSet revision in one phase have alike, shared through the interner:
 /// each pod holds one pointer instead of its own blocks for its containers, owners, readiness
-/// gates and the fields beside them (with the shared conditions and container-status shapes below, the cached
-/// pod fell from 1,314 to 818 bytes of heap in `tests/cache_footprint.rs`). Nothing here differs from node to
-/// node, so pods of a CloneSet spread over many nodes still share it.
+/// gates and the fields beside them, as it does for conditions and container statuses. Nothing
+/// here differs from node to node, so pods of a CloneSet spread over many nodes still share it.
 #[derive(Debug, PartialEq, Eq, Hash)]
 struct PodShape {
     namespace: Arc<str>,
@@ -208,7 +207,7 @@ struct CompactContainerStatus {
 
 /// What a container's status has alike in every pod of a revision: its name, image and image
 /// ID, and the resources a kubelet reports for it (`resources`, `allocatedResources`), which a
-/// container with requests has in every pod (each pod held its own before: about a kilobyte).
+/// container with requests has in every pod: shared, not held by each.
 #[derive(Debug, PartialEq)]
 struct StatusShape {
     name: Arc<str>,

@@ -10,11 +10,11 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 /// Shares equal values between cached objects. Entries nobody else holds any more are dropped
 /// once the set has grown by an eighth (at least 1,024) since the last sweep, so unused entries
 /// stay a small share of it. Values unique to one pod version (an in-place update's state
-/// annotation) are pooled too: a sweep only at doubling let 4,000 pods' churn pile up unused
+/// annotation) are pooled too: a sweep only at doubling let a steady churn pile up unused
 /// values for hours.
 ///
 /// Hashed with foldhash, seeded per pool: every string of every pod event is looked up here,
-/// and std's SipHash made that 2.8% of the CPU creating 4,000 pods.
+/// where std's SipHash showed in the CPU profile of a large creation.
 pub(super) struct Pool<T: ?Sized> {
     set: HashSet<Arc<T>, foldhash::fast::RandomState>,
     swept_at: usize,
@@ -114,8 +114,8 @@ pub(super) fn opt_string(s: &Option<Arc<str>>) -> Option<String> {
 /// `items` in a block of their own, of exactly their size. Collecting a decoded `Vec`'s items
 /// straight into a boxed slice reuses the decoded block in place and shrinks it: the cached
 /// slice keeps the block's head, and its tail becomes a free hole behind it that only a smaller
-/// block can fill. A decoded list of one container status has room for four (3,008 bytes), so
-/// each pod event could leave a hole of about 2.9 KB behind a block the cache keeps.
+/// block can fill. A decoded list of one container status has room for four, so each pod event
+/// could leave a hole of most of a block behind a block the cache keeps.
 pub(super) fn fresh<T>(items: impl ExactSizeIterator<Item = T>) -> Box<[T]> {
     let mut kept = Vec::with_capacity(items.len());
     kept.extend(items);
@@ -143,8 +143,8 @@ impl Span {
 }
 
 /// Writes the strings unique to one pod version (UID, resourceVersion, pod IP, container IDs)
-/// one after another, to be kept as one block instead of one block each (three blocks and 80
-/// bytes of glibc chunks less per pod in `tests/cache_footprint.rs`).
+/// one after another, to be kept as one block instead of one block each (fewer blocks per pod,
+/// each with the allocator's overhead: `tests/cache_footprint.rs`).
 pub(super) struct Texts(String);
 
 impl Texts {

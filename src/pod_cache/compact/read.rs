@@ -29,7 +29,7 @@ pub(super) const LINEAR_PAIRS: usize = 12;
 /// only when a decision or a write needs the whole of it, and then once.
 pub struct ReadPod {
     pub(super) compact: Arc<CompactPod>,
-    /// Boxed: a `Pod` is about 2 KB, and a pass moves its `ReadPod`s around (partitioned,
+    /// Boxed: a `Pod` is kilobytes, and a pass moves its `ReadPod`s around (partitioned,
     /// filtered), almost none of them ever expanded.
     full: OnceLock<Box<Pod>>,
 }
