@@ -123,10 +123,16 @@ impl Apiserver {
         self.0.lock().unwrap().objects.insert(path.to_string(), obj);
     }
 
+    /// The object at `path`, if held.
+    fn get(&self, path: &str) -> Option<Value> {
+        self.0.lock().unwrap().objects.get(path).cloned()
+    }
+
     /// The objects held under `collection` (a path).
     fn objects(&self, collection: &str) -> Vec<Value> {
         let served = self.0.lock().unwrap();
-        served.objects.range(format!("{collection}/")..).take_while(|(k, _)| k.starts_with(collection)).map(|(_, v)| v.clone()).collect()
+        let prefix = format!("{collection}/");
+        served.objects.range(prefix.clone()..).take_while(|(k, _)| k.starts_with(&prefix)).map(|(_, v)| v.clone()).collect()
     }
 
     fn serve(&self, sent: Sent) -> (StatusCode, Value) {
@@ -251,8 +257,8 @@ impl Bed {
         bed
     }
 
-    /// The scheduler and kubelet run each new pod (bound, Running, Ready), and the caches catch up with the
-    /// apiserver: pods, revisions and the CloneSet as it holds them, deleted pods gone.
+    /// The scheduler and kubelet run each new pod (bound, Running, Ready), and the caches catch
+    /// up with the apiserver: pods, revisions and the CloneSet as it holds them, deleted pods gone.
     fn sync_caches(&mut self) {
         for mut pod in self.apiserver.objects(PODS) {
             if pod.get("status").is_none_or(Value::is_null) {
@@ -281,7 +287,7 @@ impl Bed {
 
     /// The CloneSet as the apiserver holds it.
     fn cloneset(&self) -> Value {
-        self.apiserver.objects(CLONESETS).into_iter().find(|c| c["metadata"]["name"] == self.name.as_str()).unwrap()
+        self.apiserver.get(&format!("{CLONESETS}/{}", self.name)).unwrap()
     }
 
     fn pods(&self) -> Vec<Value> {
