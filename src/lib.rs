@@ -19,3 +19,4 @@ pub mod procfs;
 pub mod server;
 pub mod telemetry;
 pub mod transport;
+pub mod webhook;

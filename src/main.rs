@@ -14,6 +14,7 @@ use cloneset_operator::metrics::Metrics;
 use cloneset_operator::pod_cache::protobuf::{JSON_CONTENT_TYPE, PROTOBUF_CONTENT_TYPE};
 use cloneset_operator::server::{self, Health};
 use cloneset_operator::telemetry::{self, LogFormat};
+use cloneset_operator::webhook;
 
 /// An OpenKruise-compatible CloneSet operator.
 ///
@@ -178,6 +179,27 @@ struct RunArgs {
     /// Where /healthz and /readyz are served (host:port; an empty host means every interface; 0 disables).
     #[arg(global = true, long = "health-probe-addr", default_value = ":8000", value_parser = ListenAddr::parse)]
     health_probe_addr: ListenAddr,
+    /// Where the CloneSet conversion webhook is served over TLS (host:port; an empty host means
+    /// every interface; 0 disables). Every replica serves it, leader or not.
+    #[arg(global = true, long = "webhook-addr", default_value = ":9876", value_parser = ListenAddr::parse)]
+    webhook_addr: ListenAddr,
+    /// A directory holding the webhook's tls.crt and tls.key (a mounted cert-manager Secret),
+    /// reloaded when they change. Empty: each replica makes its own CA and certificate, adds the
+    /// CA to the CRD's caBundle and rotates them.
+    #[arg(global = true, long = "webhook-cert-dir", default_value = "")]
+    webhook_cert_dir: String,
+    /// The names (and IP addresses) the webhook's own certificate is valid for, comma-separated:
+    /// the webhook Service's DNS names.
+    #[arg(
+        global = true,
+        long = "webhook-hosts",
+        value_delimiter = ',',
+        default_value = "cloneset-operator-webhook.cloneset-system.svc,cloneset-operator-webhook.cloneset-system.svc.cluster.local"
+    )]
+    webhook_hosts: Vec<String>,
+    /// How long the webhook's own certificates are valid; each is replaced two thirds into it.
+    #[arg(global = true, long = "webhook-cert-validity", default_value = "2160h", value_parser = parse_duration)]
+    webhook_cert_validity: Duration,
     /// Threads that run the operator's work; 0: one per CPU the process may use (its cgroup's
     /// CPU limit counts, so the chart's 500m gives one). Pod events arrive one at a time, and one
     /// thread spends less CPU on them than several that wake each other.
@@ -372,6 +394,19 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         config.gates.in_place_workload_vertical_scaling = false;
     }
 
+    if let Some(listener) = listen("--webhook-addr", &args.webhook_addr).await? {
+        let source = if args.webhook_cert_dir.is_empty() {
+            webhook::CertSource::SelfSigned {
+                hosts: args.webhook_hosts.clone(),
+                validity: args.webhook_cert_validity,
+                crd: crd::crd().metadata.name.unwrap_or_default(),
+                identity: election.identity.clone(),
+            }
+        } else {
+            webhook::CertSource::Files(args.webhook_cert_dir.clone().into())
+        };
+        tokio::spawn(webhook::run(listener, source, client.clone(), health.clone()));
+    }
     let guard = args.kruise_lease().map(|(ns, name)| KruiseGuard::new(client.clone(), ns, name, &election.identity, election.retry_period));
     let elector = if args.enable_leader_election {
         // Its own token bucket and connections, so renewals never wait behind the controller's

@@ -6,6 +6,8 @@
 //!   and 503 before. A standby of leader election syncs its caches too (so it can take over at
 //!   once), and is ready when they are: a healthy standby is ready, which lets a rolling update of
 //!   the Deployment proceed while the old leader still leads.
+//! - With the conversion webhook on, `/readyz` also waits until it can convert (the apiserver
+//!   trusts the certificate it serves): the webhook Service sends conversions to ready pods only.
 //! - While a live Kruise manager keeps this operator from reconciling, `/readyz` answers 503 and
 //!   its body says so (see `kruise_guard`).
 
@@ -31,6 +33,8 @@ pub struct Health {
     caches_synced: AtomicBool,
     /// Why the operator stands by instead of reconciling, if it does.
     standing_by: Mutex<Option<String>>,
+    /// Why the conversion webhook cannot convert yet, if it cannot.
+    conversion: Mutex<Option<String>>,
 }
 
 impl Health {
@@ -43,8 +47,16 @@ impl Health {
         *self.standing_by.lock().unwrap_or_else(|e| e.into_inner()) = why;
     }
 
+    /// Marks the conversion webhook as unable to convert (`Some(why)`) or able (`None`).
+    pub fn set_conversion(&self, why: Option<String>) {
+        *self.conversion.lock().unwrap_or_else(|e| e.into_inner()) = why;
+    }
+
     /// `Ok` when ready, else why not.
     pub fn readiness(&self) -> Result<(), String> {
+        if let Some(why) = self.conversion.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+            return Err(why.clone());
+        }
         if !self.caches_synced.load(Ordering::Acquire) {
             return Err("caches not synced".into());
         }

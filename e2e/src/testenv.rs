@@ -94,6 +94,13 @@ pub async fn install_api_on(client: &Client) -> anyhow::Result<()> {
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     let def = crd::crd();
     let name = def.metadata.name.clone().unwrap_or_default();
+    // A test that ran the conversion webhook beside it pointed the CRD at a URL: back to the
+    // Service the CRD names (a CRD may not name both).
+    if crds.get_opt(&name).await?.is_some() {
+        let service = serde_json::to_value(&def)?["spec"]["conversion"]["webhook"]["clientConfig"]["service"].clone();
+        let url = serde_json::json!({"spec": {"conversion": {"webhook": {"clientConfig": {"url": null, "service": service}}}}});
+        crds.patch(&name, &PatchParams::default(), &Patch::Merge(&url)).await.ok();
+    }
     crds.patch(&name, &ssa, &Patch::Apply(&def)).await?;
     let (policy, binding) = crd::admission_policy();
     let policies: Api<k8s_openapi::api::admissionregistration::v1::ValidatingAdmissionPolicy> = Api::all(client.clone());
@@ -307,8 +314,8 @@ pub enum Credentials {
 #[derive(Clone, Debug, Default)]
 pub struct OperatorOptions {
     /// Extra flags. A flag given here replaces the default [`Operator::start_with`] would add for
-    /// it: `--enable-leader-election=false`, and `--metrics-addr` / `--health-probe-addr` on free
-    /// local ports.
+    /// it: `--enable-leader-election=false`, `--metrics-addr` / `--health-probe-addr` on free
+    /// local ports, and `--webhook-addr=0`.
     pub args: Vec<String>,
     /// The admin kubeconfig of the cluster to run against, instead of the test cluster's.
     pub cluster: Option<PathBuf>,
@@ -421,6 +428,10 @@ impl Operator {
         };
         let metrics_addr = addr_flag("--metrics-addr")?;
         let health_addr = addr_flag("--health-probe-addr")?;
+        // The conversion webhook writes the shared CRD's caBundle: only where a test asks for it.
+        if given("--webhook-addr").is_none() {
+            args.push("--webhook-addr=0".into());
+        }
         args.extend(opts.args.iter().cloned());
 
         let bin = crate::cluster::sibling_binary("cloneset-operator")?;

@@ -9,19 +9,8 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
+use super::rules::*;
 use super::shared::{InPlaceUpdateStrategy, Lifecycle, UpdatePriorityStrategy, UpdateScatterTerm};
-
-/// A CEL fragment: true when the int-or-string `x` scales to zero for any replica count.
-macro_rules! int_or_percent_is_zero {
-    ($x:literal) => {
-        concat!("(type(", $x, ") == int ? ", $x, " == 0 : double(string(", $x, ").replace('%', '')) == 0.0)")
-    };
-}
-
-/// The int-or-percentage rule Kruise's webhook applies to partition, maxUnavailable and maxSurge:
-/// a non-negative integer, or a non-negative (possibly fractional) percentage such as `"33.3%"`.
-/// A plain numeric string such as `"5"` is rejected.
-const NON_NEGATIVE_INT_OR_PERCENT: &str = r"type(self) == int ? self >= 0 : string(self).matches('^([0-9]+\\.?[0-9]*|\\.[0-9]+)%$')";
 
 /// Desired state of a CloneSet.
 #[derive(CustomResource, KubeSchema, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -43,10 +32,8 @@ const NON_NEGATIVE_INT_OR_PERCENT: &str = r"type(self) == int ? self >= 0 : stri
     "!has(self.replicas) || self.replicas == 0 || !has(self.updateStrategy) || !(",
     "(!has(self.updateStrategy.maxUnavailable) || ", int_or_percent_is_zero!("self.updateStrategy.maxUnavailable"), ") && ",
     "(!has(self.updateStrategy.maxSurge) || ", int_or_percent_is_zero!("self.updateStrategy.maxSurge"), "))"
-)).message("maxUnavailable and maxSurge should not both be less than 1").field_path(".updateStrategy.maxUnavailable"))]
-#[x_kube(validation = Rule::new(
-    "!has(self.progressDeadlineSeconds) || self.progressDeadlineSeconds == 2147483647 || self.progressDeadlineSeconds > (has(self.minReadySeconds) ? self.minReadySeconds : 0)"
-).message("must be greater than minReadySeconds").field_path(".progressDeadlineSeconds"))]
+)).message(BOTH_ZERO_MESSAGE).field_path(".updateStrategy.maxUnavailable"))]
+#[x_kube(validation = Rule::new(PROGRESS_DEADLINE).message(PROGRESS_DEADLINE_MESSAGE).field_path(".progressDeadlineSeconds"))]
 pub struct CloneSetSpec {
     /// Desired number of pods. Defaults to 1.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -54,18 +41,18 @@ pub struct CloneSetSpec {
     pub replicas: Option<i32>,
 
     /// Label query over pods; must match the template's labels. Immutable.
-    #[x_kube(validation = Rule::new("(has(self.matchLabels) && size(self.matchLabels) > 0) || (has(self.matchExpressions) && size(self.matchExpressions) > 0)").message("empty selector is invalid for cloneset"))]
-    #[x_kube(validation = Rule::new("!has(self.matchExpressions) || self.matchExpressions.all(e, e.operator == 'In' || e.operator == 'NotIn' ? has(e.values) && size(e.values) > 0 : (e.operator == 'Exists' || e.operator == 'DoesNotExist') && (!has(e.values) || size(e.values) == 0))").message("matchExpressions: operator must be In, NotIn, Exists or DoesNotExist; In and NotIn need values, Exists and DoesNotExist take none"))]
-    #[x_kube(validation = Rule::new("self == oldSelf").message("field is immutable: updates to cloneset spec for fields other than 'replicas', 'template', 'lifecycle', 'scaleStrategy', 'updateStrategy', 'minReadySeconds', 'volumeClaimTemplates', 'revisionHistoryLimit' and 'progressDeadlineSeconds' are forbidden"))]
+    #[x_kube(validation = Rule::new(SELECTOR_NOT_EMPTY).message(SELECTOR_NOT_EMPTY_MESSAGE))]
+    #[x_kube(validation = Rule::new(SELECTOR_OPERATORS).message(SELECTOR_OPERATORS_MESSAGE))]
+    #[x_kube(validation = Rule::new("self == oldSelf").message(IMMUTABLE_MESSAGE))]
     pub selector: LabelSelector,
 
     /// Template of the pods. Kept schemaless, as in Kruise: the apiserver stores it as given.
-    #[schemars(schema_with = "crate::api::crd::schemaless")]
+    #[schemars(schema_with = "crate::api::rules::schemaless")]
     pub template: PodTemplateSpec,
 
     /// One PVC per pod instance is created from each entry.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(schema_with = "crate::api::crd::schemaless")]
+    #[schemars(schema_with = "crate::api::rules::schemaless")]
     pub volume_claim_templates: Vec<VolumeClaimTemplate>,
 
     /// How pods are created and deleted.
@@ -143,19 +130,19 @@ pub struct CloneSetUpdateStrategy {
     /// Pods (or percent of replicas) kept at the old revision.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(extend("default" = 0))]
-    #[x_kube(validation = Rule::new(NON_NEGATIVE_INT_OR_PERCENT).message("must be a non-negative integer or percentage, e.g. 5 or \"20%\""))]
+    #[x_kube(validation = Rule::new(NON_NEGATIVE_INT_OR_PERCENT).message(NON_NEGATIVE_INT_OR_PERCENT_MESSAGE))]
     pub partition: Option<IntOrString>,
 
     /// Maximum unavailable pods during an update.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(extend("default" = "20%"))]
-    #[x_kube(validation = Rule::new(NON_NEGATIVE_INT_OR_PERCENT).message("must be a non-negative integer or percentage, e.g. 5 or \"20%\""))]
+    #[x_kube(validation = Rule::new(NON_NEGATIVE_INT_OR_PERCENT).message(NON_NEGATIVE_INT_OR_PERCENT_MESSAGE))]
     pub max_unavailable: Option<IntOrString>,
 
     /// Extra pods above replicas allowed during an update.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(extend("default" = 0))]
-    #[x_kube(validation = Rule::new(NON_NEGATIVE_INT_OR_PERCENT).message("must be a non-negative integer or percentage, e.g. 5 or \"20%\""))]
+    #[x_kube(validation = Rule::new(NON_NEGATIVE_INT_OR_PERCENT).message(NON_NEGATIVE_INT_OR_PERCENT_MESSAGE))]
     pub max_surge: Option<IntOrString>,
 
     /// Stop updating pods (scaling continues).

@@ -13,7 +13,6 @@
 use k8s_openapi::api::admissionregistration::v1::{ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt as _;
-use schemars::{Schema, SchemaGenerator, json_schema};
 use serde_json::{Value, json};
 
 use super::CloneSet;
@@ -21,16 +20,39 @@ use super::CloneSet;
 /// Name of the admission policy and its binding.
 pub const POLICY_NAME: &str = "clonesets.apps.kruise.io";
 
-/// Schema of a field kept schemaless, as Kruise's `+kubebuilder:validation:Schemaless`.
-pub fn schemaless(_: &mut SchemaGenerator) -> Schema {
-    json_schema!({ "x-kubernetes-preserve-unknown-fields": true })
+/// Where the apiserver sends conversion requests unless the installer says otherwise: the
+/// chart's webhook Service in its default namespace (the chart renders its own).
+pub const WEBHOOK_SERVICE_NAMESPACE: &str = "cloneset-system";
+pub const WEBHOOK_SERVICE_NAME: &str = "cloneset-operator-webhook";
+/// The path the operator serves ConversionReviews on.
+pub const CONVERSION_PATH: &str = "/convert";
+
+/// The CloneSet CRD, shaped like Kruise's: both versions (v1alpha1 stored), no nullable fields,
+/// atomic selectors, the status and scale subresources, Kruise's printer columns in Kruise's
+/// order, and conversion by the operator's webhook (its `caBundle` is kept by the operator, or
+/// by cert-manager).
+pub fn crd() -> CustomResourceDefinition {
+    let alpha = CloneSet::crd();
+    let beta = super::v1beta1::CloneSet::crd();
+    let merged = kube::core::crd::merge_crds(vec![alpha, beta], "v1alpha1").expect("both versions describe one resource");
+    let mut crd = serde_json::to_value(merged).expect("CRD serializes");
+    if let Some(versions) = crd["spec"]["versions"].as_array_mut() {
+        versions.iter_mut().for_each(shape_version);
+    }
+    crd["spec"]["conversion"] = json!({
+        "strategy": "Webhook",
+        "webhook": {
+            "conversionReviewVersions": ["v1"],
+            "clientConfig": {
+                "service": {"namespace": WEBHOOK_SERVICE_NAMESPACE, "name": WEBHOOK_SERVICE_NAME, "path": CONVERSION_PATH, "port": 443},
+            },
+        },
+    });
+    serde_json::from_value(crd).expect("post-processed CRD is still a CRD")
 }
 
-/// The CloneSet CRD, shaped like Kruise's: no nullable fields, atomic selectors, the status and
-/// scale subresources, and Kruise's printer columns in Kruise's order.
-pub fn crd() -> CustomResourceDefinition {
-    let mut crd = serde_json::to_value(CloneSet::crd()).expect("CRD serializes");
-    let version = &mut crd["spec"]["versions"][0];
+/// What each served version shares: the schema's shape, subresources and printer columns.
+fn shape_version(version: &mut Value) {
     let schema = &mut version["schema"]["openAPIV3Schema"];
     normalize(schema);
     // Status is written only by the controller; defaults there would only hide missing writes.
@@ -72,7 +94,6 @@ pub fn crd() -> CustomResourceDefinition {
         col("IMAGES", "string", ".spec.template.spec.containers[*].image", "The images of currently cloneset.", 1),
         col("SELECTOR", "string", ".status.labelSelector", "The selector of currently cloneset.", 1),
     ]);
-    serde_json::from_value(crd).expect("post-processed CRD is still a CRD")
 }
 
 /// Removes `nullable` (Kruise's schema has none: an explicit `null` is then defaulted or

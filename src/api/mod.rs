@@ -1,8 +1,12 @@
-//! The `apps.kruise.io/v1alpha1` API: pure types, keys, CRD and admission policy generation.
+//! The `apps.kruise.io` CloneSet API: pure types of both served versions, the conversion between
+//! them, keys, and CRD and admission policy generation.
 
 pub mod cloneset;
+pub mod conversion;
 pub mod crd;
 pub mod keys;
+mod rules;
 pub mod shared;
+pub mod v1beta1;
 
 pub use cloneset::{CloneSet, CloneSetCondition, CloneSetScaleStrategy, CloneSetSpec, CloneSetStatus, CloneSetUpdateStrategy};

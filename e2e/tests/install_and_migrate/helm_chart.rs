@@ -229,13 +229,25 @@ fn helm_lint_passes_and_the_defaults_render_the_expected_objects() {
     let without = render(&["--set", "apiPriorityAndFairness.enabled=false"]);
     assert!(of_kind(&without, "FlowSchema").is_empty() && of_kind(&without, "PriorityLevelConfiguration").is_empty());
 
-    // The Service exposes the metrics port of the manager pods.
-    let (deploy, _) = manager(&docs);
-    let svc = one(&docs, "Service");
+    // One Service exposes the metrics port of the manager pods, the other the conversion
+    // webhook the CRD names.
+    let (deploy, c) = manager(&docs);
+    let service = |name: &str| of_kind(&docs, "Service").into_iter().find(|s| s["metadata"]["name"] == name).unwrap();
+    let (svc, webhook) = (service("cloneset-operator-metrics"), service("cloneset-operator-webhook"));
     assert_eq!(svc["spec"]["ports"][0]["port"], 8080);
-    for (k, v) in svc["spec"]["selector"].as_object().unwrap() {
-        assert_eq!(&deploy["spec"]["template"]["metadata"]["labels"][k], v, "selector {k}");
+    assert_eq!(webhook["spec"]["ports"][0]["port"], 443);
+    assert_eq!(webhook["spec"]["ports"][0]["targetPort"], "webhook");
+    assert!(c["ports"].as_array().unwrap().iter().any(|p| p["name"] == "webhook" && p["containerPort"] == 9876));
+    for s in [svc, webhook] {
+        for (k, v) in s["spec"]["selector"].as_object().unwrap() {
+            assert_eq!(&deploy["spec"]["template"]["metadata"]["labels"][k], v, "selector {k}");
+        }
     }
+    let crd = one(&docs, "CustomResourceDefinition");
+    assert_eq!(
+        crd["spec"]["conversion"]["webhook"]["clientConfig"]["service"],
+        json!({"namespace": "cloneset-system", "name": "cloneset-operator-webhook", "path": "/convert", "port": 443})
+    );
 
     // The admission policy is the very file `make crds` writes to crds/.
     let from_crds = parse_docs(&std::fs::read_to_string(repo_root().join("crds/apps.kruise.io_clonesets-admission-policy.yaml")).unwrap());
@@ -348,6 +360,8 @@ fn the_manager_pod_meets_pod_security_restricted_and_has_probes() {
             "--leader-election-namespace=cloneset-system",
             "--metrics-addr=:8080",
             "--health-probe-addr=:8000",
+            "--webhook-addr=:9876",
+            "--webhook-hosts=cloneset-operator-webhook.cloneset-system.svc,cloneset-operator-webhook.cloneset-system.svc.cluster.local",
             "--logging-format=text",
             "--feature-gates=",
             "--kruise-manager-lease=kruise-system/kruise-manager",
@@ -483,6 +497,8 @@ fn values_change_the_output() {
             "--leader-election-namespace=ops",
             "--metrics-addr=:9090",
             "--health-probe-addr=:9000",
+            "--webhook-addr=:9876",
+            "--webhook-hosts=ops-cso-webhook.ops.svc,ops-cso-webhook.ops.svc.cluster.local",
             "--logging-format=json",
             "--feature-gates=CloneSetShortHash=true,PreparingUpdateAsUpdate=true",
             "--kruise-manager-lease=kruise/kruise-manager",
@@ -526,7 +542,8 @@ fn values_change_the_output() {
     assert_eq!(leader_role["metadata"]["namespace"], "ops");
     assert_eq!(one(&docs, "ClusterRoleBinding")["subjects"][0], json!({"kind": "ServiceAccount", "name": "ops-cso", "namespace": "ops"}));
     assert_eq!(one(&docs, "ServiceAccount")["metadata"]["annotations"], json!({"team": "platform"}));
-    assert_eq!(one(&docs, "Service")["spec"]["ports"][0]["port"], 9090);
+    let metrics = of_kind(&docs, "Service").into_iter().find(|s| s["metadata"]["name"] == "ops-cso-metrics").unwrap();
+    assert_eq!(metrics["spec"]["ports"][0]["port"], 9090);
 
     let sm = one(&docs, "ServiceMonitor");
     assert_eq!(sm["apiVersion"], "monitoring.coreos.com/v1");

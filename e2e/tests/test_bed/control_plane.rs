@@ -49,7 +49,7 @@ async fn operator_binary_connects_and_stops_on_sigterm() {
     // Servers off: a developer's `make run` may hold the default ports while tests run.
     cmd.env("KUBECONFIG", &kubeconfig)
         .env("RUST_LOG", "info")
-        .args(["--metrics-addr=0", "--health-probe-addr=0"])
+        .args(["--metrics-addr=0", "--health-probe-addr=0", "--webhook-addr=0"])
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
     // Dies with the test process even if an assertion below fails first.

@@ -1,0 +1,237 @@
+//! Both served versions of the CloneSet API, converted by the operator's own webhook: each
+//! v1beta1/v1alpha1 pair of openkruise.io's CloneSet manual (written here as our own twins) applies,
+//! reads back through the other version as its twin and runs the same revision; and reads through
+//! v1beta1 keep working while the webhook replaces its certificate.
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use e2e::testenv::{Operator, OperatorOptions, TestNamespace, free_local_addr, install_api, wait_until};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{ApiResource, DynamicObject, Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+use serde_json::{Value, json};
+
+const CRD: &str = "clonesets.apps.kruise.io";
+
+fn clonesets(client: &Client, ns: &str, version: &str) -> Api<DynamicObject> {
+    let ar = ApiResource {
+        group: "apps.kruise.io".into(),
+        version: version.into(),
+        api_version: format!("apps.kruise.io/{version}"),
+        kind: "CloneSet".into(),
+        plural: "clonesets".into(),
+    };
+    Api::namespaced_with(client.clone(), ns, &ar)
+}
+
+/// Each pair of the manual, as (name, v1beta1 fragment, v1alpha1 fragment): spec fields, and the
+/// metadata the v1alpha1 form says some of them with.
+fn manual_pairs() -> Vec<(&'static str, Value, Value)> {
+    let rolling = |r: Value| json!({"spec": {"updateStrategy": {"type": "RollingUpdate", "rollingUpdate": r}}});
+    let alpha_update = |u: Value| json!({"spec": {"updateStrategy": u}});
+    let weight = json!({"weightPriority": [{"weight": 50, "matchSelector": {"matchLabels": {"test-key": "foo"}}}, {"weight": 30, "matchSelector": {"matchLabels": {"test-key": "bar"}}}]});
+    let order = json!({"orderPriority": [{"orderedKey": "some-label-key"}]});
+    let scatter = json!([{"key": "foo", "value": "bar"}]);
+    let hooks = json!({
+        "preNormal": {"finalizersHandler": ["example.io/unready-blocker"]},
+        "preDelete": {"labelsHandler": {"example.io/block-deleting": "true"}},
+        "inPlaceUpdate": {"labelsHandler": {"example.io/block-deleting": "true"}},
+    });
+    vec![
+        ("sample", json!({}), json!({})),
+        (
+            "pvc-reuse",
+            json!({"spec": {"scaleStrategy": {"enablePVCReuse": false}}}),
+            json!({"spec": {"scaleStrategy": {"disablePVCReuse": true}}}),
+        ),
+        (
+            "scale-max-unavailable",
+            json!({"spec": {"minReadySeconds": 60, "scaleStrategy": {"maxUnavailable": 1}}}),
+            json!({"spec": {"minReadySeconds": 60, "scaleStrategy": {"maxUnavailable": 1}}}),
+        ),
+        (
+            "in-place-grace",
+            rolling(json!({"podUpdatePolicy": "InPlaceIfPossible", "inPlaceUpdateStrategy": {"gracePeriodSeconds": 10}})),
+            alpha_update(json!({"type": "InPlaceIfPossible", "inPlaceUpdateStrategy": {"gracePeriodSeconds": 10}})),
+        ),
+        ("partition", rolling(json!({"partition": 3})), alpha_update(json!({"partition": 3}))),
+        ("max-unavailable", rolling(json!({"maxUnavailable": "20%"})), alpha_update(json!({"maxUnavailable": "20%"}))),
+        ("max-surge", rolling(json!({"maxSurge": 3})), alpha_update(json!({"maxSurge": 3}))),
+        ("priority-weight", rolling(json!({"priorityStrategy": weight})), alpha_update(json!({"priorityStrategy": weight}))),
+        ("priority-order", rolling(json!({"priorityStrategy": order})), alpha_update(json!({"priorityStrategy": order}))),
+        ("scatter", rolling(json!({"scatterStrategy": scatter})), alpha_update(json!({"scatterStrategy": scatter}))),
+        ("paused", rolling(json!({"paused": true})), alpha_update(json!({"paused": true}))),
+        (
+            "image-predownload",
+            rolling(json!({"inPlaceUpdateStrategy": {"imagePreDownloadParallelism": 10, "imagePreDownloadMinUpdatedReadyPods": 3}})),
+            json!({"metadata": {"annotations": {"apps.kruise.io/image-predownload-parallelism": "10", "apps.kruise.io/image-predownload-min-updated-ready-pods": "3"}}}),
+        ),
+        ("lifecycle-hooks", json!({"spec": {"lifecycle": hooks}}), json!({"spec": {"lifecycle": hooks}})),
+        (
+            "exclude-preparing-delete",
+            json!({"spec": {"scaleStrategy": {"excludePreparingDelete": true}}}),
+            json!({"metadata": {"labels": {"apps.kruise.io/cloneset-scaling-exclude-preparing-delete": "true"}}}),
+        ),
+    ]
+}
+
+fn merge(base: &mut Value, patch: &Value) {
+    match (base, patch) {
+        (Value::Object(b), Value::Object(p)) => {
+            for (k, v) in p {
+                merge(b.entry(k.clone()).or_insert(Value::Null), v);
+            }
+        }
+        (b, p) => *b = p.clone(),
+    }
+}
+
+fn manifest(version: &str, name: &str, fragment: &Value) -> DynamicObject {
+    let mut obj = json!({
+        "apiVersion": format!("apps.kruise.io/{version}"), "kind": "CloneSet",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": 2,
+            "selector": {"matchLabels": {"app": "sample"}},
+            "template": {"metadata": {"labels": {"app": "sample"}}, "spec": {"containers": [{"name": "nginx", "image": "nginx:alpine"}]}},
+        },
+    });
+    merge(&mut obj, fragment);
+    serde_json::from_value(obj).expect("a CloneSet manifest")
+}
+
+/// What twins share: the spec and, read as v1alpha1 (where some settings are labels and
+/// annotations), Kruise's labels and annotations. Read as v1beta1, the twin written as v1alpha1
+/// still carries the label and annotations it was written with; the other does not.
+///
+/// PVC reuse is the one setting the manual's twins differ in by design: v1beta1 does not reuse
+/// PVCs unless told to, v1alpha1 does unless told not to. It is compared only where a pair sets it.
+fn twin_view(obj: &DynamicObject, with_metadata: bool, pvc_reuse: bool) -> Value {
+    let mut spec = obj.data["spec"].clone();
+    if !pvc_reuse && let Some(scale) = spec["scaleStrategy"].as_object_mut() {
+        scale.remove("disablePVCReuse");
+        scale.remove("enablePVCReuse");
+    }
+    if !with_metadata {
+        return json!({"spec": spec});
+    }
+    let mut labels = obj.metadata.labels.clone().unwrap_or_default();
+    labels.retain(|k, _| k.starts_with("apps.kruise.io/"));
+    let mut annotations = obj.metadata.annotations.clone().unwrap_or_default();
+    annotations.retain(|k, _| k.starts_with("apps.kruise.io/"));
+    json!({"spec": spec, "labels": labels, "annotations": annotations})
+}
+
+/// Points the CRD's conversion at `addr` (the operator runs beside the test, not behind a Service).
+async fn convert_through(client: &Client, addr: std::net::SocketAddr) {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let patch = json!({"spec": {"conversion": {"webhook": {"clientConfig": {"service": null, "url": format!("https://{addr}/convert")}}}}});
+    crds.patch(CRD, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+}
+
+fn ca_bundle(crd: &CustomResourceDefinition) -> Vec<u8> {
+    let webhook = crd.spec.conversion.as_ref().and_then(|c| c.webhook.as_ref());
+    webhook.and_then(|w| w.client_config.as_ref()).and_then(|c| c.ca_bundle.as_ref()).map(|b| b.0.clone()).unwrap_or_default()
+}
+
+fn certificates(bundle: &[u8]) -> BTreeSet<String> {
+    String::from_utf8_lossy(bundle)
+        .split("-----END CERTIFICATE-----")
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
+#[tokio::test]
+async fn every_manual_pair_reads_as_its_twin_and_conversions_survive_a_certificate_rotation() {
+    install_api().await.unwrap();
+    let ns = TestNamespace::create("api-versions").await.unwrap();
+    let client = ns.client.clone();
+    let addr = free_local_addr().unwrap();
+    // A short-lived certificate, so the replacement happens during the test.
+    let validity = Duration::from_secs(45);
+    let operator = Operator::start_with(
+        &ns.name,
+        OperatorOptions::args(&[
+            &format!("--webhook-addr={addr}"),
+            "--webhook-hosts=127.0.0.1",
+            &format!("--webhook-cert-validity={}s", validity.as_secs()),
+        ]),
+    )
+    .await
+    .unwrap();
+    let started = Instant::now();
+    convert_through(&client, addr).await;
+    let ready = wait_until(Duration::from_secs(60), "the operator to be ready to convert", || async {
+        Ok(operator.probe("/readyz").await? == 200)
+    })
+    .await;
+    if let Err(e) = ready {
+        panic!("{e:#}\n{}", operator.log_tail(30));
+    }
+
+    let (alpha, beta) = (clonesets(&client, &ns.name, "v1alpha1"), clonesets(&client, &ns.name, "v1beta1"));
+    let pairs = manual_pairs();
+    for (name, b, a) in &pairs {
+        beta.create(&PostParams::default(), &manifest("v1beta1", &format!("{name}-b"), b))
+            .await
+            .unwrap_or_else(|e| panic!("{name} as v1beta1: {e}"));
+        alpha
+            .create(&PostParams::default(), &manifest("v1alpha1", &format!("{name}-a"), a))
+            .await
+            .unwrap_or_else(|e| panic!("{name} as v1alpha1: {e}"));
+    }
+    for (name, _, _) in &pairs {
+        for (api, with_metadata) in [(&alpha, true), (&beta, false)] {
+            let created_as_beta = api.get(&format!("{name}-b")).await.unwrap();
+            let created_as_alpha = api.get(&format!("{name}-a")).await.unwrap();
+            let pvc_reuse = *name == "pvc-reuse";
+            assert_eq!(
+                twin_view(&created_as_beta, with_metadata, pvc_reuse),
+                twin_view(&created_as_alpha, with_metadata, pvc_reuse),
+                "{name}, read as {:?}",
+                created_as_beta.types
+            );
+        }
+    }
+    // The documented difference: a v1beta1 CloneSet that says nothing does not reuse PVCs, and
+    // v1alpha1 readers see it as disablePVCReuse.
+    assert_eq!(alpha.get("sample-b").await.unwrap().data["spec"]["scaleStrategy"]["disablePVCReuse"], true);
+    assert_eq!(beta.get("sample-a").await.unwrap().data["spec"]["scaleStrategy"]["enablePVCReuse"], true);
+
+    // Reads through v1beta1 go on while the webhook replaces its certificate two thirds into
+    // its life: the CRD's caBundle gains the new CA before it is served, and no read fails.
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let first = certificates(&ca_bundle(&crds.get(CRD).await.unwrap()));
+    assert!(!first.is_empty(), "the operator's CA is in the bundle");
+    let mut seen = first.clone();
+    let mut reads = 0;
+    while started.elapsed() < validity + Duration::from_secs(10) {
+        beta.get("sample-b")
+            .await
+            .unwrap_or_else(|e| panic!("a v1beta1 read failed after {:?}: {e}\n{}", started.elapsed(), operator.log_tail(20)));
+        reads += 1;
+        seen.extend(certificates(&ca_bundle(&crds.get(CRD).await.unwrap())));
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let last = certificates(&ca_bundle(&crds.get(CRD).await.unwrap()));
+    assert!(seen.len() > first.len(), "a new CA was added during {reads} reads");
+    assert!(last.is_disjoint(&first), "the first CA left the bundle once it expired");
+    assert_eq!(operator.probe("/readyz").await.unwrap(), 200);
+
+    // The same pods: both twins reach their replicas at the same revision hash.
+    let revision = |obj: &DynamicObject| {
+        obj.data["status"]["updateRevision"].as_str().unwrap_or_default().rsplit('-').next().unwrap_or_default().to_string()
+    };
+    for (name, _, _) in &pairs {
+        wait_until(Duration::from_secs(90), &format!("{name}'s twins to run their pods"), || async {
+            let (b, a) = (alpha.get(&format!("{name}-b")).await?, alpha.get(&format!("{name}-a")).await?);
+            let ready = |o: &DynamicObject| o.data["status"]["readyReplicas"] == 2;
+            Ok(ready(&b) && ready(&a) && !revision(&a).is_empty() && revision(&a) == revision(&b))
+        })
+        .await
+        .unwrap();
+    }
+}
