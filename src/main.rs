@@ -399,7 +399,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             webhook::CertSource::SelfSigned {
                 hosts: args.webhook_hosts.clone(),
                 validity: args.webhook_cert_validity,
-                crd: crd::crd().metadata.name.unwrap_or_default(),
+                crd: <cloneset_operator::api::CloneSet as kube::CustomResourceExt>::crd_name().to_string(),
                 identity: election.identity.clone(),
             }
         } else {

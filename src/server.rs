@@ -86,14 +86,14 @@ pub async fn bind(addr: &ListenAddr) -> std::io::Result<TcpListener> {
 
 type Routes = Arc<dyn Fn(&Method, &str) -> Response<Full<Bytes>> + Send + Sync>;
 
-fn text(status: StatusCode, content_type: &'static str, body: impl Into<Bytes>) -> Response<Full<Bytes>> {
+pub(crate) fn text(status: StatusCode, content_type: &'static str, body: impl Into<Bytes>) -> Response<Full<Bytes>> {
     let mut res = Response::new(Full::new(body.into()));
     *res.status_mut() = status;
     res.headers_mut().insert(header::CONTENT_TYPE, header::HeaderValue::from_static(content_type));
     res
 }
 
-const PLAIN: &str = "text/plain; charset=utf-8";
+pub(crate) const PLAIN: &str = "text/plain; charset=utf-8";
 
 /// Serves `GET /metrics` until the task is dropped.
 pub async fn serve_metrics(listener: TcpListener, metrics: Arc<Metrics>) {

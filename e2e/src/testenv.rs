@@ -94,14 +94,7 @@ pub async fn install_api_on(client: &Client) -> anyhow::Result<()> {
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     let def = crd::crd();
     let name = def.metadata.name.clone().unwrap_or_default();
-    // A test that ran the conversion webhook beside it pointed the CRD at a URL: back to the
-    // Service the CRD names (a CRD may not name both).
-    if crds.get_opt(&name).await?.is_some() {
-        let service = serde_json::to_value(&def)?["spec"]["conversion"]["webhook"]["clientConfig"]["service"].clone();
-        let url = serde_json::json!({"spec": {"conversion": {"webhook": {"clientConfig": {"url": null, "service": service}}}}});
-        crds.patch(&name, &PatchParams::default(), &Patch::Merge(&url)).await.ok();
-    }
-    crds.patch(&name, &ssa, &Patch::Apply(&def)).await?;
+    apply_crd(&client, &def).await?;
     let (policy, binding) = crd::admission_policy();
     let policies: Api<k8s_openapi::api::admissionregistration::v1::ValidatingAdmissionPolicy> = Api::all(client.clone());
     policies.patch(crd::POLICY_NAME, &ssa, &Patch::Apply(&policy)).await?;
@@ -128,6 +121,26 @@ pub async fn install_api_on(client: &Client) -> anyhow::Result<()> {
         }
     })
     .await
+}
+
+/// Installs (or replaces) the CloneSet CRD `def`, as the e2e suite's own field manager. A CRD
+/// converting through a webhook (a test serving v1beta1) is first put back to no conversion
+/// when `def` has none: the caBundle an operator wrote would otherwise outlive the strategy.
+pub async fn apply_crd(
+    client: &Client,
+    def: &k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+) -> anyhow::Result<()> {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    use kube::api::{Patch, PatchParams};
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let name = def.metadata.name.clone().unwrap_or_default();
+    let converting = |c: &CustomResourceDefinition| c.spec.conversion.as_ref().is_some_and(|c| c.strategy == "Webhook");
+    if !converting(def) && crds.get_opt(&name).await?.as_ref().is_some_and(converting) {
+        let none = serde_json::json!({"spec": {"conversion": {"strategy": "None", "webhook": null}}});
+        crds.patch(&name, &PatchParams::default(), &Patch::Merge(&none)).await?;
+    }
+    crds.patch(&name, &PatchParams::apply("cloneset-e2e").force(), &Patch::Apply(def)).await?;
+    Ok(())
 }
 
 /// An untyped CloneSet API, for manifests the typed struct cannot express (invalid ones).

@@ -21,17 +21,27 @@ use super::CloneSet;
 pub const POLICY_NAME: &str = "clonesets.apps.kruise.io";
 
 /// Where the apiserver sends conversion requests unless the installer says otherwise: the
-/// chart's webhook Service in its default namespace (the chart renders its own).
+/// chart's webhook Service in its default namespace.
 pub const WEBHOOK_SERVICE_NAMESPACE: &str = "cloneset-system";
 pub const WEBHOOK_SERVICE_NAME: &str = "cloneset-operator-webhook";
 /// The path the operator serves ConversionReviews on.
 pub const CONVERSION_PATH: &str = "/convert";
 
-/// The CloneSet CRD, shaped like Kruise's: both versions (v1alpha1 stored), no nullable fields,
-/// atomic selectors, the status and scale subresources, Kruise's printer columns in Kruise's
-/// order, and conversion by the operator's webhook (its `caBundle` is kept by the operator, or
-/// by cert-manager).
+/// The CloneSet CRD, shaped like Kruise's: no nullable fields, atomic selectors, the status and
+/// scale subresources, and Kruise's printer columns in Kruise's order. Serves v1alpha1 only: the
+/// one the manifests, the chart and `make run` install.
 pub fn crd() -> CustomResourceDefinition {
+    let mut crd = serde_json::to_value(CloneSet::crd()).expect("CRD serializes");
+    shape_version(&mut crd["spec"]["versions"][0]);
+    serde_json::from_value(crd).expect("post-processed CRD is still a CRD")
+}
+
+/// The CRD serving v1beta1 beside v1alpha1 (stored), converted by the operator's webhook (its
+/// `caBundle` kept by the operator, or by cert-manager). Not installed by default yet: once a
+/// CRD converts through a webhook, every list of CloneSets through v1beta1 (the preferred
+/// version, which the namespace controller and garbage collector use) fails while no webhook
+/// answers, and with it every namespace deletion in the cluster.
+pub fn crd_with_v1beta1() -> CustomResourceDefinition {
     let alpha = CloneSet::crd();
     let beta = super::v1beta1::CloneSet::crd();
     let merged = kube::core::crd::merge_crds(vec![alpha, beta], "v1alpha1").expect("both versions describe one resource");

@@ -20,16 +20,16 @@ impl CaBundle {
         CaBundle { api: Api::all(client), name }
     }
 
-    /// Makes the bundle hold `ours` and nothing expired; returns the bundle now in place.
-    pub async fn ensure(&self, ours: &[&str], now: i64) -> anyhow::Result<String> {
+    /// Makes the bundle hold `ours` and nothing expired; returns the bundle now in place, or
+    /// `None` when the CRD does not convert through a webhook (then nothing needs our CA).
+    pub async fn ensure(&self, ours: &[&str], now: i64) -> anyhow::Result<Option<String>> {
         let crd = self.api.get(&self.name).await?;
-        let webhook =
-            crd.spec.conversion.as_ref().filter(|c| c.strategy == "Webhook").and_then(|c| c.webhook.as_ref()).ok_or_else(|| {
-                anyhow::anyhow!("CRD {} does not convert through a webhook (spec.conversion.strategy is not Webhook)", self.name)
-            })?;
+        let Some(webhook) = crd.spec.conversion.as_ref().filter(|c| c.strategy == "Webhook").and_then(|c| c.webhook.as_ref()) else {
+            return Ok(None);
+        };
         let current = webhook.client_config.as_ref().and_then(|c| c.ca_bundle.as_ref()).map(|b| b.0.clone()).unwrap_or_default();
         let Some(next) = certs::next_bundle(&current, ours, now) else {
-            return Ok(String::from_utf8_lossy(&current).into_owned());
+            return Ok(Some(String::from_utf8_lossy(&current).into_owned()));
         };
         let version = crd.metadata.resource_version.unwrap_or_default();
         let patch: json_patch::Patch = serde_json::from_value(json!([
@@ -38,6 +38,6 @@ impl CaBundle {
         ]))?;
         self.api.patch(&self.name, &PatchParams::default(), &Patch::Json::<()>(patch)).await?;
         tracing::info!(crd = %self.name, "conversion webhook: updated the CRD's caBundle");
-        Ok(next)
+        Ok(Some(next))
     }
 }

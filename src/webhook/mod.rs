@@ -17,7 +17,7 @@ use std::sync::{Arc, RwLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
-use http::{Method, Request, Response, StatusCode, header};
+use http::{Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -27,7 +27,7 @@ use tokio_rustls::rustls::server::{ClientHello, ResolvesServerCert};
 use tokio_rustls::rustls::sign::CertifiedKey;
 use tokio_rustls::rustls::{self, ServerConfig};
 
-use crate::server::Health;
+use crate::server::{Health, PLAIN, text};
 
 /// Where the webhook's certificate comes from.
 #[derive(Clone, Debug)]
@@ -112,7 +112,12 @@ async fn self_signed(
         let ours: Vec<&str> = serving.iter().chain(next.as_ref().map(|(n, _)| n)).map(|c| c.ca_pem.as_str()).collect();
         let result = bundle.ensure(&ours, now).await;
         match &result {
-            Ok(current) => {
+            Ok(None) => {
+                // The CRD converts nothing through a webhook: no conversion waits on us.
+                failures = 0;
+                health.set_conversion(None);
+            }
+            Ok(Some(current)) => {
                 failures = 0;
                 if let Some((issued, seen)) = next.as_mut()
                     && certs::contains(current.as_bytes(), &issued.ca_pem)
@@ -143,7 +148,7 @@ async fn self_signed(
         }
         let wait = match (&result, &next) {
             (Err(_), _) => Duration::from_millis(200 * 2u64.pow(failures.min(8))).min(check),
-            (Ok(_), Some(_)) => Duration::from_secs(1),
+            (Ok(Some(_)), Some(_)) => Duration::from_secs(1),
             _ => check,
         };
         tokio::time::sleep(wait).await;
@@ -153,7 +158,10 @@ async fn self_signed(
 async fn watch_files(dir: PathBuf, slot: Arc<CertSlot>, health: Arc<Health>) {
     let mut loaded: Option<(Vec<u8>, Vec<u8>)> = None;
     loop {
-        let read = tokio::fs::read(dir.join("tls.crt")).await.and_then(|c| std::fs::read(dir.join("tls.key")).map(|k| (c, k)));
+        let read = match (tokio::fs::read(dir.join("tls.crt")).await, tokio::fs::read(dir.join("tls.key")).await) {
+            (Ok(c), Ok(k)) => Ok((c, k)),
+            (Err(e), _) | (_, Err(e)) => Err(e),
+        };
         match read {
             Ok(pair) if loaded.as_ref() != Some(&pair) => match certs::read_pem_pair(&pair.0, &pair.1) {
                 Ok((chain, key)) => match slot.set(chain, &key) {
@@ -211,24 +219,17 @@ async fn serve(listener: TcpListener, acceptor: TlsAcceptor) {
 
 async fn handle(req: Request<Incoming>) -> Response<Full<Bytes>> {
     if req.method() != Method::POST || req.uri().path() != crate::api::crd::CONVERSION_PATH {
-        return reply(StatusCode::NOT_FOUND, "text/plain; charset=utf-8", "not found\n".into());
+        return text(StatusCode::NOT_FOUND, PLAIN, "not found\n");
     }
     let body = match Limited::new(req.into_body(), MAX_BODY).collect().await {
         Ok(b) => b.to_bytes(),
-        Err(e) => return reply(StatusCode::BAD_REQUEST, "text/plain; charset=utf-8", format!("reading the request: {e}\n").into()),
+        Err(e) => return text(StatusCode::BAD_REQUEST, PLAIN, format!("reading the request: {e}\n")),
     };
     // Conversion is CPU work on a request's objects: off the reactor for large lists.
     let answer = tokio::task::spawn_blocking(move || review::answer(&body)).await;
     match answer {
-        Ok(Ok(review)) => reply(StatusCode::OK, "application/json", serde_json::to_vec(&review).unwrap_or_default().into()),
-        Ok(Err(message)) => reply(StatusCode::BAD_REQUEST, "text/plain; charset=utf-8", format!("{message}\n").into()),
-        Err(e) => reply(StatusCode::INTERNAL_SERVER_ERROR, "text/plain; charset=utf-8", format!("conversion failed: {e}\n").into()),
+        Ok(Ok(review)) => text(StatusCode::OK, "application/json", serde_json::to_vec(&review).unwrap_or_default()),
+        Ok(Err(message)) => text(StatusCode::BAD_REQUEST, PLAIN, format!("{message}\n")),
+        Err(e) => text(StatusCode::INTERNAL_SERVER_ERROR, PLAIN, format!("conversion failed: {e}\n")),
     }
-}
-
-fn reply(status: StatusCode, content_type: &'static str, body: Bytes) -> Response<Full<Bytes>> {
-    let mut res = Response::new(Full::new(body));
-    *res.status_mut() = status;
-    res.headers_mut().insert(header::CONTENT_TYPE, header::HeaderValue::from_static(content_type));
-    res
 }

@@ -244,11 +244,6 @@ fn helm_lint_passes_and_the_defaults_render_the_expected_objects() {
             assert_eq!(&deploy["spec"]["template"]["metadata"]["labels"][k], v, "selector {k}");
         }
     }
-    let crd = one(&docs, "CustomResourceDefinition");
-    assert_eq!(
-        crd["spec"]["conversion"]["webhook"]["clientConfig"]["service"],
-        json!({"namespace": "cloneset-system", "name": "cloneset-operator-webhook", "path": "/convert", "port": 443})
-    );
 
     // The admission policy is the very file `make crds` writes to crds/.
     let from_crds = parse_docs(&std::fs::read_to_string(repo_root().join("crds/apps.kruise.io_clonesets-admission-policy.yaml")).unwrap());
@@ -909,7 +904,12 @@ fn the_schema_keeps_kruises_shared_values_and_refuses_the_others() {
         assert!(!out.status.success(), "{set} was accepted");
         String::from_utf8_lossy(&out.stderr).into_owned()
     };
-    assert!(refused("manager.webhook.port=9876").contains("Kruise-only value: this operator serves no webhook"));
+    // Kruise's webhook port is this operator's conversion webhook port.
+    let docs = render(&["--set", "manager.webhook.port=9443"]);
+    let (_, c) = manager(&docs);
+    assert!(strings(&c["args"]).contains(&"--webhook-addr=:9443".to_string()));
+    assert!(c["ports"].as_array().unwrap().iter().any(|p| p["name"] == "webhook" && p["containerPort"] == 9443));
+    assert!(refused("manager.webhook.port=0").contains("/manager/webhook/port"));
     assert!(refused("daemon.port=10221").contains("there is no kruise-daemon here"));
     assert!(refused("webhookConfiguration.timeoutSeconds=30").contains("installs no webhook"));
     assert!(refused("manager.hostNetwork=true").contains("Kruise-only value"));

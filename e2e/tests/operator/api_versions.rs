@@ -1,4 +1,5 @@
-//! Both served versions of the CloneSet API, converted by the operator's own webhook: each
+//! Both versions of the CloneSet API (the CRD serving v1beta1 beside v1alpha1, which the default
+//! install does not do yet), converted by the operator's own webhook: each
 //! v1beta1/v1alpha1 pair of openkruise.io's CloneSet manual (written here as our own twins) applies,
 //! reads back through the other version as its twin and runs the same revision; and reads through
 //! v1beta1 keep working while the webhook replaces its certificate.
@@ -8,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use e2e::testenv::{Operator, OperatorOptions, TestNamespace, free_local_addr, install_api, wait_until};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{ApiResource, DynamicObject, Patch, PatchParams, PostParams};
+use kube::api::{ApiResource, DynamicObject, PostParams};
 use kube::{Api, Client};
 use serde_json::{Value, json};
 
@@ -123,11 +124,37 @@ fn twin_view(obj: &DynamicObject, with_metadata: bool, pvc_reuse: bool) -> Value
     json!({"spec": spec, "labels": labels, "annotations": annotations})
 }
 
-/// Points the CRD's conversion at `addr` (the operator runs beside the test, not behind a Service).
-async fn convert_through(client: &Client, addr: std::net::SocketAddr) {
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let patch = json!({"spec": {"conversion": {"webhook": {"clientConfig": {"service": null, "url": format!("https://{addr}/convert")}}}}});
-    crds.patch(CRD, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+/// Serves v1beta1 through the webhook at `addr` (the operator runs beside the test, not behind a
+/// Service) until dropped, then puts back the CRD every other test uses: while a CRD converts
+/// through a webhook nobody answers, no namespace holding CloneSets can be deleted.
+struct ServingV1beta1(std::path::PathBuf);
+
+impl ServingV1beta1 {
+    async fn through(client: &Client, addr: std::net::SocketAddr) -> Self {
+        let mut def = serde_json::to_value(cloneset_operator::api::crd::crd_with_v1beta1()).unwrap();
+        def["spec"]["conversion"]["webhook"]["clientConfig"] = json!({"url": format!("https://{addr}/convert")});
+        e2e::testenv::apply_crd(client, &serde_json::from_value(def).unwrap()).await.unwrap();
+        ServingV1beta1(e2e::testenv::kubeconfig().await.unwrap())
+    }
+}
+
+impl Drop for ServingV1beta1 {
+    fn drop(&mut self) {
+        let kubeconfig = self.0.clone();
+        // Also when the test failed. The test's runtime is blocked here, and its clients with it:
+        // a runtime and a client of its own.
+        let restored = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+            rt.block_on(async {
+                let client = e2e::cluster::client_for(&kubeconfig).await?;
+                e2e::testenv::apply_crd(&client, &cloneset_operator::api::crd::crd()).await
+            })
+        })
+        .join();
+        if !matches!(restored, Ok(Ok(()))) {
+            eprintln!("the CloneSet CRD still serves v1beta1 through this test's operator: {restored:?}");
+        }
+    }
 }
 
 fn ca_bundle(crd: &CustomResourceDefinition) -> Vec<u8> {
@@ -150,6 +177,8 @@ async fn every_manual_pair_reads_as_its_twin_and_conversions_survive_a_certifica
     let ns = TestNamespace::create("api-versions").await.unwrap();
     let client = ns.client.clone();
     let addr = free_local_addr().unwrap();
+    // First, so the operator's readiness waits for its CA in the bundle.
+    let _v1beta1 = ServingV1beta1::through(&client, addr).await;
     // A short-lived certificate, so the replacement happens during the test.
     let validity = Duration::from_secs(45);
     let operator = Operator::start_with(
@@ -163,7 +192,6 @@ async fn every_manual_pair_reads_as_its_twin_and_conversions_survive_a_certifica
     .await
     .unwrap();
     let started = Instant::now();
-    convert_through(&client, addr).await;
     let ready = wait_until(Duration::from_secs(60), "the operator to be ready to convert", || async {
         Ok(operator.probe("/readyz").await? == 200)
     })
