@@ -214,6 +214,9 @@ pub mod update_type {
     pub const RECREATE: &str = "ReCreate";
     pub const IN_PLACE_IF_POSSIBLE: &str = "InPlaceIfPossible";
     pub const IN_PLACE_ONLY: &str = "InPlaceOnly";
+    /// Only through v1beta1 (v1alpha1 refuses it at create, as Kruise's webhook does): pods move
+    /// to the update revision only when deleted and recreated.
+    pub const ON_DELETE: &str = "OnDelete";
 }
 
 /// Condition types and Progressing reasons.

@@ -466,7 +466,8 @@ pub struct UpdatePlan {
 /// The update step: which pods move to the target revision now, and how (Kruise's `Update`).
 pub fn plan_update(input: &SyncInput<'_>) -> UpdatePlan {
     let strategy = &input.cloneset.spec.update_strategy;
-    if strategy.paused {
+    // OnDelete leaves every pod to its deletion; refresh still runs, as in Kruise.
+    if strategy.paused || strategy.type_ == update_type::ON_DELETE {
         return UpdatePlan::default();
     }
     let diffs = diff::calculate_diffs(&input.diff_input(), &input.views(false));
@@ -817,6 +818,19 @@ mod tests {
         let p = plan(&cloneset(8, 0, &[]), &five_pods());
         assert_eq!((p.create_current, p.create_update), (0, 3));
         assert!(p.delete.is_empty());
+    }
+
+    #[test]
+    fn on_delete_updates_no_pod_and_scale_up_creates_from_the_update_revision() {
+        let mut cs = cloneset(4, 0, &[]);
+        cs.spec.update_strategy.type_ = update_type::ON_DELETE.into();
+        cs.spec.update_strategy.max_unavailable = Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::String("100%".into()));
+        let pods: Vec<Pod> = (1..=3).map(|i| ready_pod(&format!("foo-{i}"), "foo-r1")).collect();
+        let refs: Vec<&dyn PodRead> = crate::core::pod_read::refs(&pods);
+        let input = input(&cs, &refs, "foo-r2", "2026-01-01T01:00:00Z".parse().unwrap());
+        assert_eq!(plan_update(&input), UpdatePlan::default());
+        let scale = plan_scale(&input);
+        assert_eq!((scale.create_current, scale.create_update), (0, 1), "{scale:?}");
     }
 
     #[test]

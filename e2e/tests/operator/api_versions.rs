@@ -2,7 +2,8 @@
 //! install does not do yet), converted by the operator's own webhook: each
 //! v1beta1/v1alpha1 pair of openkruise.io's CloneSet manual (written here as our own twins) applies,
 //! reads back through the other version as its twin and runs the same revision; and reads through
-//! v1beta1 keep working while the webhook replaces its certificate.
+//! v1beta1 keep working while the webhook replaces its certificate; `OnDelete` updates a pod only
+//! when it is deleted.
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -187,6 +188,8 @@ async fn every_manual_pair_reads_as_its_twin_and_conversions_survive_a_certifica
             &format!("--webhook-addr={addr}"),
             "--webhook-hosts=127.0.0.1",
             &format!("--webhook-cert-validity={}s", validity.as_secs()),
+            "--enable-leader-election=true",
+            &format!("--leader-election-namespace={}", ns.name),
         ]),
     )
     .await
@@ -262,4 +265,135 @@ async fn every_manual_pair_reads_as_its_twin_and_conversions_survive_a_certifica
         .await
         .unwrap();
     }
+
+    on_delete_moves_only_deleted_pods(&client, &ns.name, &alpha, &beta).await;
+    a_standby_converts_and_takes_over(&client, &ns.name, operator, &beta).await;
+}
+
+/// A second replica, standing by for the Lease, serves conversions with its own CA in the
+/// bundle; when the leader dies, reads go on through it and it takes over reconciling.
+async fn a_standby_converts_and_takes_over(client: &Client, ns: &str, mut leader: Operator, beta: &Api<DynamicObject>) {
+    use kube::api::{Patch, PatchParams};
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let before = certificates(&ca_bundle(&crds.get(CRD).await.unwrap()));
+    let addr = free_local_addr().unwrap();
+    let standby = Operator::start_with(
+        ns,
+        OperatorOptions::args(&[
+            &format!("--webhook-addr={addr}"),
+            "--webhook-hosts=127.0.0.1",
+            "--enable-leader-election=true",
+            &format!("--leader-election-namespace={ns}"),
+        ]),
+    )
+    .await
+    .unwrap();
+    wait_until(Duration::from_secs(60), "the standby to be ready to convert", || async { Ok(standby.probe("/readyz").await? == 200) })
+        .await
+        .unwrap_or_else(|e| panic!("{e:#}\n{}", standby.log_tail(30)));
+    assert_eq!(e2e::testenv::is_leader(&standby.metrics().await.unwrap()), Some(0.0), "it stands by");
+    let with_standby = certificates(&ca_bundle(&crds.get(CRD).await.unwrap()));
+    assert!(with_standby.len() > before.len() && with_standby.is_superset(&before), "its CA joined the leader's");
+
+    // Conversions go to the standby alone from here on.
+    let url = json!({"spec": {"conversion": {"webhook": {"clientConfig": {"url": format!("https://{addr}/convert")}}}}});
+    crds.patch(CRD, &PatchParams::default(), &Patch::Merge(&url)).await.unwrap();
+    let read = || async {
+        let cs = beta
+            .get("on-delete")
+            .await
+            .unwrap_or_else(|e| panic!("a v1beta1 read through the standby failed: {e}\n{}", standby.log_tail(20)));
+        assert_eq!(cs.data["spec"]["updateStrategy"]["type"], "OnDelete");
+    };
+    for _ in 0..10 {
+        read().await;
+    }
+    leader.kill();
+    read().await;
+    wait_until(Duration::from_secs(60), "the standby to take the Lease over", || async {
+        Ok(e2e::testenv::is_leader(&standby.metrics().await?) == Some(1.0))
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e:#}\n{}", standby.log_tail(30)));
+    beta.patch("on-delete", &PatchParams::default(), &Patch::Merge(&json!({"spec": {"replicas": 4}}))).await.unwrap();
+    wait_until(Duration::from_secs(90), "the new leader to scale the CloneSet", || async {
+        Ok(beta.get("on-delete").await?.data["status"]["readyReplicas"] == 4)
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e:#}\n{}", standby.log_tail(30)));
+}
+
+/// `OnDelete`, which only v1beta1 can ask for: a new template changes no pod until one is
+/// deleted; its replacement, and any pod a scale-up adds, come from the new revision.
+async fn on_delete_moves_only_deleted_pods(client: &Client, ns: &str, alpha: &Api<DynamicObject>, beta: &Api<DynamicObject>) {
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::ResourceExt;
+    use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
+    let fragment = json!({
+        "spec": {
+            "selector": {"matchLabels": {"app": "on-delete"}},
+            "template": {"metadata": {"labels": {"app": "on-delete"}}},
+            "updateStrategy": {"type": "OnDelete"},
+        }
+    });
+    beta.create(&PostParams::default(), &manifest("v1beta1", "on-delete", &fragment)).await.unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let selected = ListParams::default().labels("app=on-delete");
+    let revision_of = |p: &Pod| p.labels().get("controller-revision-hash").cloned().unwrap_or_default();
+    let settled = |ready: i64| {
+        let alpha = alpha.clone();
+        move || {
+            let alpha = alpha.clone();
+            async move {
+                let cs = alpha.get("on-delete").await?;
+                let observed = cs.data["status"]["observedGeneration"].as_i64() == cs.metadata.generation;
+                Ok(observed && cs.data["status"]["readyReplicas"] == ready)
+            }
+        }
+    };
+    wait_until(Duration::from_secs(90), "the OnDelete CloneSet's 2 pods", settled(2)).await.unwrap();
+    let read_as_alpha = alpha.get("on-delete").await.unwrap();
+    assert_eq!(read_as_alpha.data["spec"]["updateStrategy"]["type"], "OnDelete");
+    let before: Vec<Pod> = pods.list(&selected).await.unwrap().items;
+    let old_revision = read_as_alpha.data["status"]["updateRevision"].as_str().unwrap().to_string();
+
+    let image = json!({"spec": {"template": {"spec": {"containers": [{"name": "nginx", "image": "nginx:1.27"}]}}}});
+    beta.patch("on-delete", &PatchParams::default(), &Patch::Merge(&image)).await.unwrap();
+    wait_until(Duration::from_secs(60), "the new revision to be observed", || async {
+        let cs = alpha.get("on-delete").await?;
+        Ok(cs.data["status"]["observedGeneration"].as_i64() == cs.metadata.generation
+            && cs.data["status"]["updateRevision"].as_str() != Some(old_revision.as_str()))
+    })
+    .await
+    .unwrap();
+    let cs = alpha.get("on-delete").await.unwrap();
+    assert_eq!(cs.data["status"]["updatedReplicas"], 0, "no pod was updated: {}", cs.data["status"]);
+    let new_revision = cs.data["status"]["updateRevision"].as_str().unwrap().to_string();
+
+    // Deleting one pod brings its replacement on the new revision; the other stays as it was
+    // through every reconcile that took.
+    let (deleted, kept) = (&before[0], &before[1]);
+    pods.delete(&deleted.name_any(), &DeleteParams::default()).await.unwrap();
+    wait_until(Duration::from_secs(90), "the deleted pod's replacement on the new revision", || async {
+        let now = pods.list(&selected).await?.items;
+        let on_new = now.iter().filter(|p| revision_of(p) == new_revision).count();
+        let cs = alpha.get("on-delete").await?;
+        Ok(now.len() == 2 && on_new == 1 && cs.data["status"]["readyReplicas"] == 2 && cs.data["status"]["updatedReplicas"] == 1)
+    })
+    .await
+    .unwrap();
+    let still = pods.get(&kept.name_any()).await.unwrap();
+    assert_eq!(still.metadata.uid, kept.metadata.uid);
+    assert_eq!(revision_of(&still), revision_of(kept), "the pod nobody deleted kept its revision");
+    assert!(still.metadata.deletion_timestamp.is_none());
+
+    // A write through v1alpha1, which refuses OnDelete at create, keeps it (the unchanged field
+    // is not validated again), and the pod it adds is on the new revision.
+    alpha.patch("on-delete", &PatchParams::default(), &Patch::Merge(&json!({"spec": {"replicas": 3}}))).await.unwrap();
+    wait_until(Duration::from_secs(90), "a third pod from the new revision", settled(3)).await.unwrap();
+    let cs = alpha.get("on-delete").await.unwrap();
+    assert_eq!(cs.data["status"]["updatedReplicas"], 2, "{}", cs.data["status"]);
+    assert_eq!(pods.get(&kept.name_any()).await.unwrap().metadata.uid, kept.metadata.uid);
+    let refused = alpha.create(&PostParams::default(), &manifest("v1alpha1", "on-delete-a", &fragment)).await;
+    assert!(refused.is_err(), "v1alpha1 refuses OnDelete at create, as Kruise does");
 }
