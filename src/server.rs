@@ -9,7 +9,9 @@
 //! - With the conversion webhook on, `/readyz` also waits until it can convert (the apiserver
 //!   trusts the certificate it serves): the webhook Service sends conversions to ready pods only.
 //! - While a live Kruise manager keeps this operator from reconciling, `/readyz` answers 503 and
-//!   its body says so (see `kruise_guard`).
+//!   its body says so (see `kruise_guard`), unless the apiserver sends this operator conversions:
+//!   then it answers 200 once it can convert, since a Service without ready pods would fail
+//!   every v1beta1 read (and namespace deletion) while Kruise still runs.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -35,6 +37,8 @@ pub struct Health {
     standing_by: Mutex<Option<String>>,
     /// Why the conversion webhook cannot convert yet, if it cannot.
     conversion: Mutex<Option<String>>,
+    /// Whether the apiserver sends conversions here (the CRD converts through a webhook).
+    converting: AtomicBool,
 }
 
 impl Health {
@@ -52,18 +56,25 @@ impl Health {
         *self.conversion.lock().unwrap_or_else(|e| e.into_inner()) = why;
     }
 
+    /// Marks whether the apiserver sends conversions to this operator's webhook.
+    pub fn set_converting(&self, converting: bool) {
+        self.converting.store(converting, Ordering::Release);
+    }
+
     /// `Ok` when ready, else why not.
     pub fn readiness(&self) -> Result<(), String> {
         if let Some(why) = self.conversion.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
             return Err(why.clone());
         }
+        let standing_by = self.standing_by.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        // A standby for Kruise reconciles nothing, so its caches do not matter; its conversions do.
+        if standing_by.is_some() && self.converting.load(Ordering::Acquire) {
+            return Ok(());
+        }
         if !self.caches_synced.load(Ordering::Acquire) {
             return Err("caches not synced".into());
         }
-        match self.standing_by.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
-            Some(why) => Err(why.clone()),
-            None => Ok(()),
-        }
+        standing_by.map_or(Ok(()), Err)
     }
 
     pub fn ready(&self) -> bool {
@@ -142,5 +153,28 @@ async fn serve(listener: TcpListener, routes: Routes) {
                 tracing::debug!(%peer, error = %e, "metrics/health connection ended with an error");
             }
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Health;
+
+    #[test]
+    fn a_standby_for_kruise_is_ready_only_when_it_must_convert_and_can() {
+        let health = Health::default();
+        health.set_caches_synced(true);
+        health.set_standing_by(Some("standing by: Kruise's manager".into()));
+        assert_eq!(health.readiness(), Err("standing by: Kruise's manager".into()));
+        health.set_caches_synced(false);
+        health.set_converting(true);
+        assert_eq!(health.readiness(), Ok(()), "caches do not matter to a standby");
+        health.set_conversion(Some("conversion webhook: no certificate yet".into()));
+        assert_eq!(health.readiness(), Err("conversion webhook: no certificate yet".into()));
+        health.set_conversion(None);
+        health.set_standing_by(None);
+        assert_eq!(health.readiness(), Err("caches not synced".into()), "a leader-to-be waits for its caches");
+        health.set_caches_synced(true);
+        assert_eq!(health.readiness(), Ok(()));
     }
 }

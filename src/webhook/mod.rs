@@ -115,10 +115,12 @@ async fn self_signed(
             Ok(None) => {
                 // The CRD converts nothing through a webhook: no conversion waits on us.
                 failures = 0;
+                health.set_converting(false);
                 health.set_conversion(None);
             }
             Ok(Some(current)) => {
                 failures = 0;
+                health.set_converting(true);
                 if let Some((issued, seen)) = next.as_mut()
                     && certs::contains(current.as_bytes(), &issued.ca_pem)
                 {
@@ -156,6 +158,8 @@ async fn self_signed(
 }
 
 async fn watch_files(dir: PathBuf, slot: Arc<CertSlot>, health: Arc<Health>) {
+    // cert-manager keeps the caBundle and nothing here reads the CRD: assume it converts.
+    health.set_converting(true);
     let mut loaded: Option<(Vec<u8>, Vec<u8>)> = None;
     loop {
         let read = match (tokio::fs::read(dir.join("tls.crt")).await, tokio::fs::read(dir.join("tls.key")).await) {
