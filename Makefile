@@ -87,6 +87,7 @@ crds: ## Regenerate the CRD and admission policy YAML (crds/ and the chart's cop
 	$(CARGO) build --bin cloneset-operator
 	$(OPERATOR) crd > crds/apps.kruise.io_clonesets.yaml
 	cp crds/apps.kruise.io_clonesets.yaml charts/cloneset-operator/files/apps.kruise.io_clonesets.yaml
+	$(OPERATOR) crd --with-v1beta1 > charts/cloneset-operator/files/apps.kruise.io_clonesets-v1beta1.yaml
 	$(OPERATOR) admission-policy > crds/apps.kruise.io_clonesets-admission-policy.yaml
 	cp crds/apps.kruise.io_clonesets-admission-policy.yaml charts/cloneset-operator/files/apps.kruise.io_clonesets-admission-policy.yaml
 	$(OPERATOR) deletion-protection-policy > charts/cloneset-operator/files/apps.kruise.io_clonesets-deletion-protection-policy.yaml

@@ -44,7 +44,12 @@ enum Command {
     /// Run the controller (the default).
     Run,
     /// Print the CloneSet CustomResourceDefinition as YAML.
-    Crd,
+    Crd {
+        /// Serve apps.kruise.io/v1beta1 too, converted by the operator's webhook through the
+        /// Service cloneset-system/cloneset-operator-webhook (see docs/v1beta1.md).
+        #[arg(long)]
+        with_v1beta1: bool,
+    },
     /// Print the ValidatingAdmissionPolicy (and binding) that validates CloneSet pod templates.
     AdmissionPolicy,
     /// Print the ValidatingAdmissionPolicy (and binding) that enforces the
@@ -341,8 +346,8 @@ async fn run_command(cli: Cli, matches: ArgMatches) -> anyhow::Result<()> {
             }
             run(cli.run).await
         }
-        Command::Crd => {
-            print!("{}", crd::generated_crd_file()?);
+        Command::Crd { with_v1beta1 } => {
+            print!("{}", if with_v1beta1 { crd::generated_crd_with_v1beta1_file()? } else { crd::generated_crd_file()? });
             Ok(())
         }
         Command::AdmissionPolicy => {

@@ -4,7 +4,8 @@
 use std::path::Path;
 
 use cloneset_operator::api::crd::{
-    CRD_FILES, DELETION_PROTECTION_FILE, POLICY_FILES, generated_crd_file, generated_deletion_protection_file, generated_policy_file,
+    CRD_FILES, CRD_V1BETA1_FILE, DELETION_PROTECTION_FILE, POLICY_FILES, generated_crd_file, generated_crd_with_v1beta1_file,
+    generated_deletion_protection_file, generated_policy_file,
 };
 
 fn check(path: &str, expected: &str) {
@@ -19,6 +20,11 @@ fn crd_files_match_the_types() {
     for path in CRD_FILES {
         check(path, &expected);
     }
+}
+
+#[test]
+fn the_two_version_crd_file_matches_the_types() {
+    check(CRD_V1BETA1_FILE, &generated_crd_with_v1beta1_file().unwrap());
 }
 
 #[test]

@@ -37,10 +37,10 @@ pub fn crd() -> CustomResourceDefinition {
 }
 
 /// The CRD serving v1beta1 beside v1alpha1 (stored), converted by the operator's webhook (its
-/// `caBundle` kept by the operator, or by cert-manager). Not installed by default yet: once a
-/// CRD converts through a webhook, every list of CloneSets through v1beta1 (the preferred
-/// version, which the namespace controller and garbage collector use) fails while no webhook
-/// answers, and with it every namespace deletion in the cluster.
+/// `caBundle` kept by the operator, or by cert-manager). Installed only when asked for (the
+/// chart's `crds.v1beta1`): once a CRD converts through a webhook, every list of CloneSets
+/// through v1beta1 (the preferred version, which the namespace controller and garbage collector
+/// use) fails while no webhook answers, and with it every namespace deletion in the cluster.
 pub fn crd_with_v1beta1() -> CustomResourceDefinition {
     let alpha = CloneSet::crd();
     let beta = super::v1beta1::CloneSet::crd();
@@ -346,12 +346,21 @@ pub const POLICY_FILES: [&str; 2] = [
     "charts/cloneset-operator/files/apps.kruise.io_clonesets-admission-policy.yaml",
 ];
 
+/// Only in the chart (rendered when `crds.v1beta1` is set): `crds/` is applied whole by `make
+/// run`, and this is the same CRD serving one more version.
+pub const CRD_V1BETA1_FILE: &str = "charts/cloneset-operator/files/apps.kruise.io_clonesets-v1beta1.yaml";
+
 /// Only in the chart (rendered when the gate is on): `crds/` is applied whole by `make run`.
 pub const DELETION_PROTECTION_FILE: &str = "charts/cloneset-operator/files/apps.kruise.io_clonesets-deletion-protection-policy.yaml";
 
 /// The exact contents of the generated CRD file.
 pub fn generated_crd_file() -> Result<String, serde_saphyr::ser::Error> {
     Ok(format!("{GENERATED_HEADER}{}", to_yaml(&crd())?))
+}
+
+/// The exact contents of the generated two-version CRD file.
+pub fn generated_crd_with_v1beta1_file() -> Result<String, serde_saphyr::ser::Error> {
+    Ok(format!("{GENERATED_HEADER}{}", to_yaml(&crd_with_v1beta1())?))
 }
 
 /// The exact contents of the generated admission policy file.

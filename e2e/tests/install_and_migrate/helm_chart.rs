@@ -289,6 +289,42 @@ fn the_deletion_protection_policy_is_rendered_only_with_its_gate() {
     assert_eq!(policies("ResourcesDeletionProtection=true"), file);
 }
 
+#[test]
+fn crds_v1beta1_serves_both_versions_through_the_releases_webhook_service() {
+    let crd_of = |extra: &[&str]| one(&render(extra), "CustomResourceDefinition").clone();
+    let served = |crd: &Value| -> Vec<String> {
+        crd["spec"]["versions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|v| v["served"] == true)
+            .map(|v| v["name"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let default = crd_of(&[]);
+    assert_eq!(served(&default), ["v1alpha1"]);
+    assert!(default["spec"]["conversion"].is_null() || default["spec"]["conversion"]["strategy"] == "None");
+
+    let both = crd_of(&["--set", "crds.v1beta1=true", "--set", "fullnameOverride=edge", "--set", "installation.namespace=platform"]);
+    assert_eq!(served(&both), ["v1alpha1", "v1beta1"]);
+    let stored: Vec<&Value> = both["spec"]["versions"].as_array().unwrap().iter().filter(|v| v["storage"] == true).collect();
+    assert_eq!(stored.len(), 1);
+    assert_eq!(stored[0]["name"], "v1alpha1", "objects stay stored as v1alpha1, so turning v1beta1 off again is safe");
+    let webhook = &both["spec"]["conversion"]["webhook"];
+    assert_eq!(both["spec"]["conversion"]["strategy"], "Webhook");
+    assert_eq!(
+        webhook["clientConfig"]["service"],
+        json!({"namespace": "platform", "name": "edge-webhook", "path": "/convert", "port": 443})
+    );
+    assert!(webhook["clientConfig"]["caBundle"].is_null(), "the operator or cert-manager keeps the caBundle");
+    assert_eq!(both["metadata"]["annotations"]["helm.sh/resource-policy"], "keep");
+    let with_cert_manager = crd_of(&["--set", "crds.v1beta1=true", "--set", "manager.webhook.certManager.enabled=true"]);
+    assert_eq!(
+        with_cert_manager["metadata"]["annotations"]["cert-manager.io/inject-ca-from"],
+        "cloneset-system/cloneset-operator-webhook-cert"
+    );
+}
+
 /// The chart's RBAC in its two modes. Whether it is exactly what the operator calls is checked
 /// over the whole e2e run (`local-cluster rbac-audit`, from kube-apiserver's audit log); here,
 /// that both modes grant the same calls, in the right places, and nothing broad.
