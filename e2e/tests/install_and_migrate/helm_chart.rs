@@ -947,7 +947,7 @@ fn the_schema_keeps_kruises_shared_values_and_refuses_the_others() {
     assert!(c["ports"].as_array().unwrap().iter().any(|p| p["name"] == "webhook" && p["containerPort"] == 9443));
     assert!(refused("manager.webhook.port=0").contains("/manager/webhook/port"));
     assert!(refused("daemon.port=10221").contains("there is no kruise-daemon here"));
-    assert!(refused("webhookConfiguration.timeoutSeconds=30").contains("installs no webhook"));
+    assert!(refused("webhookConfiguration.timeoutSeconds=30").contains("installs no admission webhook"));
     assert!(refused("manager.hostNetwork=true").contains("Kruise-only value"));
     assert!(refused("manager.replica=3").contains("additional properties 'replica' not allowed"));
     assert!(refused("manager.log.level=9").contains("/manager/log/level"));
