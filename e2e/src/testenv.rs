@@ -555,3 +555,45 @@ impl Drop for Operator {
         }
     }
 }
+
+/// A fake Kruise manager: renews `<ns>/kruise-manager` (start the operator with
+/// `--kruise-manager-lease=<ns>/kruise-manager`) every second until stopped.
+pub struct FakeKruise {
+    renewer: tokio::task::JoinHandle<()>,
+    last_renewal: std::sync::Arc<std::sync::Mutex<Instant>>,
+}
+
+pub const FAKE_KRUISE_LEASE_SECONDS: u64 = 4;
+
+impl FakeKruise {
+    pub async fn start(ns: &TestNamespace) -> Self {
+        let leases: Api<k8s_openapi::api::coordination::v1::Lease> = ns.api();
+        let now = || k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(k8s_openapi::jiff::Timestamp::now());
+        let lease = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "kruise-manager"},
+            "spec": {"holderIdentity": "kruise-manager-5b9c7d_0f1e", "leaseDurationSeconds": FAKE_KRUISE_LEASE_SECONDS,
+                     "acquireTime": now(), "renewTime": now()},
+        }))
+        .unwrap();
+        leases.create(&PostParams::default(), &lease).await.unwrap();
+        let last_renewal = std::sync::Arc::new(std::sync::Mutex::new(Instant::now()));
+        let last = last_renewal.clone();
+        let renewer = tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                let renew = serde_json::json!({"spec": {"renewTime": now()}});
+                if leases.patch("kruise-manager", &kube::api::PatchParams::default(), &kube::api::Patch::Merge(renew)).await.is_ok() {
+                    *last.lock().unwrap() = Instant::now();
+                }
+            }
+        });
+        Self { renewer, last_renewal }
+    }
+
+    /// Stops renewing; returns when the last renewal was.
+    pub async fn stop(self) -> Instant {
+        self.renewer.abort();
+        let _ = self.renewer.await;
+        *self.last_renewal.lock().unwrap()
+    }
+}

@@ -16,6 +16,9 @@ pub struct Issued {
     /// PEM of the CA, as it goes into the `caBundle`.
     pub ca_pem: String,
     pub cert_der: CertificateDer<'static>,
+    /// The certificate and key as PEM, as a Secret holds them (`tls.crt`, `tls.key`).
+    pub cert_pem: String,
+    pub key_pem: String,
     pub key_der: Vec<u8>,
     /// Unix seconds.
     pub issued_at: i64,
@@ -61,7 +64,15 @@ pub fn issue(hosts: &[String], now: i64, validity: Duration, name: &str) -> anyh
     leaf.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ServerAuth];
     window(&mut leaf)?;
     let cert = leaf.signed_by(&key, &issuer)?;
-    Ok(Issued { ca_pem: ca_cert.pem(), cert_der: cert.der().clone(), key_der: key.serialize_der(), issued_at: now, not_after })
+    Ok(Issued {
+        ca_pem: ca_cert.pem(),
+        cert_der: cert.der().clone(),
+        cert_pem: cert.pem(),
+        key_pem: key.serialize_pem(),
+        key_der: key.serialize_der(),
+        issued_at: now,
+        not_after,
+    })
 }
 
 /// One certificate of a bundle, with its expiry (unix seconds; `i64::MAX` when unreadable, so

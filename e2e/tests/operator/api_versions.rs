@@ -8,7 +8,7 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use e2e::testenv::{Operator, OperatorOptions, TestNamespace, free_local_addr, install_api, wait_until};
+use e2e::testenv::{FakeKruise, Operator, OperatorOptions, TestNamespace, free_local_addr, install_api, wait_until};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{ApiResource, DynamicObject, PostParams};
 use kube::{Api, Client};
@@ -127,15 +127,19 @@ fn twin_view(obj: &DynamicObject, with_metadata: bool, pvc_reuse: bool) -> Value
 
 /// Serves v1beta1 through the webhook at `addr` (the operator runs beside the test, not behind a
 /// Service) until dropped, then puts back the CRD every other test uses: while a CRD converts
-/// through a webhook nobody answers, no namespace holding CloneSets can be deleted.
-struct ServingV1beta1(std::path::PathBuf);
+/// through a webhook nobody answers, no namespace holding CloneSets can be deleted. One test of
+/// this file at a time: the CRD is the cluster's.
+struct ServingV1beta1(std::path::PathBuf, #[allow(dead_code)] tokio::sync::MutexGuard<'static, ()>);
+
+static THE_CRD: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 impl ServingV1beta1 {
     async fn through(client: &Client, addr: std::net::SocketAddr) -> Self {
+        let lock = THE_CRD.lock().await;
         let mut def = serde_json::to_value(cloneset_operator::api::crd::crd_with_v1beta1()).unwrap();
         def["spec"]["conversion"]["webhook"]["clientConfig"] = json!({"url": format!("https://{addr}/convert")});
         e2e::testenv::apply_crd(client, &serde_json::from_value(def).unwrap()).await.unwrap();
-        ServingV1beta1(e2e::testenv::kubeconfig().await.unwrap())
+        ServingV1beta1(e2e::testenv::kubeconfig().await.unwrap(), lock)
     }
 }
 
@@ -396,4 +400,113 @@ async fn on_delete_moves_only_deleted_pods(client: &Client, ns: &str, alpha: &Ap
     assert_eq!(pods.get(&kept.name_any()).await.unwrap().metadata.uid, kept.metadata.uid);
     let refused = alpha.create(&PostParams::default(), &manifest("v1alpha1", "on-delete-a", &fragment)).await;
     assert!(refused.is_err(), "v1alpha1 refuses OnDelete at create, as Kruise does");
+}
+
+/// While a (fake) Kruise manager leads, the operator reconciles nothing but serves conversions,
+/// and is ready: a webhook Service without ready pods would fail every v1beta1 read, and every
+/// namespace deletion, until Kruise stopped.
+#[tokio::test]
+async fn a_standby_for_kruise_serves_conversions_and_is_ready() {
+    install_api().await.unwrap();
+    let ns = TestNamespace::create("api-kruise-standby").await.unwrap();
+    let client = ns.client.clone();
+    let addr = free_local_addr().unwrap();
+    let _v1beta1 = ServingV1beta1::through(&client, addr).await;
+    let kruise = FakeKruise::start(&ns).await;
+    let operator = Operator::start_with(
+        &ns.name,
+        OperatorOptions::args(&[
+            &format!("--webhook-addr={addr}"),
+            "--webhook-hosts=127.0.0.1",
+            &format!("--kruise-manager-lease={}/kruise-manager", ns.name),
+        ]),
+    )
+    .await
+    .unwrap();
+    wait_until(Duration::from_secs(60), "the standby to be ready to convert", || async { Ok(operator.probe("/readyz").await? == 200) })
+        .await
+        .unwrap_or_else(|e| panic!("{e:#}\n{}", operator.log_tail(30)));
+    let metrics = operator.metrics().await.unwrap();
+    assert!(metrics.lines().any(|l| l == "cloneset_operator_standing_by_for_kruise 1"), "it stands by for Kruise:\n{metrics}");
+
+    let beta = clonesets(&client, &ns.name, "v1beta1");
+    beta.create(&PostParams::default(), &manifest("v1beta1", "web", &json!({"spec": {"replicas": 1}}))).await.unwrap();
+    let read = beta.get("web").await.unwrap();
+    assert_eq!(read.data["spec"]["updateStrategy"]["rollingUpdate"]["podUpdatePolicy"], "ReCreate", "{}", read.data);
+    assert!(read.data["status"]["observedGeneration"].is_null(), "nothing reconciled while Kruise leads: {}", read.data["status"]);
+
+    kruise.stop().await;
+    wait_until(Duration::from_secs(60), "the operator to take over and run the pod", || async {
+        Ok(beta.get("web").await?.data["status"]["readyReplicas"] == 1)
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e:#}\n{}", operator.log_tail(30)));
+    assert_eq!(operator.probe("/readyz").await.unwrap(), 200);
+}
+
+/// With `--webhook-cert-dir` (the chart's cert-manager mode) the webhook serves the certificate
+/// in the directory and picks up a renewed one, as cert-manager renews it: the new CA joins the
+/// CRD's bundle, the files change, the old CA leaves; reads through v1beta1 go on throughout.
+#[tokio::test]
+async fn a_certificate_from_a_directory_is_served_and_its_renewal_picked_up() {
+    use cloneset_operator::webhook::certs;
+    use k8s_openapi::ByteString;
+    install_api().await.unwrap();
+    let ns = TestNamespace::create("api-cert-dir").await.unwrap();
+    let client = ns.client.clone();
+    let addr = free_local_addr().unwrap();
+    let _v1beta1 = ServingV1beta1::through(&client, addr).await;
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let set_bundle = |pems: Vec<String>| {
+        let crds = crds.clone();
+        async move {
+            let mut crd = crds.get(CRD).await.unwrap();
+            let config = crd.spec.conversion.as_mut().and_then(|c| c.webhook.as_mut()).and_then(|w| w.client_config.as_mut()).unwrap();
+            config.ca_bundle = Some(ByteString(pems.concat().into_bytes()));
+            crds.replace(CRD, &PostParams::default(), &crd).await.unwrap();
+        }
+    };
+    let dir = std::env::temp_dir().join(format!("cloneset-e2e-{}", ns.name));
+    std::fs::create_dir_all(&dir).unwrap();
+    let now = || std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64;
+    let hosts = ["127.0.0.1".to_string()];
+    let write = |issued: &certs::Issued| {
+        std::fs::write(dir.join("tls.crt"), &issued.cert_pem).unwrap();
+        std::fs::write(dir.join("tls.key"), &issued.key_pem).unwrap();
+    };
+    let first = certs::issue(&hosts, now(), Duration::from_secs(3600), "first").unwrap();
+    write(&first);
+    set_bundle(vec![first.ca_pem.clone()]).await;
+    let operator = Operator::start_with(
+        &ns.name,
+        OperatorOptions::args(&[&format!("--webhook-addr={addr}"), &format!("--webhook-cert-dir={}", dir.display())]),
+    )
+    .await
+    .unwrap();
+    wait_until(Duration::from_secs(60), "the operator to serve the directory's certificate", || async {
+        Ok(operator.probe("/readyz").await? == 200)
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e:#}\n{}", operator.log_tail(30)));
+    let beta = clonesets(&client, &ns.name, "v1beta1");
+    beta.create(&PostParams::default(), &manifest("v1beta1", "web", &json!({}))).await.unwrap();
+    let bundle_before = ca_bundle(&crds.get(CRD).await.unwrap());
+    assert_eq!(bundle_before, first.ca_pem.as_bytes(), "the operator leaves the bundle to whoever manages the files");
+
+    let second = certs::issue(&hosts, now(), Duration::from_secs(3600), "second").unwrap();
+    set_bundle(vec![first.ca_pem.clone(), second.ca_pem.clone()]).await;
+    write(&second);
+    let loads = || std::fs::read_to_string(&operator.log).unwrap().matches("loaded its certificate").count();
+    wait_until(Duration::from_secs(30), "the renewed certificate to be loaded", || async { Ok(loads() >= 2) })
+        .await
+        .unwrap_or_else(|e| panic!("{e:#}\n{}", operator.log_tail(30)));
+    set_bundle(vec![second.ca_pem.clone()]).await;
+    // The apiserver picks the bundle up from its watch a moment after the write: reads over a
+    // few seconds from then on all convert, so the served certificate is the renewed one.
+    let until = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < until {
+        beta.get("web").await.unwrap_or_else(|e| panic!("a read failed with the renewed certificate: {e}\n{}", operator.log_tail(20)));
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }

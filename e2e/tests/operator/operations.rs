@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 use cloneset_operator::api::{CloneSet, keys};
 use cloneset_operator::config;
 use e2e::testenv::{
-    Credentials, Operator, OperatorOptions, TestNamespace, install_api, is_leader, leader_and_standby, wait_until, watch_until,
+    Credentials, FAKE_KRUISE_LEASE_SECONDS, FakeKruise, Operator, OperatorOptions, TestNamespace, install_api, is_leader,
+    leader_and_standby, wait_until, watch_until,
 };
 use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
 use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
@@ -698,47 +699,6 @@ async fn kruise_s_chart_and_e2e_install_arguments_start_the_operator() {
         let ignored_gate = if short_hash { "EnableExternalCerts=false" } else { "ImagePullJobGate=true" };
         assert!(log.contains(ignored_gate) && log.contains("are ignored"), "{name}: ignored gates are logged:\n{log}");
         op.stop();
-    }
-}
-
-/// A fake Kruise manager: renews `<ns>/kruise-manager` every second until dropped.
-struct FakeKruise {
-    renewer: tokio::task::JoinHandle<()>,
-    last_renewal: std::sync::Arc<std::sync::Mutex<Instant>>,
-}
-
-const FAKE_KRUISE_LEASE_SECONDS: u64 = 4;
-
-impl FakeKruise {
-    async fn start(ns: &TestNamespace) -> Self {
-        let leases: Api<k8s_openapi::api::coordination::v1::Lease> = ns.api();
-        let now = || k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(k8s_openapi::jiff::Timestamp::now());
-        let lease = serde_json::from_value(json!({
-            "metadata": {"name": "kruise-manager"},
-            "spec": {"holderIdentity": "kruise-manager-5b9c7d_0f1e", "leaseDurationSeconds": FAKE_KRUISE_LEASE_SECONDS,
-                     "acquireTime": now(), "renewTime": now()},
-        }))
-        .unwrap();
-        leases.create(&PostParams::default(), &lease).await.unwrap();
-        let last_renewal = std::sync::Arc::new(std::sync::Mutex::new(Instant::now()));
-        let last = last_renewal.clone();
-        let renewer = tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(Duration::from_secs(1)).await;
-                let renew = json!({"spec": {"renewTime": now()}});
-                if leases.patch("kruise-manager", &PatchParams::default(), &Patch::Merge(renew)).await.is_ok() {
-                    *last.lock().unwrap() = Instant::now();
-                }
-            }
-        });
-        Self { renewer, last_renewal }
-    }
-
-    /// Stops renewing; returns when the last renewal was.
-    async fn stop(self) -> Instant {
-        self.renewer.abort();
-        let _ = self.renewer.await;
-        *self.last_renewal.lock().unwrap()
     }
 }
 
