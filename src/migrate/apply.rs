@@ -43,6 +43,9 @@ pub async fn run(client: &Client, opts: &Options, say: &mut dyn FnMut(&str)) -> 
     };
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     let crd = crds.get_opt(CRD_NAME).await?.ok_or(MigrateError::NoCrd)?;
+    if let Some(stored) = other_stored_versions(&crd) {
+        return Err(MigrateError::StoredAsAnotherVersion { stored });
+    }
     let previous_owner = helm_owner(&crd.metadata);
 
     // 1. Kruise's manager must be gone, or it takes its Lease back and restores its webhooks.
