@@ -912,10 +912,19 @@ fn is_terminal(pod: &Pod) -> bool {
     matches!(pod.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Failed" | "Succeeded"))
 }
 
-/// `status` as a strategic merge patch onto `view`'s: `conditions` merge by type, so conditions
-/// other controllers own (such as InPlaceUpdateReady) survive, and a resize condition `view`
-/// has and `status` drops is deleted by name.
-fn status_patch(view: &Pod, status: PodStatus) -> Result<serde_json::Value, serde_json::Error> {
+/// The pod conditions the kubelet owns; the others (a readiness gate's, PodScheduled) belong to
+/// other writers.
+const KUBELET_CONDITIONS: [&str; 4] = ["PodReadyToStartContainers", "Initialized", "ContainersReady", "Ready"];
+
+/// `status` as a strategic merge patch onto `view`'s: `conditions` merge by type and only the
+/// kubelet's own are sent, so a condition another writer changed since `view` was read (a
+/// readiness gate flipped by the operator) is never written back with its old value, as the
+/// real kubelet's status manager leaves them alone; a resize condition `view` has and `status`
+/// drops is deleted by name.
+fn status_patch(view: &Pod, mut status: PodStatus) -> Result<serde_json::Value, serde_json::Error> {
+    if let Some(conditions) = status.conditions.as_mut() {
+        conditions.retain(|c| KUBELET_CONDITIONS.contains(&c.type_.as_str()));
+    }
     let mut status = with_cleared_condition_fields(serde_json::to_value(&status)?);
     let had: Vec<&str> = view.status.iter().flat_map(|s| s.conditions.iter().flatten()).map(|c| c.type_.as_str()).collect();
     for gone in RESIZE_CONDITIONS.iter().filter(|t| had.contains(t)) {
@@ -1158,6 +1167,27 @@ mod tests {
     }
 
     const NODE: NodeSlot<'static> = NodeSlot { host_ip: "127.1.0.10", fresh_pod_ip: "127.128.0.2" };
+
+    /// A readiness gate flipped by the operator between the kubelet's read and its write must not
+    /// be written back with the value read: the patch carries the kubelet's conditions only.
+    #[test]
+    fn the_status_patch_leaves_other_writers_conditions_alone() {
+        let cfg = SimConfig::default();
+        let mut memory = RuntimeMemory::default();
+        let mut p = base_pod();
+        start(&mut p, &cfg, &mut memory, Timestamp::now());
+        set_true(&mut p, "InPlaceUpdateReady");
+        p.status.as_mut().unwrap().conditions.as_mut().unwrap().push(PodCondition {
+            type_: "PodScheduled".into(),
+            status: "True".into(),
+            ..Default::default()
+        });
+        let status = p.status.clone().unwrap();
+        let patch = status_patch(&p, status).unwrap();
+        let types: Vec<&str> = patch["conditions"].as_array().unwrap().iter().map(|c| c["type"].as_str().unwrap()).collect();
+        assert!(types.iter().all(|t| KUBELET_CONDITIONS.contains(t)), "{types:?}");
+        assert!(types.contains(&"Ready"), "{types:?}");
+    }
 
     /// Found by comparing with a real kubelet (e2e/tests/test_bed/kubelets.rs): it lists the volume
     /// mounts in each container's status.
