@@ -1,6 +1,6 @@
 //! Both versions of the CloneSet API (the CRD serving v1beta1 beside v1alpha1, which the default
-//! install does not do yet), converted by the operator's own webhook: each
-//! v1beta1/v1alpha1 pair of openkruise.io's CloneSet manual (written here as our own twins) applies,
+//! install does not do), converted by the operator's own webhook: each v1beta1/v1alpha1 pair of
+//! openkruise.io's CloneSet manual (the conversion corpus' copies) applies,
 //! reads back through the other version as its twin and runs the same revision; and reads through
 //! v1beta1 keep working while the webhook replaces its certificate; `OnDelete` updates a pod only
 //! when it is deleted.
@@ -27,55 +27,40 @@ fn clonesets(client: &Client, ns: &str, version: &str) -> Api<DynamicObject> {
     Api::namespaced_with(client.clone(), ns, &ar)
 }
 
-/// Each pair of the manual, as (name, v1beta1 fragment, v1alpha1 fragment): spec fields, and the
-/// metadata the v1alpha1 form says some of them with.
-fn manual_pairs() -> Vec<(&'static str, Value, Value)> {
-    let rolling = |r: Value| json!({"spec": {"updateStrategy": {"type": "RollingUpdate", "rollingUpdate": r}}});
-    let alpha_update = |u: Value| json!({"spec": {"updateStrategy": u}});
-    let weight = json!({"weightPriority": [{"weight": 50, "matchSelector": {"matchLabels": {"test-key": "foo"}}}, {"weight": 30, "matchSelector": {"matchLabels": {"test-key": "bar"}}}]});
-    let order = json!({"orderPriority": [{"orderedKey": "some-label-key"}]});
-    let scatter = json!([{"key": "foo", "value": "bar"}]);
-    let hooks = json!({
-        "preNormal": {"finalizersHandler": ["example.io/unready-blocker"]},
-        "preDelete": {"labelsHandler": {"example.io/block-deleting": "true"}},
-        "inPlaceUpdate": {"labelsHandler": {"example.io/block-deleting": "true"}},
-    });
-    vec![
-        ("sample", json!({}), json!({})),
-        (
-            "pvc-reuse",
-            json!({"spec": {"scaleStrategy": {"enablePVCReuse": false}}}),
-            json!({"spec": {"scaleStrategy": {"disablePVCReuse": true}}}),
-        ),
-        (
-            "scale-max-unavailable",
-            json!({"spec": {"minReadySeconds": 60, "scaleStrategy": {"maxUnavailable": 1}}}),
-            json!({"spec": {"minReadySeconds": 60, "scaleStrategy": {"maxUnavailable": 1}}}),
-        ),
-        (
-            "in-place-grace",
-            rolling(json!({"podUpdatePolicy": "InPlaceIfPossible", "inPlaceUpdateStrategy": {"gracePeriodSeconds": 10}})),
-            alpha_update(json!({"type": "InPlaceIfPossible", "inPlaceUpdateStrategy": {"gracePeriodSeconds": 10}})),
-        ),
-        ("partition", rolling(json!({"partition": 3})), alpha_update(json!({"partition": 3}))),
-        ("max-unavailable", rolling(json!({"maxUnavailable": "20%"})), alpha_update(json!({"maxUnavailable": "20%"}))),
-        ("max-surge", rolling(json!({"maxSurge": 3})), alpha_update(json!({"maxSurge": 3}))),
-        ("priority-weight", rolling(json!({"priorityStrategy": weight})), alpha_update(json!({"priorityStrategy": weight}))),
-        ("priority-order", rolling(json!({"priorityStrategy": order})), alpha_update(json!({"priorityStrategy": order}))),
-        ("scatter", rolling(json!({"scatterStrategy": scatter})), alpha_update(json!({"scatterStrategy": scatter}))),
-        ("paused", rolling(json!({"paused": true})), alpha_update(json!({"paused": true}))),
-        (
-            "image-predownload",
-            rolling(json!({"inPlaceUpdateStrategy": {"imagePreDownloadParallelism": 10, "imagePreDownloadMinUpdatedReadyPods": 3}})),
-            json!({"metadata": {"annotations": {"apps.kruise.io/image-predownload-parallelism": "10", "apps.kruise.io/image-predownload-min-updated-ready-pods": "3"}}}),
-        ),
-        ("lifecycle-hooks", json!({"spec": {"lifecycle": hooks}}), json!({"spec": {"lifecycle": hooks}})),
-        (
-            "exclude-preparing-delete",
-            json!({"spec": {"scaleStrategy": {"excludePreparingDelete": true}}}),
-            json!({"metadata": {"labels": {"apps.kruise.io/cloneset-scaling-exclude-preparing-delete": "true"}}}),
-        ),
-    ]
+/// Each pair of examples in openkruise.io's CloneSet manual, as whole objects in both versions
+/// (the inputs of the conversion corpus, tests/golden/conversion-kruise-master), by pair name
+/// (`manual-03-pvc-reuse`): (name, v1beta1 object, v1alpha1 object). Each twin gets its own name,
+/// the pair one app label of its own, two replicas, and neither status nor a namespace.
+fn manual_pairs() -> Vec<(String, Value, Value)> {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/golden/conversion-kruise-master/in");
+    let mut names: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter_map(|e| e.unwrap().file_name().to_str()?.strip_suffix(".v1beta1.json").map(str::to_string))
+        .filter(|n| n.starts_with("manual-"))
+        .collect();
+    names.sort();
+    let read = |file: String| -> Value { serde_json::from_str(&std::fs::read_to_string(dir.join(file)).unwrap()).unwrap() };
+    names
+        .into_iter()
+        .map(|name| {
+            let short = name.split('-').take(2).collect::<Vec<_>>().join("-"); // manual-03
+            let prepare = |mut obj: Value, twin: &str| {
+                let app = json!({"app": short});
+                obj["metadata"] = json!({
+                    "name": format!("{short}-{twin}"),
+                    "labels": obj["metadata"]["labels"].clone(),
+                    "annotations": obj["metadata"]["annotations"].clone(),
+                });
+                obj.as_object_mut().unwrap().remove("status");
+                obj["spec"]["replicas"] = json!(2);
+                obj["spec"]["selector"] = json!({"matchLabels": app});
+                obj["spec"]["template"]["metadata"]["labels"] = app;
+                obj
+            };
+            let (beta, alpha) = (read(format!("{name}.v1beta1.json")), read(format!("{name}.v1alpha1.json")));
+            (name, prepare(beta, "b"), prepare(alpha, "a"))
+        })
+        .collect()
 }
 
 fn merge(base: &mut Value, patch: &Value) {
@@ -111,9 +96,13 @@ fn manifest(version: &str, name: &str, fragment: &Value) -> DynamicObject {
 /// PVCs unless told to, v1alpha1 does unless told not to. It is compared only where a pair sets it.
 fn twin_view(obj: &DynamicObject, with_metadata: bool, pvc_reuse: bool) -> Value {
     let mut spec = obj.data["spec"].clone();
-    if !pvc_reuse && let Some(scale) = spec["scaleStrategy"].as_object_mut() {
-        scale.remove("disablePVCReuse");
-        scale.remove("enablePVCReuse");
+    if let Some(scale) = spec["scaleStrategy"].as_object_mut() {
+        // Names that are no pods leave the list once the operator has looked, twin by twin.
+        scale.remove("podsToDelete");
+        if !pvc_reuse {
+            scale.remove("disablePVCReuse");
+            scale.remove("enablePVCReuse");
+        }
     }
     if !with_metadata {
         return json!({"spec": spec});
@@ -209,20 +198,20 @@ async fn every_manual_pair_reads_as_its_twin_and_conversions_survive_a_certifica
 
     let (alpha, beta) = (clonesets(&client, &ns.name, "v1alpha1"), clonesets(&client, &ns.name, "v1beta1"));
     let pairs = manual_pairs();
+    assert_eq!(pairs.len(), 19, "every pair of the manual");
+    let as_object = |v: &Value| -> DynamicObject { serde_json::from_value(v.clone()).unwrap() };
     for (name, b, a) in &pairs {
-        beta.create(&PostParams::default(), &manifest("v1beta1", &format!("{name}-b"), b))
-            .await
-            .unwrap_or_else(|e| panic!("{name} as v1beta1: {e}"));
-        alpha
-            .create(&PostParams::default(), &manifest("v1alpha1", &format!("{name}-a"), a))
-            .await
-            .unwrap_or_else(|e| panic!("{name} as v1alpha1: {e}"));
+        beta.create(&PostParams::default(), &as_object(b)).await.unwrap_or_else(|e| panic!("{name} as v1beta1: {e}"));
+        alpha.create(&PostParams::default(), &as_object(a)).await.unwrap_or_else(|e| panic!("{name} as v1alpha1: {e}"));
     }
-    for (name, _, _) in &pairs {
+    let twins =
+        |b: &Value, a: &Value| (b["metadata"]["name"].as_str().unwrap().to_string(), a["metadata"]["name"].as_str().unwrap().to_string());
+    for (name, b, a) in &pairs {
+        let (b_name, a_name) = twins(b, a);
         for (api, with_metadata) in [(&alpha, true), (&beta, false)] {
-            let created_as_beta = api.get(&format!("{name}-b")).await.unwrap();
-            let created_as_alpha = api.get(&format!("{name}-a")).await.unwrap();
-            let pvc_reuse = *name == "pvc-reuse";
+            let created_as_beta = api.get(&b_name).await.unwrap();
+            let created_as_alpha = api.get(&a_name).await.unwrap();
+            let pvc_reuse = name.contains("pvc-reuse");
             assert_eq!(
                 twin_view(&created_as_beta, with_metadata, pvc_reuse),
                 twin_view(&created_as_alpha, with_metadata, pvc_reuse),
@@ -233,8 +222,8 @@ async fn every_manual_pair_reads_as_its_twin_and_conversions_survive_a_certifica
     }
     // The documented difference: a v1beta1 CloneSet that says nothing does not reuse PVCs, and
     // v1alpha1 readers see it as disablePVCReuse.
-    assert_eq!(alpha.get("sample-b").await.unwrap().data["spec"]["scaleStrategy"]["disablePVCReuse"], true);
-    assert_eq!(beta.get("sample-a").await.unwrap().data["spec"]["scaleStrategy"]["enablePVCReuse"], true);
+    assert_eq!(alpha.get("manual-01-b").await.unwrap().data["spec"]["scaleStrategy"]["disablePVCReuse"], true);
+    assert_eq!(beta.get("manual-01-a").await.unwrap().data["spec"]["scaleStrategy"]["enablePVCReuse"], true);
 
     // Reads through v1beta1 go on while the webhook replaces its certificate two thirds into
     // its life: the CRD's caBundle gains the new CA before it is served, and no read fails.
@@ -244,7 +233,7 @@ async fn every_manual_pair_reads_as_its_twin_and_conversions_survive_a_certifica
     let mut seen = first.clone();
     let mut reads = 0;
     while started.elapsed() < validity + Duration::from_secs(10) {
-        beta.get("sample-b")
+        beta.get("manual-01-b")
             .await
             .unwrap_or_else(|e| panic!("a v1beta1 read failed after {:?}: {e}\n{}", started.elapsed(), operator.log_tail(20)));
         reads += 1;
@@ -260,9 +249,10 @@ async fn every_manual_pair_reads_as_its_twin_and_conversions_survive_a_certifica
     let revision = |obj: &DynamicObject| {
         obj.data["status"]["updateRevision"].as_str().unwrap_or_default().rsplit('-').next().unwrap_or_default().to_string()
     };
-    for (name, _, _) in &pairs {
+    for (name, b, a) in &pairs {
+        let (b_name, a_name) = twins(b, a);
         wait_until(Duration::from_secs(90), &format!("{name}'s twins to run their pods"), || async {
-            let (b, a) = (alpha.get(&format!("{name}-b")).await?, alpha.get(&format!("{name}-a")).await?);
+            let (b, a) = (alpha.get(&b_name).await?, alpha.get(&a_name).await?);
             let ready = |o: &DynamicObject| o.data["status"]["readyReplicas"] == 2;
             Ok(ready(&b) && ready(&a) && !revision(&a).is_empty() && revision(&a) == revision(&b))
         })
