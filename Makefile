@@ -45,8 +45,11 @@ build: toolchain ## Build the operator, the local control-plane tool and the sim
 # build here joins the chart's leader election. A CRD owned by anything else is left alone
 # unless TAKE_OVER=1 says to take it (`cloneset-operator migrate`).
 CLUSTER ?=
-run: build cluster-toolchain ## Run the operator on the local control plane (started if needed); CLUSTER=current or CLUSTER=<context> to use another cluster
+run: build cluster-toolchain ## Run the operator on the local control plane (started if needed); CLUSTER=current or CLUSTER=<context> to use another cluster; V1BETA1=1 to serve v1beta1 too
 	@set -e; \
+	if [ -n "$(V1BETA1)" ] && [ -n "$(CLUSTER)" ]; then \
+	  echo "make run: V1BETA1=1 needs the local control plane (its apiserver calls this process)"; exit 1; \
+	fi; \
 	if [ -z "$(CLUSTER)" ]; then \
 	  eval "$$($(LOCAL_CLUSTER) --dir $(CLUSTER_DIR) up --real-nodes $(REAL_NODES))"; \
 	  echo "make run: on the local control plane in $(CLUSTER_DIR); point kubectl at it with:"; \
@@ -58,8 +61,13 @@ run: build cluster-toolchain ## Run the operator on the local control plane (sta
 	  export KUBECONFIG=$$PWD/$$kc; \
 	  echo "make run: CLUSTER=$(CLUSTER): installing the chart's CRD, admission policy and RBAC on context $$ctx and running the operator there"; \
 	fi; \
-	$(CHART_RELEASE) "$$KUBECONFIG" --set manager.replicas=0; \
-	exec $(OPERATOR) run --leader-election-namespace=cloneset-system
+	$(CHART_RELEASE) "$$KUBECONFIG" --set manager.replicas=0 $(if $(V1BETA1),--set crds.v1beta1=true); \
+	if [ -n "$(V1BETA1)" ]; then \
+	  kubectl patch crd clonesets.apps.kruise.io --type merge \
+	    -p '{"spec":{"conversion":{"webhook":{"clientConfig":{"service":null,"url":"https://127.0.0.1:9876/convert"}}}}}' >/dev/null; \
+	  echo "make run: v1beta1 served, converted by this process (until it stops; then run again, or without V1BETA1)"; \
+	fi; \
+	exec $(OPERATOR) run --leader-election-namespace=cloneset-system $(if $(V1BETA1),--webhook-addr=127.0.0.1:9876 --webhook-hosts=127.0.0.1)
 
 .PHONY: test
 # The e2e stage runs with the network guard on (e2e/scripts/net-guard.sh, when root): every packet
