@@ -24,6 +24,9 @@ pub const POLICY_NAME: &str = "clonesets.apps.kruise.io";
 /// chart's webhook Service in its default namespace.
 pub const WEBHOOK_SERVICE_NAMESPACE: &str = "cloneset-system";
 pub const WEBHOOK_SERVICE_NAME: &str = "cloneset-operator-webhook";
+/// The version CloneSets are stored in, in every CRD this operator installs: what Kruise 1.x
+/// stores and what the operator watches.
+pub const STORAGE_VERSION: &str = "v1alpha1";
 /// The path the operator serves ConversionReviews on.
 pub const CONVERSION_PATH: &str = "/convert";
 
@@ -44,7 +47,7 @@ pub fn crd() -> CustomResourceDefinition {
 pub fn crd_with_v1beta1() -> CustomResourceDefinition {
     let alpha = CloneSet::crd();
     let beta = super::v1beta1::CloneSet::crd();
-    let merged = kube::core::crd::merge_crds(vec![alpha, beta], "v1alpha1").expect("both versions describe one resource");
+    let merged = kube::core::crd::merge_crds(vec![alpha, beta], STORAGE_VERSION).expect("both versions describe one resource");
     let mut crd = serde_json::to_value(merged).expect("CRD serializes");
     if let Some(versions) = crd["spec"]["versions"].as_array_mut() {
         versions.iter_mut().for_each(shape_version);

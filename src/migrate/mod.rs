@@ -85,10 +85,6 @@ pub enum MigrateError {
     Kube(#[from] kube::Error),
 }
 
-/// The version `migrate` takes CloneSets over in: what Kruise 1.x stores and this operator
-/// watches.
-pub const STORAGE_VERSION: &str = "v1alpha1";
-
 /// The versions other than v1alpha1 that objects of `crd` are, or may still be, stored in (its
 /// storage version and `status.storedVersions`), as `apps.kruise.io/<v>`, comma-separated; `None`
 /// when there are none. Such a CRD converts through Kruise's webhook, which stops with its
@@ -98,7 +94,7 @@ pub fn other_stored_versions(
 ) -> Option<String> {
     let storage = crd.spec.versions.iter().filter(|v| v.storage).map(|v| v.name.as_str());
     let stored = crd.status.iter().flat_map(|s| s.stored_versions.iter().flatten()).map(String::as_str);
-    let mut others: Vec<&str> = storage.chain(stored).filter(|v| *v != STORAGE_VERSION).collect();
+    let mut others: Vec<&str> = storage.chain(stored).filter(|v| *v != crate::api::crd::STORAGE_VERSION).collect();
     others.sort_unstable();
     others.dedup();
     (!others.is_empty()).then(|| others.iter().map(|v| format!("{}/{v}", crate::api::conversion::GROUP)).collect::<Vec<_>>().join(", "))
