@@ -79,6 +79,19 @@ fn differences(a: &Value, b: &Value, path: &str, out: &mut BTreeSet<String>) {
     }
 }
 
+/// (input, path) for every path where the two objects `pair` makes of an input differ, in what
+/// conversion decides.
+fn differences_per_input(corpus: &[(String, Value)], pair: impl Fn(&str, &Value) -> (Value, Value)) -> BTreeSet<(String, String)> {
+    let mut found = BTreeSet::new();
+    for (name, input) in corpus {
+        let (a, b) = pair(name, input);
+        let mut paths = BTreeSet::new();
+        differences(&decided(&a), &decided(&b), "", &mut paths);
+        found.extend(paths.into_iter().map(|p| (name.clone(), p)));
+    }
+    found
+}
+
 fn other_version(obj: &Value) -> &'static str {
     if obj["apiVersion"] == V1ALPHA1 { V1BETA1 } else { V1ALPHA1 }
 }
@@ -109,14 +122,9 @@ const DEVIATIONS: &[(&str, &str, &str)] = &[
 
 #[test]
 fn converted_as_kruise_converts_but_for_the_listed_deviations() {
-    let mut found = BTreeSet::new();
-    for (name, input) in corpus() {
-        let kruise = read(&dir().join("converted").join(format!("{name}.json")));
-        let ours = convert(&input, other_version(&input)).unwrap();
-        let mut paths = BTreeSet::new();
-        differences(&decided(&ours), &decided(&kruise), "", &mut paths);
-        found.extend(paths.into_iter().map(|p| (name.clone(), p)));
-    }
+    let found = differences_per_input(&corpus(), |name, input| {
+        (convert(input, other_version(input)).unwrap(), read(&dir().join("converted").join(format!("{name}.json"))))
+    });
     let listed: BTreeSet<(String, String)> = DEVIATIONS.iter().map(|(n, p, _)| (n.to_string(), p.to_string())).collect();
     let unlisted: Vec<_> = found.difference(&listed).collect();
     let gone: Vec<_> = listed.difference(&found).collect();
@@ -166,20 +174,16 @@ fn schema_defaulted(object: &Value) -> Value {
 
 /// Where a round trip, through the apiserver's defaults, loses part of a stored object: ours
 /// must lose nothing, and Kruise's is listed to say what it loses.
-fn round_trip_losses(back: impl Fn(&str, &Value) -> Value) -> BTreeSet<(String, String)> {
-    let mut lost = BTreeSet::new();
-    for (name, input) in corpus() {
-        let stored = schema_defaulted(&input);
-        let mut paths = BTreeSet::new();
-        differences(&decided(&schema_defaulted(&back(&name, &stored))), &decided(&stored), "", &mut paths);
-        lost.extend(paths.into_iter().map(|p| (name.clone(), p)));
-    }
-    lost
+fn round_trip_losses(corpus: &[(String, Value)], back: impl Fn(&str, &Value) -> Value) -> BTreeSet<(String, String)> {
+    differences_per_input(corpus, |name, input| {
+        let stored = schema_defaulted(input);
+        (schema_defaulted(&back(name, &stored)), stored)
+    })
 }
 
 #[test]
 fn there_and_back_gives_the_stored_object() {
-    let ours = round_trip_losses(|_, stored| there_and_back(stored));
+    let ours = round_trip_losses(&corpus(), |_, stored| there_and_back(stored));
     assert!(ours.is_empty(), "{ours:#?}");
 }
 
@@ -187,13 +191,13 @@ fn there_and_back_gives_the_stored_object() {
 /// and Kruise's round trip does lose settings (so the corpus can tell).
 #[test]
 fn where_kruise_loses_a_setting_ours_keeps_it_in_the_annotation() {
-    let kruise = round_trip_losses(|name, _| read(&dir().join("back").join(format!("{name}.json"))));
+    let corpus = corpus();
+    let kruise = round_trip_losses(&corpus, |name, _| read(&dir().join("back").join(format!("{name}.json"))));
     // Serialisation, not conversion: unknown fields and zeros Kruise's re-encoding drops.
     let lossy: BTreeSet<&str> = kruise.iter().map(|(n, _)| n.as_str()).filter(|n| !n.ends_with("serialisation-edge")).collect();
     assert!(lossy.len() >= 10, "{lossy:?}");
-    for name in lossy {
-        let input = corpus().into_iter().find(|(n, _)| n == name).unwrap().1;
-        let there = convert(&schema_defaulted(&input), other_version(&input)).unwrap();
+    for (name, input) in corpus.iter().filter(|(n, _)| lossy.contains(n.as_str())) {
+        let there = convert(&schema_defaulted(input), other_version(input)).unwrap();
         assert!(
             there["metadata"]["annotations"][STASH].is_string(),
             "{name}: Kruise loses {:?}; ours keeps no record",
