@@ -151,6 +151,19 @@ impl Drop for ServingV1beta1 {
     }
 }
 
+/// Starts an operator serving conversions at `addr` (for `127.0.0.1`, unless `extra` names a
+/// certificate directory) with `extra` flags, and waits until `/readyz` says it can convert.
+async fn converting_operator(ns: &str, addr: std::net::SocketAddr, extra: &[&str]) -> Operator {
+    let webhook_addr = format!("--webhook-addr={addr}");
+    let mut args = vec![webhook_addr.as_str(), "--webhook-hosts=127.0.0.1"];
+    args.extend_from_slice(extra);
+    let operator = Operator::start_with(ns, OperatorOptions::args(&args)).await.unwrap();
+    wait_until(Duration::from_secs(60), "the operator to be ready to convert", || async { Ok(operator.probe("/readyz").await? == 200) })
+        .await
+        .unwrap_or_else(|e| panic!("{e:#}\n{}", operator.log_tail(30)));
+    operator
+}
+
 fn ca_bundle(crd: &CustomResourceDefinition) -> Vec<u8> {
     let webhook = crd.spec.conversion.as_ref().and_then(|c| c.webhook.as_ref());
     webhook.and_then(|w| w.client_config.as_ref()).and_then(|c| c.ca_bundle.as_ref()).map(|b| b.0.clone()).unwrap_or_default()
@@ -175,26 +188,17 @@ async fn every_manual_pair_reads_as_its_twin_and_conversions_survive_a_certifica
     let _v1beta1 = ServingV1beta1::through(&client, addr).await;
     // A short-lived certificate, so the replacement happens during the test.
     let validity = Duration::from_secs(45);
-    let operator = Operator::start_with(
+    let operator = converting_operator(
         &ns.name,
-        OperatorOptions::args(&[
-            &format!("--webhook-addr={addr}"),
-            "--webhook-hosts=127.0.0.1",
+        addr,
+        &[
             &format!("--webhook-cert-validity={}s", validity.as_secs()),
             "--enable-leader-election=true",
             &format!("--leader-election-namespace={}", ns.name),
-        ]),
+        ],
     )
-    .await
-    .unwrap();
-    let started = Instant::now();
-    let ready = wait_until(Duration::from_secs(60), "the operator to be ready to convert", || async {
-        Ok(operator.probe("/readyz").await? == 200)
-    })
     .await;
-    if let Err(e) = ready {
-        panic!("{e:#}\n{}", operator.log_tail(30));
-    }
+    let started = Instant::now();
 
     let (alpha, beta) = (clonesets(&client, &ns.name, "v1alpha1"), clonesets(&client, &ns.name, "v1beta1"));
     let pairs = manual_pairs();
@@ -271,20 +275,7 @@ async fn a_standby_converts_and_takes_over(client: &Client, ns: &str, mut leader
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     let before = certificates(&ca_bundle(&crds.get(CRD).await.unwrap()));
     let addr = free_local_addr().unwrap();
-    let standby = Operator::start_with(
-        ns,
-        OperatorOptions::args(&[
-            &format!("--webhook-addr={addr}"),
-            "--webhook-hosts=127.0.0.1",
-            "--enable-leader-election=true",
-            &format!("--leader-election-namespace={ns}"),
-        ]),
-    )
-    .await
-    .unwrap();
-    wait_until(Duration::from_secs(60), "the standby to be ready to convert", || async { Ok(standby.probe("/readyz").await? == 200) })
-        .await
-        .unwrap_or_else(|e| panic!("{e:#}\n{}", standby.log_tail(30)));
+    let standby = converting_operator(ns, addr, &["--enable-leader-election=true", &format!("--leader-election-namespace={ns}")]).await;
     assert_eq!(e2e::testenv::is_leader(&standby.metrics().await.unwrap()), Some(0.0), "it stands by");
     let with_standby = certificates(&ca_bundle(&crds.get(CRD).await.unwrap()));
     assert!(with_standby.len() > before.len() && with_standby.is_superset(&before), "its CA joined the leader's");
@@ -403,19 +394,7 @@ async fn a_standby_for_kruise_serves_conversions_and_is_ready() {
     let addr = free_local_addr().unwrap();
     let _v1beta1 = ServingV1beta1::through(&client, addr).await;
     let kruise = FakeKruise::start(&ns).await;
-    let operator = Operator::start_with(
-        &ns.name,
-        OperatorOptions::args(&[
-            &format!("--webhook-addr={addr}"),
-            "--webhook-hosts=127.0.0.1",
-            &format!("--kruise-manager-lease={}/kruise-manager", ns.name),
-        ]),
-    )
-    .await
-    .unwrap();
-    wait_until(Duration::from_secs(60), "the standby to be ready to convert", || async { Ok(operator.probe("/readyz").await? == 200) })
-        .await
-        .unwrap_or_else(|e| panic!("{e:#}\n{}", operator.log_tail(30)));
+    let operator = converting_operator(&ns.name, addr, &[&format!("--kruise-manager-lease={}/kruise-manager", ns.name)]).await;
     let metrics = operator.metrics().await.unwrap();
     assert!(metrics.lines().any(|l| l == "cloneset_operator_standing_by_for_kruise 1"), "it stands by for Kruise:\n{metrics}");
 
@@ -467,17 +446,7 @@ async fn a_certificate_from_a_directory_is_served_and_its_renewal_picked_up() {
     let first = certs::issue(&hosts, now(), Duration::from_secs(3600), "first").unwrap();
     write(&first);
     set_bundle(vec![first.ca_pem.clone()]).await;
-    let operator = Operator::start_with(
-        &ns.name,
-        OperatorOptions::args(&[&format!("--webhook-addr={addr}"), &format!("--webhook-cert-dir={}", dir.display())]),
-    )
-    .await
-    .unwrap();
-    wait_until(Duration::from_secs(60), "the operator to serve the directory's certificate", || async {
-        Ok(operator.probe("/readyz").await? == 200)
-    })
-    .await
-    .unwrap_or_else(|e| panic!("{e:#}\n{}", operator.log_tail(30)));
+    let operator = converting_operator(&ns.name, addr, &[&format!("--webhook-cert-dir={}", dir.display())]).await;
     let beta = clonesets(&client, &ns.name, "v1beta1");
     beta.create(&PostParams::default(), &manifest("v1beta1", "web", &json!({}))).await.unwrap();
     let bundle_before = ca_bundle(&crds.get(CRD).await.unwrap());
