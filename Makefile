@@ -45,6 +45,9 @@ build: toolchain ## Build the operator, the local control-plane tool and the sim
 # build here joins the chart's leader election. A CRD owned by anything else is left alone
 # unless TAKE_OVER=1 says to take it (`cloneset-operator migrate`).
 CLUSTER ?=
+# With V1BETA1=1, where the local control plane's apiserver sends conversions to this process.
+RUN_WEBHOOK_HOST := 127.0.0.1
+RUN_WEBHOOK_ADDR := $(RUN_WEBHOOK_HOST):9876
 run: build cluster-toolchain ## Run the operator on the local control plane (started if needed); CLUSTER=current or CLUSTER=<context> to use another cluster; V1BETA1=1 to serve v1beta1 too
 	@set -e; \
 	if [ -n "$(V1BETA1)" ] && [ -n "$(CLUSTER)" ]; then \
@@ -64,10 +67,10 @@ run: build cluster-toolchain ## Run the operator on the local control plane (sta
 	$(CHART_RELEASE) "$$KUBECONFIG" --set manager.replicas=0 $(if $(V1BETA1),--set crds.v1beta1=true); \
 	if [ -n "$(V1BETA1)" ]; then \
 	  kubectl patch crd clonesets.apps.kruise.io --type merge \
-	    -p '{"spec":{"conversion":{"webhook":{"clientConfig":{"service":null,"url":"https://127.0.0.1:9876/convert"}}}}}' >/dev/null; \
+	    -p '{"spec":{"conversion":{"webhook":{"clientConfig":{"service":null,"url":"https://$(RUN_WEBHOOK_ADDR)/convert"}}}}}' >/dev/null; \
 	  echo "make run: v1beta1 served, converted by this process (until it stops; then run again, or without V1BETA1)"; \
 	fi; \
-	exec $(OPERATOR) run --leader-election-namespace=cloneset-system $(if $(V1BETA1),--webhook-addr=127.0.0.1:9876 --webhook-hosts=127.0.0.1)
+	exec $(OPERATOR) run --leader-election-namespace=cloneset-system $(if $(V1BETA1),--webhook-addr=$(RUN_WEBHOOK_ADDR) --webhook-hosts=$(RUN_WEBHOOK_HOST))
 
 .PHONY: test
 # The e2e stage runs with the network guard on (e2e/scripts/net-guard.sh, when root): every packet
