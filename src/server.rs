@@ -6,12 +6,15 @@
 //!   and 503 before. A standby of leader election syncs its caches too (so it can take over at
 //!   once), and is ready when they are: a healthy standby is ready, which lets a rolling update of
 //!   the Deployment proceed while the old leader still leads.
-//! - With the conversion webhook on, `/readyz` also waits until it can convert (the apiserver
-//!   trusts the certificate it serves): the webhook Service sends conversions to ready pods only.
-//! - While a live Kruise manager keeps this operator from reconciling, `/readyz` answers 503 and
-//!   its body says so (see `kruise_guard`), unless the apiserver sends this operator conversions:
-//!   then it answers 200 once it can convert, since a Service without ready pods would fail
-//!   every v1beta1 read (and namespace deletion) while Kruise still runs.
+//! - While the apiserver sends this operator conversions (the CRD converts through its webhook),
+//!   `/readyz` means "can convert", Kruise's rule: 200 once the apiserver trusts the certificate
+//!   it serves, leader, standby or standing by for Kruise alike. Caches are not waited for: with
+//!   CloneSets stored as v1beta1 the operator's own v1alpha1 list converts through its own
+//!   Service, which sends nothing to a pod that is not ready. The same holds while the CRD still
+//!   sends conversions to Kruise 2.0's manager and this replica has published its CA for
+//!   `migrate` to switch to: the Service must have ready pods before the switch.
+//! - Otherwise, while a live Kruise manager keeps this operator from reconciling, `/readyz`
+//!   answers 503 and its body says so (see `kruise_guard`).
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -37,7 +40,8 @@ pub struct Health {
     standing_by: Mutex<Option<String>>,
     /// Why the conversion webhook cannot convert yet, if it cannot.
     conversion: Mutex<Option<String>>,
-    /// Whether the apiserver sends conversions here (the CRD converts through a webhook).
+    /// Whether the apiserver sends conversions here (the CRD converts through a webhook), or
+    /// will once `migrate` switches the CRD to this replica's published CA.
     converting: AtomicBool,
 }
 
@@ -66,15 +70,13 @@ impl Health {
         if let Some(why) = self.conversion.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
             return Err(why.clone());
         }
-        let standing_by = self.standing_by.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        // A standby for Kruise reconciles nothing, so its caches do not matter; its conversions do.
-        if standing_by.is_some() && self.converting.load(Ordering::Acquire) {
+        if self.converting.load(Ordering::Acquire) {
             return Ok(());
         }
         if !self.caches_synced.load(Ordering::Acquire) {
             return Err("caches not synced".into());
         }
-        standing_by.map_or(Ok(()), Err)
+        self.standing_by.lock().unwrap_or_else(|e| e.into_inner()).clone().map_or(Ok(()), Err)
     }
 
     pub fn ready(&self) -> bool {
@@ -172,8 +174,23 @@ mod tests {
         health.set_conversion(Some("conversion webhook: no certificate yet".into()));
         assert_eq!(health.readiness(), Err("conversion webhook: no certificate yet".into()));
         health.set_conversion(None);
+        health.set_converting(false);
         health.set_standing_by(None);
-        assert_eq!(health.readiness(), Err("caches not synced".into()), "a leader-to-be waits for its caches");
+        assert_eq!(health.readiness(), Err("caches not synced".into()), "without conversions, a leader-to-be waits for its caches");
+        health.set_caches_synced(true);
+        assert_eq!(health.readiness(), Ok(()));
+    }
+
+    #[test]
+    fn a_converting_replica_is_ready_when_it_can_convert_before_its_caches_sync() {
+        // With CloneSets stored as v1beta1 its caches fill through its own conversions, which
+        // the Service sends only to ready pods: waiting for them would never end.
+        let health = Health::default();
+        health.set_converting(true);
+        health.set_conversion(Some("conversion webhook: its CA is not in the CRD's caBundle yet".into()));
+        assert!(health.readiness().is_err());
+        health.set_conversion(None);
+        assert_eq!(health.readiness(), Ok(()));
         health.set_caches_synced(true);
         assert_eq!(health.readiness(), Ok(()));
     }

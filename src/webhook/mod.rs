@@ -5,9 +5,10 @@
 //! cert-manager's CA injector keeps the CRD's `caBundle`) or, by default, from the replica itself
 //! (`certs.rs`: its own CA, added to the `caBundle` by `ca_bundle.rs`, rotated before expiry).
 //! The replica is ready to convert once the apiserver trusts the certificate it serves: its CA
-//! is in the bundle, or cert-manager's files are loaded.
+//! is in the bundle, or cert-manager's files are loaded. While the CRD sends conversions to
+//! another server (Kruise 2.0's), it is ready once its CA is published for `migrate`'s switch.
 
-mod ca_bundle;
+pub mod ca_bundle;
 pub mod certs;
 pub mod review;
 
@@ -75,7 +76,7 @@ pub async fn run(listener: TcpListener, source: CertSource, client: kube::Client
     match source {
         CertSource::Files(dir) => watch_files(dir, slot, health).await,
         CertSource::SelfSigned { hosts, validity, crd, identity } => {
-            let bundle = ca_bundle::CaBundle::new(client, crd);
+            let bundle = ca_bundle::CaBundle::new(client, crd, hosts.clone());
             self_signed(hosts, validity, identity, bundle, slot, health).await
         }
     }
@@ -112,14 +113,16 @@ async fn self_signed(
         let ours: Vec<&str> = serving.iter().chain(next.as_ref().map(|(n, _)| n)).map(|c| c.ca_pem.as_str()).collect();
         let result = bundle.ensure(&ours, now).await;
         match &result {
-            Ok(None) => {
+            Ok(ca_bundle::Conversion::None) => {
                 // The CRD converts nothing through a webhook: no conversion waits on us.
                 failures = 0;
                 health.set_converting(false);
                 health.set_conversion(None);
             }
-            Ok(Some(current)) => {
+            Ok(conversion @ (ca_bundle::Conversion::Here(current) | ca_bundle::Conversion::Elsewhere { published: current, .. })) => {
                 failures = 0;
+                // Elsewhere: ready for `migrate` to send conversions here (Kruise's rule: a
+                // replica that can convert is ready, leader or not).
                 health.set_converting(true);
                 if let Some((issued, seen)) = next.as_mut()
                     && certs::contains(current.as_bytes(), &issued.ca_pem)
@@ -138,7 +141,11 @@ async fn self_signed(
                     }
                 }
                 let trusted = serving.as_ref().is_some_and(|s| certs::contains(current.as_bytes(), &s.ca_pem));
-                health.set_conversion((!trusted).then(|| "conversion webhook: its CA is not in the CRD's caBundle yet".into()));
+                let why = match conversion {
+                    ca_bundle::Conversion::Elsewhere { .. } => "its CA is not published on the CRD yet",
+                    _ => "its CA is not in the CRD's caBundle yet",
+                };
+                health.set_conversion((!trusted).then(|| format!("conversion webhook: {why}")));
             }
             Err(e) => {
                 failures += 1;
@@ -150,7 +157,7 @@ async fn self_signed(
         }
         let wait = match (&result, &next) {
             (Err(_), _) => Duration::from_millis(200 * 2u64.pow(failures.min(8))).min(check),
-            (Ok(Some(_)), Some(_)) => Duration::from_secs(1),
+            (Ok(ca_bundle::Conversion::Here(_) | ca_bundle::Conversion::Elsewhere { .. }), Some(_)) => Duration::from_secs(1),
             _ => check,
         };
         tokio::time::sleep(wait).await;
