@@ -86,6 +86,14 @@ struct MigrateArgs {
     /// How long to wait for the leader-election Lease (Kruise's; with --to-kruise, this operator's) to lapse.
     #[arg(long = "lease-timeout", default_value = "2m", value_parser = parse_duration)]
     lease_timeout: Duration,
+    /// From a CRD storing CloneSets as v1beta1 (Kruise 2.0): the Service (namespace/name) of this
+    /// operator's conversion webhook, which the CRD's conversion is pointed at (this chart's
+    /// `<fullname>-webhook` in its `installation.namespace`).
+    #[arg(long = "conversion-service", default_value = "cloneset-system/cloneset-operator-webhook", conflicts_with = "to_kruise")]
+    conversion_service: String,
+    /// Instead of --conversion-service: the URL of this operator's conversion webhook.
+    #[arg(long = "conversion-url", conflicts_with = "to_kruise")]
+    conversion_url: Option<String>,
 }
 
 /// Flags of the controller, with Kruise's names and defaults.
@@ -503,7 +511,17 @@ async fn migrate(args: MigrateArgs, run: RunArgs) -> anyhow::Result<()> {
         let next = format!("now start Kruise's manager (`helm upgrade {}` ...)", opts.target.name);
         (steps, "ready for Kruise's manager", next)
     } else {
-        let opts = apply::Options { target, kruise_namespace: args.kruise_namespace, dry_run, lease_timeout: args.lease_timeout };
+        let conversion = match args.conversion_url {
+            Some(url) => migrate::storage::ConversionTarget::Url(url),
+            None => match args.conversion_service.split_once('/') {
+                Some((namespace, name)) if !namespace.is_empty() && !name.is_empty() => {
+                    migrate::storage::ConversionTarget::Service { namespace: namespace.into(), name: name.into() }
+                }
+                _ => anyhow::bail!("--conversion-service={}: expected <namespace>/<name>", args.conversion_service),
+            },
+        };
+        let opts =
+            apply::Options { target, kruise_namespace: args.kruise_namespace, dry_run, lease_timeout: args.lease_timeout, conversion };
         let steps = apply::run(&client, &opts, &mut say).await?;
         (steps, "already migrated", format!("now `helm install {}` this chart", opts.target.name))
     };

@@ -32,6 +32,8 @@ pub struct Options {
     pub dry_run: bool,
     /// How long to wait for Kruise's Lease to lapse.
     pub lease_timeout: Duration,
+    /// Where this operator's conversion webhook is, for a CRD storing CloneSets as v1beta1.
+    pub conversion: storage::ConversionTarget,
 }
 
 /// Runs the migration, calling `say` with each line as it goes; returns the steps.
@@ -43,9 +45,8 @@ pub async fn run(client: &Client, opts: &Options, say: &mut dyn FnMut(&str)) -> 
     };
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     let crd = crds.get_opt(CRD_NAME).await?.ok_or(MigrateError::NoCrd)?;
-    if let Some(stored) = other_stored_versions(&crd) {
-        return Err(MigrateError::StoredAsAnotherVersion { stored });
-    }
+    // Refused before anything changes when the conversion cannot be taken over.
+    storage::plan(&crd, &opts.conversion)?;
     let previous_owner = helm_owner(&crd.metadata);
 
     // 1. Kruise's manager must be gone, or it takes its Lease back and restores its webhooks.
@@ -75,6 +76,33 @@ pub async fn run(client: &Client, opts: &Options, say: &mut dyn FnMut(&str)) -> 
 
     let write = if opts.dry_run { PatchParams::default().dry_run() } else { PatchParams::default() };
     let replace = PostParams { dry_run: opts.dry_run, field_manager: None };
+
+    // 1b. With Kruise 2.0's v1beta1 storage, conversions to this operator first: every read
+    // through the other version fails from Kruise's stop until then.
+    let take_over = storage::plan(&crds.get(CRD_NAME).await?, &opts.conversion)?;
+    if let Some(patch) = &take_over.conversion {
+        crds.patch(CRD_NAME, &write, &Patch::Json::<()>(patch.clone())).await?;
+        let v = verb(opts.dry_run, "pointed", "point");
+        record(
+            &mut steps,
+            true,
+            format!(
+                "{v} the CRD's conversion from {} to {}, trusting the CAs this operator's replicas published",
+                take_over.previous, opts.conversion
+            ),
+        );
+        if !opts.dry_run {
+            check_conversions(client, &opts.conversion).await?;
+            // Kruise's manager rewrites the conversion in every replica, leader or not: one
+            // still shutting down would have put its own back.
+            let now = crds.get(CRD_NAME).await?;
+            let config = now.spec.conversion.and_then(|c| c.webhook).and_then(|w| w.client_config).unwrap_or_default();
+            if !opts.conversion.is(&config) {
+                return Err(MigrateError::ConversionTakenBack { by: crate::webhook::ca_bundle::target_host(&config).unwrap_or_default() });
+            }
+            record(&mut steps, false, "CloneSets read through apps.kruise.io/v1alpha1 and v1beta1".to_string());
+        }
+    }
 
     // 2. Out of the previous release's records, so `helm uninstall` of that release keeps it.
     match &previous_owner {
@@ -156,7 +184,123 @@ pub async fn run(client: &Client, opts: &Options, say: &mut dyn FnMut(&str)) -> 
         }
         record_cut(&mut steps, &mut record, opts.dry_run, KRUISE_VALIDATING_CONFIG, &remove, &keep);
     }
+
+    // 5. Every CloneSet stored as v1alpha1, then v1alpha1 the only stored version.
+    if let Some(stored) = &take_over.stored_elsewhere {
+        let plan = storage::plan(&crds.get(CRD_NAME).await?, &opts.conversion)?;
+        if let Some(patch) = &plan.storage {
+            let before = storage_version_hash(client).await;
+            crds.patch(CRD_NAME, &write, &Patch::Json::<()>(patch.clone())).await?;
+            let v = verb(opts.dry_run, "made", "make");
+            record(
+                &mut steps,
+                true,
+                format!("{v} {}/{} the CRD's storage version", crate::api::conversion::GROUP, crate::api::crd::STORAGE_VERSION),
+            );
+            if !opts.dry_run {
+                wait_for_new_storage(client, before).await?;
+            }
+        }
+        if opts.dry_run {
+            record(
+                &mut steps,
+                true,
+                format!("would rewrite every CloneSet as v1alpha1 (some are stored as {stored}) and set the CRD's storedVersions"),
+            );
+        } else {
+            let (rewritten, failed) = rewrite_clonesets(client).await?;
+            record(&mut steps, true, format!("rewrote {rewritten} CloneSet(s), so each is stored as v1alpha1"));
+            if !failed.is_empty() {
+                return Err(MigrateError::NotRewritten { clonesets: failed });
+            }
+            crds.patch_status(CRD_NAME, &write, &Patch::Merge(storage::stored_versions_patch())).await?;
+            record(&mut steps, true, format!("set the CRD's storedVersions to [{}] (was {stored} too)", crate::api::crd::STORAGE_VERSION));
+        }
+    }
     Ok(steps)
+}
+
+/// The discovered CloneSet resource of v1alpha1, as a dynamic object type.
+fn cloneset_resource() -> kube::api::ApiResource {
+    kube::api::ApiResource::erase::<CloneSet>(&())
+}
+
+/// Polls until CloneSets list through both versions (the apiserver picks the new conversion
+/// up from its watch of the CRD, a moment after the write), for at most a minute.
+async fn check_conversions(client: &Client, target: &storage::ConversionTarget) -> Result<(), MigrateError> {
+    let alpha: Api<kube::api::DynamicObject> = Api::all_with(client.clone(), &cloneset_resource());
+    let beta: Api<kube::api::DynamicObject> =
+        Api::all_with(client.clone(), &kube::api::ApiResource::erase::<crate::api::v1beta1::CloneSet>(&()));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let read = match alpha.list(&ListParams::default()).await {
+            Ok(_) => beta.list(&ListParams::default()).await.map(|_| ()),
+            Err(e) => Err(e),
+        };
+        match read {
+            Ok(()) => return Ok(()),
+            Err(e) if tokio::time::Instant::now() >= deadline => {
+                return Err(MigrateError::ConversionFails { target: target.to_string(), reason: e.to_string() });
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(500)).await,
+        }
+    }
+}
+
+/// The storage version hash the apiserver advertises for CloneSets (discovery), which changes
+/// once it stores them in the new version.
+async fn storage_version_hash(client: &Client) -> Option<String> {
+    let version = format!("{}/{}", crate::api::conversion::GROUP, crate::api::crd::STORAGE_VERSION);
+    let list = client.list_api_group_resources(&version).await.ok()?;
+    list.resources.into_iter().find(|r| r.name == "clonesets").and_then(|r| r.storage_version_hash)
+}
+
+/// Waits (at most a minute) until the advertised storage version hash differs from `before`:
+/// rewriting earlier could store objects in the old version again.
+async fn wait_for_new_storage(client: &Client, before: Option<String>) -> Result<(), MigrateError> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while storage_version_hash(client).await == before && before.is_some() {
+        if tokio::time::Instant::now() >= deadline {
+            return Err(MigrateError::NotRewritten { clonesets: vec!["(the apiserver still stores the old version)".into()] });
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    Ok(())
+}
+
+/// Writes every CloneSet back unchanged, as the storage version migrator does, so the
+/// apiserver stores it in the storage version; a conflict means someone else wrote it since,
+/// and it is read and written again. Returns how many were written and which failed.
+async fn rewrite_clonesets(client: &Client) -> Result<(usize, Vec<String>), MigrateError> {
+    let all: Api<kube::api::DynamicObject> = Api::all_with(client.clone(), &cloneset_resource());
+    let mut rewritten = 0;
+    let mut failed = Vec::new();
+    for mut obj in all.list(&ListParams::default()).await?.items {
+        let ns = obj.namespace().unwrap_or_default();
+        let name = obj.name_any();
+        let api: Api<kube::api::DynamicObject> = Api::namespaced_with(client.clone(), &ns, &cloneset_resource());
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            match api.replace(&name, &PostParams::default(), &obj).await {
+                Ok(_) => {
+                    rewritten += 1;
+                    break;
+                }
+                Err(kube::Error::Api(e)) if e.code == 404 => break,
+                Err(kube::Error::Api(e)) if e.code == 409 && attempts < 5 => match api.get_opt(&name).await? {
+                    Some(fresh) => obj = fresh,
+                    None => break,
+                },
+                Err(e) => {
+                    tracing::warn!(cloneset = %format!("{ns}/{name}"), error = %e, "not rewritten");
+                    failed.push(format!("{ns}/{name}"));
+                    break;
+                }
+            }
+        }
+    }
+    Ok((rewritten, failed))
 }
 
 /// What `cloneset-operator migrate --to-kruise` was asked to do.

@@ -13,11 +13,15 @@
 //! - Kruise's manager restores its webhook configurations from their `template` annotation while it
 //!   runs, so they can only be edited once its leader-election Lease has lapsed.
 //!
+//! - with Kruise 2.0, CloneSets are stored as v1beta1 and converted by Kruise's manager: see
+//!   [`storage`].
+//!
 //! `migrate --to-kruise` goes back: see [`to_kruise`].
 //!
 //! This module holds the decisions (pure, tested without a cluster); [`apply`] is the IO.
 
 pub mod apply;
+pub mod storage;
 pub mod to_kruise;
 
 use std::io::{Read as _, Write as _};
@@ -77,10 +81,26 @@ pub enum MigrateError {
     #[error("Helm release record {secret}: {reason}")]
     ReleaseRecord { secret: String, reason: String },
     #[error(
-        "the CloneSet CRD stores CloneSets as {stored} (Kruise 2.0's API), which `migrate` cannot take over yet: nothing was changed. \
-         Keep Kruise's manager running (kubectl -n {KRUISE_LEASE_NAMESPACE} scale deployment {KRUISE_MANAGER_DEPLOYMENT} --replicas=<as before>)"
+        "the CloneSet CRD stores CloneSets as {stored} but converts them without a webhook, so they cannot be read as v1alpha1: \
+         nothing was changed"
     )]
     StoredAsAnotherVersion { stored: String },
+    #[error(
+        "the CloneSet CRD stores CloneSets as Kruise 2.0's v1beta1 and converts through Kruise's webhook, and no replica of this \
+         operator has published its CA for the hand-over: nothing was changed. Install this operator's chart first with \
+         --set crds.managed=false (its pods serve conversions for {target} and publish their CA on the CRD once ready), or pass \
+         --conversion-service / --conversion-url where its webhook is"
+    )]
+    NoPublishedCa { target: String },
+    #[error("conversions through {target} do not work ({reason}); the CRD now sends them there: make its pods ready, then run again")]
+    ConversionFails { target: String, reason: String },
+    #[error(
+        "the CRD's conversion was pointed back at {by} after `migrate` switched it: a Kruise manager still runs (every replica \
+         rewrites it, leader or not). Stop every kruise-controller-manager pod, then run again"
+    )]
+    ConversionTakenBack { by: String },
+    #[error("{} CloneSet(s) not rewritten as v1alpha1 ({}): run again", clonesets.len(), clonesets.join(", "))]
+    NotRewritten { clonesets: Vec<String> },
     #[error(transparent)]
     Kube(#[from] kube::Error),
 }

@@ -1006,6 +1006,23 @@ fn the_migrate_chart_runs_migrate_with_its_values_and_only_that_directions_right
     let g = e2e::rbac::grants(&forward).unwrap();
     assert!(g.contains(&Access::new("", "secrets", "update")) && !g.iter().any(|a| a.group == "apps.kruise.io"), "{g:?}");
 
+    // From Kruise 2.0 (v1beta1 storage): the conversion's target, and rewriting every CloneSet.
+    let v2 = render(&["--set", "kruise.storesV1beta1=true", "--set", "operator.namespace=ops"]);
+    assert_eq!(job_args(&v2)[2], "--conversion-service=ops/cloneset-operator-webhook");
+    let g2 = e2e::rbac::grants(&v2).unwrap();
+    let added: Vec<&Access> = g2.iter().filter(|a| !g.contains(a)).collect();
+    assert_eq!(
+        added,
+        [
+            &Access {
+                name: Some("clonesets.apps.kruise.io".into()),
+                ..Access::new("apiextensions.k8s.io", "customresourcedefinitions/status", "patch")
+            },
+            &Access::new("apps.kruise.io", "clonesets", "list"),
+            &Access::new("apps.kruise.io", "clonesets", "update"),
+        ]
+    );
+
     let back = render(&["--set", "toKruise=true", "--set", "dryRun=true", "--set", "watchNamespace=shop", "--set", "release.name=kruise"]);
     assert_eq!(
         job_args(&back),

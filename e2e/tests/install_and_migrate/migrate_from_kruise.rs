@@ -38,8 +38,8 @@ struct PrivateCluster {
 }
 
 impl PrivateCluster {
-    async fn up() -> Self {
-        let dir = repo_root().join("target/migrate-cluster");
+    async fn up(name: &str) -> Self {
+        let dir = repo_root().join("target").join(name);
         let (state, _) = e2e::cluster::up(&e2e::testenv::test_up_options(&dir)).await.expect("the private control plane starts");
         Self { dir, kubeconfig: state.kubeconfig }
     }
@@ -88,14 +88,35 @@ fn to_yaml(v: &Value) -> String {
 /// A chart shaped like Kruise's (release `kruise`, CRD as a template, Kruise's webhook
 /// configuration names and the entries this operator replaces plus some it must keep, a webhook
 /// Service with no endpoints, the manager Deployment stopped). Written here, not copied from
-/// Kruise: only the names, rules and failure policies matter.
-fn write_kruise_like_chart(dir: &Path) {
+/// Kruise: only the names, rules and failure policies matter. `v2`: as Kruise 2.0 has it, the
+/// CRD serving v1beta1 too, storing it, and converting through Kruise's webhook Service.
+fn write_kruise_like_chart(dir: &Path, v2: bool) {
     let _ = std::fs::remove_dir_all(dir);
     std::fs::create_dir_all(dir.join("templates")).unwrap();
-    std::fs::write(dir.join("Chart.yaml"), "apiVersion: v1\nname: kruise\nversion: 1.9.0\nappVersion: 1.9.0\n").unwrap();
+    let version = if v2 { "2.0.0" } else { "1.9.0" };
+    std::fs::write(dir.join("Chart.yaml"), format!("apiVersion: v1\nname: kruise\nversion: {version}\nappVersion: {version}\n")).unwrap();
     std::fs::write(dir.join("values.yaml"), "webhooks: false\n").unwrap();
     // Kruise's CRD differs from ours; a missing printer column stands for that difference.
     let mut crd = serde_json::to_value(cloneset_operator::api::crd::crd()).unwrap();
+    if v2 {
+        crd = serde_json::to_value(cloneset_operator::api::crd::crd_with_v1beta1()).unwrap();
+        for v in crd["spec"]["versions"].as_array_mut().unwrap() {
+            v["storage"] = json!(v["name"] == "v1beta1");
+        }
+        let now = k8s_openapi::jiff::Timestamp::now().as_second();
+        let kruise_ca = cloneset_operator::webhook::certs::issue(
+            &["kruise-webhook-service.kruise-system.svc".into()],
+            now,
+            Duration::from_secs(86400),
+            "kruise",
+        )
+        .unwrap()
+        .ca_pem;
+        crd["spec"]["conversion"]["webhook"]["clientConfig"] = json!({
+            "service": {"namespace": "kruise-system", "name": "kruise-webhook-service", "path": "/convert", "port": 443},
+            "caBundle": k8s_openapi::ByteString(kruise_ca.into_bytes()),
+        });
+    }
     crd["metadata"]["annotations"] = json!({"controller-gen.kubebuilder.io/version": "v0.17.3"});
     crd["spec"]["versions"][0]["additionalPrinterColumns"].as_array_mut().unwrap().retain(|c| c["name"] != "UPDATED_AVAILABLE");
     std::fs::write(dir.join("templates/apps.kruise.io_clonesets.yaml"), to_yaml(&crd)).unwrap();
@@ -136,6 +157,28 @@ fn write_kruise_like_chart(dir: &Path) {
                                      "spec": {"containers": [{"name": "manager", "image": "registry.invalid/stopped-manager:0"}]}}}}),
     ];
     std::fs::write(dir.join("templates/manager.yaml"), manager.iter().map(to_yaml).collect::<Vec<_>>().join("---\n")).unwrap();
+}
+
+/// `helm install kruise <chart>`, and its CRD Established.
+async fn install_kruise_like(chart: &str, kc: &Path, client: &Client) {
+    run_ok(helm_bin(), &["install", "kruise", chart, "--namespace", "default"], kc).await;
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    wait_until(T, "the CRD Established", || async {
+        let c = crds.get(CRD).await?;
+        Ok(c.status.and_then(|s| s.conditions).unwrap_or_default().iter().any(|c| c.type_ == "Established" && c.status == "True"))
+    })
+    .await
+    .unwrap();
+}
+
+/// Kruise's Lease as its manager leaves it when stopped: renewed a moment ago.
+async fn kruises_lease_just_renewed(client: &Client) {
+    let now = k8s_openapi::jiff::Timestamp::now();
+    let lease: Lease = serde_json::from_value(json!({"metadata": {"name": "kruise-manager", "namespace": "kruise-system"},
+        "spec": {"holderIdentity": "kruise-controller-manager-6d5f7c9b8-x2x9q_0c3e", "leaseDurationSeconds": 15,
+                 "acquireTime": now.to_string(), "renewTime": now.to_string(), "leaseTransitions": 0}}))
+    .unwrap();
+    Api::<Lease>::namespaced(client.clone(), "kruise-system").create(&PostParams::default(), &lease).await.unwrap();
 }
 
 fn fixture(name: &str) -> Value {
@@ -228,7 +271,7 @@ async fn create_pod(client: &Client, ns: &str, name: &str) -> Result<(), String>
 
 /// A kubeconfig with the permissions `charts/cloneset-operator-migrate` gives its Job in release
 /// `release` (`migrate`, or with `to_kruise` `migrate --to-kruise`), installed with `client`.
-async fn migrate_kubeconfig(client: &Client, admin: &Path, release: &str, to_kruise: bool) -> PathBuf {
+async fn migrate_kubeconfig(client: &Client, admin: &Path, release: &str, to_kruise: bool, extra: &[&str]) -> PathBuf {
     let namespaces: Api<Namespace> = Api::all(client.clone());
     if namespaces.get_opt(MIGRATE_NS).await.unwrap().is_none() {
         namespaces
@@ -236,31 +279,30 @@ async fn migrate_kubeconfig(client: &Client, admin: &Path, release: &str, to_kru
             .await
             .unwrap();
     }
-    let values = [format!("toKruise={to_kruise}")];
+    let mut values = vec![format!("toKruise={to_kruise}")];
+    values.extend(extra.iter().map(|v| v.to_string()));
     let account =
         e2e::chart::install_identity(client, e2e::chart::MIGRATE_CHART_NAME, release, MIGRATE_NS, &values, &["rbac.yaml"]).await.unwrap();
-    let out = repo_root().join(format!("target/migrate-e2e/{release}.kubeconfig"));
-    std::fs::create_dir_all(out.parent().unwrap()).unwrap();
+    // Beside the admin's, in the private cluster's directory: each test has its own cluster.
+    let out = admin.with_file_name(format!("migrate-{release}.kubeconfig"));
     e2e::chart::account_kubeconfig(admin, client, MIGRATE_NS, &account, &out).await.unwrap();
     out
 }
 
 /// Every request `migrate` sent with its chart's ServiceAccounts (the control plane's audit log)
 /// against what the chart grants them: each call granted, each grant used, nothing refused.
-fn migrate_calls_match_its_chart(cluster_dir: &Path) {
+fn migrate_calls_match_its_chart(cluster_dir: &Path, releases: &[(&str, bool)], extra: &[&str]) {
     let log = std::fs::read_to_string(e2e::cluster::audit_log(cluster_dir)).unwrap();
-    let users: Vec<String> = MIGRATE_RELEASES.iter().map(|(r, _)| format!("system:serviceaccount:{MIGRATE_NS}:{r}")).collect();
+    let users: Vec<String> = releases.iter().map(|(r, _)| format!("system:serviceaccount:{MIGRATE_NS}:{r}")).collect();
     let (calls, _) = e2e::rbac::calls(&log, |u| users.iter().any(|x| x == u)).unwrap();
     let mut grants = BTreeSet::new();
-    for (release, to_kruise) in MIGRATE_RELEASES {
+    for (release, to_kruise) in releases {
         let set = format!("toKruise={to_kruise}");
-        let docs = e2e::chart::render_chart(
-            e2e::chart::MIGRATE_CHART_NAME,
-            release,
-            MIGRATE_NS,
-            &["--set", &set, "--show-only", "templates/rbac.yaml"],
-        )
-        .unwrap();
+        let mut args = vec!["--set", &set, "--show-only", "templates/rbac.yaml"];
+        for v in extra {
+            args.extend(["--set", v]);
+        }
+        let docs = e2e::chart::render_chart(e2e::chart::MIGRATE_CHART_NAME, release, MIGRATE_NS, &args).unwrap();
         grants.extend(e2e::rbac::grants(&docs).unwrap());
     }
     let report = e2e::rbac::compare(&grants, &calls);
@@ -274,25 +316,19 @@ fn webhook_names(hooks: impl IntoIterator<Item = String>) -> Vec<String> {
 
 #[tokio::test]
 async fn migrate_hands_a_kruise_helm_install_over_without_restarting_a_pod() {
-    let cluster = PrivateCluster::up().await;
+    let cluster = PrivateCluster::up("migrate-cluster").await;
     let kc = cluster.kubeconfig.clone();
     let client = e2e::cluster::client_for(&kc).await.unwrap();
     let helm = helm_bin();
     let operator_bin = e2e::cluster::sibling_binary("cloneset-operator").unwrap();
     let kruise_chart = repo_root().join("target/migrate-e2e/kruise-chart");
-    write_kruise_like_chart(&kruise_chart);
+    write_kruise_like_chart(&kruise_chart, false);
     let kruise_chart = kruise_chart.to_str().unwrap().to_string();
 
     // Kruise's install: CRD first (the CloneSet, revisions and pods are made while no webhook is
     // in the way), then the webhooks as its manager would have them, then the manager stopped.
-    run_ok(helm.clone(), &["install", "kruise", &kruise_chart, "--namespace", "default"], &kc).await;
+    install_kruise_like(&kruise_chart, &kc, &client).await;
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    wait_until(T, "the CRD Established", || async {
-        let c = crds.get(CRD).await?;
-        Ok(c.status.and_then(|s| s.conditions).unwrap_or_default().iter().any(|c| c.type_ == "Established" && c.status == "True"))
-    })
-    .await
-    .unwrap();
     let namespaces: Api<Namespace> = Api::all(client.clone());
     for ns in [NS, "elsewhere"] {
         namespaces.create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap()).await.unwrap();
@@ -306,12 +342,7 @@ async fn migrate_hands_a_kruise_helm_install_over_without_restarting_a_pod() {
     .unwrap();
     create_kruise_made_cloneset(&client).await;
     run_ok(helm.clone(), &["upgrade", "kruise", &kruise_chart, "--namespace", "default", "--set", "webhooks=true"], &kc).await;
-    let now = k8s_openapi::jiff::Timestamp::now();
-    let lease: Lease = serde_json::from_value(json!({"metadata": {"name": "kruise-manager", "namespace": "kruise-system"},
-        "spec": {"holderIdentity": "kruise-controller-manager-6d5f7c9b8-x2x9q_0c3e", "leaseDurationSeconds": 15,
-                 "acquireTime": now.to_string(), "renewTime": now.to_string(), "leaseTransitions": 0}}))
-    .unwrap();
-    Api::<Lease>::namespaced(client.clone(), "kruise-system").create(&PostParams::default(), &lease).await.unwrap();
+    kruises_lease_just_renewed(&client).await;
 
     // The dead webhook blocks pods everywhere: the state this test must end. The apiserver finds
     // the webhook's Service without endpoints and fails there, with no connection attempted
@@ -329,8 +360,8 @@ async fn migrate_hands_a_kruise_helm_install_over_without_restarting_a_pod() {
     assert_eq!(crd_before.annotations().get("meta.helm.sh/release-name").map(String::as_str), Some("kruise"));
 
     // `migrate` runs with exactly the permissions its chart gives its Job.
-    let migrate_kc = migrate_kubeconfig(&client, &kc, MIGRATE_RELEASES[0].0, false).await;
-    let back_kc = migrate_kubeconfig(&client, &kc, MIGRATE_RELEASES[1].0, true).await;
+    let migrate_kc = migrate_kubeconfig(&client, &kc, MIGRATE_RELEASES[0].0, false, &[]).await;
+    let back_kc = migrate_kubeconfig(&client, &kc, MIGRATE_RELEASES[1].0, true, &[]).await;
 
     // Dry run: says what it would do, changes nothing.
     let op = operator_bin.clone();
@@ -483,7 +514,7 @@ async fn migrate_hands_a_kruise_helm_install_over_without_restarting_a_pod() {
     assert_eq!(pod_identities(&pods).await, pods_before, "a pod was replaced or restarted going back");
     assert_eq!(revision_uids(&revs).await, revs_before, "a revision was created going back");
     drop(kruises_rule);
-    migrate_calls_match_its_chart(&cluster.dir);
+    migrate_calls_match_its_chart(&cluster.dir, &MIGRATE_RELEASES, &[]);
     drop(cluster);
 }
 
@@ -498,4 +529,153 @@ fn copy_dir(from: &Path, to: &Path) {
             std::fs::copy(entry.path(), target).unwrap();
         }
     }
+}
+
+/// CloneSets through one version, as dynamic objects (the typed v1beta1 list would hide a
+/// conversion's shape behind deserialisation).
+fn clonesets_as(client: &Client, ns: &str, version: &str) -> Api<kube::api::DynamicObject> {
+    let resource = kube::api::ApiResource {
+        group: "apps.kruise.io".into(),
+        version: version.into(),
+        api_version: format!("apps.kruise.io/{version}"),
+        kind: "CloneSet".into(),
+        plural: "clonesets".into(),
+    };
+    Api::namespaced_with(client.clone(), ns, &resource)
+}
+
+fn storage_and_stored(crd: &CustomResourceDefinition) -> (Vec<String>, Vec<String>) {
+    let storage = crd.spec.versions.iter().filter(|v| v.storage).map(|v| v.name.clone()).collect();
+    (storage, crd.status.as_ref().and_then(|s| s.stored_versions.clone()).unwrap_or_default())
+}
+
+#[tokio::test]
+async fn migrate_takes_over_a_kruise_2_crd_storing_v1beta1_without_restarting_a_pod() {
+    let cluster = PrivateCluster::up("migrate-v2-cluster").await;
+    let kc = cluster.kubeconfig.clone();
+    let client = e2e::cluster::client_for(&kc).await.unwrap();
+    let helm = helm_bin();
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+
+    // A Kruise 1.9 install with a CloneSet mid-rollout (stored as v1alpha1), upgraded to a
+    // Kruise 2.0-style release: v1beta1 stored, conversions to Kruise's manager, now stopped.
+    let v1_chart = repo_root().join("target/migrate-e2e/kruise-chart-v1-for-v2");
+    write_kruise_like_chart(&v1_chart, false);
+    install_kruise_like(v1_chart.to_str().unwrap(), &kc, &client).await;
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    namespaces.create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": NS}})).unwrap()).await.unwrap();
+    wait_until(T, "the default ServiceAccount", || async {
+        Ok(Api::<k8s_openapi::api::core::v1::ServiceAccount>::namespaced(client.clone(), NS).get_opt("default").await?.is_some())
+    })
+    .await
+    .unwrap();
+    create_kruise_made_cloneset(&client).await;
+    let v2_chart = repo_root().join("target/migrate-e2e/kruise-chart-v2");
+    write_kruise_like_chart(&v2_chart, true);
+    run_ok(helm.clone(), &["upgrade", "kruise", v2_chart.to_str().unwrap(), "--namespace", "default"], &kc).await;
+    wait_until(T, "v1beta1 stored beside v1alpha1", || async {
+        Ok(storage_and_stored(&crds.get(CRD).await?) == (vec!["v1beta1".into()], vec!["v1alpha1".into(), "v1beta1".into()]))
+    })
+    .await
+    .unwrap();
+    // A CloneSet made through v1beta1 is stored as it is: no conversion needed to create it.
+    let beta: kube::api::DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "apps.kruise.io/v1beta1", "kind": "CloneSet", "metadata": {"name": "beta"},
+        "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "beta"}},
+                 "template": {"metadata": {"labels": {"app": "beta"}}, "spec": {"containers": [{"name": "main", "image": "nginx:1.27"}]}},
+                 "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"podUpdatePolicy": "InPlaceIfPossible", "partition": 1}}},
+    }))
+    .unwrap();
+    // (Once the apiserver's CRD handler stores v1beta1 too, a moment after the status says so.)
+    wait_until(T, "beta created through v1beta1 without a conversion", || async {
+        match clonesets_as(&client, NS, "v1beta1").create(&PostParams::default(), &beta).await {
+            Ok(_) => Ok(true),
+            Err(kube::Error::Api(e)) if e.message.contains("conversion webhook") => Ok(false),
+            Err(e) => Err(e.into()),
+        }
+    })
+    .await
+    .unwrap();
+    // Kruise's webhooks last: theirs on CloneSets would convert every write, as v1alpha1, too.
+    run_ok(helm.clone(), &["upgrade", "kruise", v2_chart.to_str().unwrap(), "--namespace", "default", "--set", "webhooks=true"], &kc).await;
+    kruises_lease_just_renewed(&client).await;
+
+    // The state to end: with Kruise's webhook gone, reading through the version not stored fails.
+    let alpha = clonesets_as(&client, NS, "v1alpha1");
+    let betas = clonesets_as(&client, NS, "v1beta1");
+    let broken = alpha.get("beta").await.expect_err("v1alpha1 read of a v1beta1-stored CloneSet without Kruise's webhook");
+    assert!(broken.to_string().contains("conversion webhook"), "{broken}");
+    assert!(betas.get("canary").await.is_err(), "v1beta1 read of a v1alpha1-stored CloneSet");
+    let kruise_config = crds.get(CRD).await.unwrap().spec.conversion.unwrap().webhook.unwrap().client_config;
+
+    // This operator's replica, installed beside it: leaves Kruise's conversion alone, publishes
+    // its CA for the switch, and is ready (the Service must have endpoints at the switch).
+    let webhook = e2e::testenv::free_local_addr().unwrap();
+    let webhook_flag = format!("--webhook-addr={webhook}");
+    let opts = OperatorOptions { cluster: Some(kc.clone()), ..OperatorOptions::args(&[&webhook_flag, "--webhook-hosts=127.0.0.1"]) };
+    let operator = Operator::start_with(NS, opts).await.unwrap();
+    wait_until(T, "the operator ready to take conversions", || async { Ok(operator.probe("/readyz").await? == 200) })
+        .await
+        .unwrap_or_else(|e| panic!("{e:#}\n{}", operator.log_tail(30)));
+    let crd = crds.get(CRD).await.unwrap();
+    assert_eq!(
+        crd.spec.conversion.clone().unwrap().webhook.unwrap().client_config,
+        kruise_config,
+        "the operator changed Kruise's conversion"
+    );
+    let published = crd.annotations().get(cloneset_operator::webhook::ca_bundle::PUBLISHED_CAS).cloned().unwrap_or_default();
+    assert_eq!(published.matches("BEGIN CERTIFICATE").count(), 1, "{published}");
+
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let revs: Api<ControllerRevision> = Api::namespaced(client.clone(), NS);
+    let pods_before = pod_identities(&pods).await;
+    let revs_before = revision_uids(&revs).await;
+
+    // `migrate`, with its chart's rights for a v1beta1-storing Kruise.
+    let v2_values = ["kruise.storesV1beta1=true"];
+    let migrate_kc = migrate_kubeconfig(&client, &kc, MIGRATE_RELEASES[0].0, false, &v2_values).await;
+    let url = format!("https://{webhook}/convert");
+    let op = e2e::cluster::sibling_binary("cloneset-operator").unwrap();
+    let dry = run_ok(op.clone(), &["migrate", "--dry-run", "--conversion-url", &url], &migrate_kc).await;
+    let line = format!("would point the CRD's conversion from kruise-webhook-service.kruise-system.svc to {url}");
+    assert!(dry.contains(&line), "{dry}");
+    assert_eq!(storage_and_stored(&crds.get(CRD).await.unwrap()).0, ["v1beta1"], "dry run changed the storage version");
+    let out = run_ok(op.clone(), &["migrate", "--conversion-url", &url], &migrate_kc).await;
+    println!("migrate:\n{out}");
+    for expected in [
+        format!("pointed the CRD's conversion from kruise-webhook-service.kruise-system.svc to {url}"),
+        "CloneSets read through apps.kruise.io/v1alpha1 and v1beta1".to_string(),
+        "made apps.kruise.io/v1alpha1 the CRD's storage version".to_string(),
+        "rewrote 2 CloneSet(s), so each is stored as v1alpha1".to_string(),
+        "set the CRD's storedVersions to [v1alpha1]".to_string(),
+    ] {
+        assert!(out.contains(&expected), "migrate lacks {expected:?}:\n{out}");
+    }
+    let crd = crds.get(CRD).await.unwrap();
+    assert_eq!(storage_and_stored(&crd), (vec!["v1alpha1".to_string()], vec!["v1alpha1".to_string()]));
+    let config = crd.spec.conversion.unwrap().webhook.unwrap().client_config.unwrap();
+    assert_eq!((config.url.as_deref(), config.service.is_none()), (Some(url.as_str()), true));
+    for name in ["canary", "beta"] {
+        alpha.get(name).await.unwrap_or_else(|e| panic!("v1alpha1 {name}: {e}"));
+        betas.get(name).await.unwrap_or_else(|e| panic!("v1beta1 {name}: {e}"));
+    }
+    let again = run_ok(op.clone(), &["migrate", "--conversion-url", &url], &migrate_kc).await;
+    assert!(again.contains("nothing to change: already migrated"), "{again}");
+
+    // The operator runs over both: Kruise's pods untouched, the v1beta1-made CloneSet scaled up.
+    let clonesets: Api<CloneSet> = Api::namespaced(client.clone(), NS);
+    watch_until(&clonesets, "beta", T, |cs: &CloneSet| cs.status.as_ref().is_some_and(|s| s.ready_replicas == 2))
+        .await
+        .unwrap_or_else(|e| panic!("beta: {e:#}\n{}", operator.log_tail(40)));
+    wait_until(T, "both CloneSets reconciled and the queue empty", || async {
+        Ok(e2e::bench::reconciled_and_idle(&operator.metrics().await?, 2.0))
+    })
+    .await
+    .unwrap();
+    let canary: BTreeMap<_, _> = pod_identities(&pods).await.into_iter().filter(|(n, _)| n.starts_with("canary-")).collect();
+    assert_eq!(canary, pods_before, "a pod of Kruise's was replaced or restarted\n{}", operator.log_tail(30));
+    assert_eq!(revision_uids(&revs).await.iter().filter(|r| revs_before.contains(r)).count(), revs_before.len());
+    drop(operator);
+    migrate_calls_match_its_chart(&cluster.dir, &MIGRATE_RELEASES[..1], &v2_values);
+    drop(cluster);
 }
