@@ -395,8 +395,12 @@ async fn a_standby_for_kruise_serves_conversions_and_is_ready() {
     let _v1beta1 = ServingV1beta1::through(&client, addr).await;
     let kruise = FakeKruise::start(&ns).await;
     let operator = converting_operator(&ns.name, addr, &[&format!("--kruise-manager-lease={}/kruise-manager", ns.name)]).await;
-    let metrics = operator.metrics().await.unwrap();
-    assert!(metrics.lines().any(|l| l == "cloneset_operator_standing_by_for_kruise 1"), "it stands by for Kruise:\n{metrics}");
+    // Ready means "can convert", which may come before its first look at Kruise's Lease.
+    wait_until(Duration::from_secs(30), "the operator to stand by for Kruise", || async {
+        Ok(operator.metrics().await?.lines().any(|l| l == "cloneset_operator_standing_by_for_kruise 1"))
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e:#}\n{}", operator.log_tail(30)));
 
     let beta = clonesets(&client, &ns.name, "v1beta1");
     beta.create(&PostParams::default(), &manifest("v1beta1", "web", &json!({"spec": {"replicas": 1}}))).await.unwrap();
