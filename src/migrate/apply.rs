@@ -1,9 +1,11 @@
 //! The IO of `migrate`: reads the cluster, applies the decisions of [`super`] in a crash-safe
 //! order (each step is a no-op when already done), and says what it did.
 //!
-//! Order: stop only once Kruise's manager is gone (Deployment at zero, Lease lapsed); take the CRD
-//! out of Kruise's release records before moving its ownership (a second run still knows whose
-//! records to clean); then cut Kruise's pod and CloneSet webhooks.
+//! Order: nothing before Kruise's Deployment is at zero; then at once what a stopped Kruise
+//! leaves broken (its pod and CloneSet webhooks, and with Kruise 2.0 the CRD's conversion),
+//! since a Kruise replica still stopping only puts them back, which is undone once its Lease has
+//! lapsed; only then the rest: take the CRD out of Kruise's release records before moving its
+//! ownership (a second run still knows whose records to clean), then the storage version.
 
 use std::time::Duration;
 
@@ -67,18 +69,14 @@ pub async fn run(client: &Client, opts: &Options, say: &mut dyn FnMut(&str)) -> 
             );
         }
     }
-    let state = wait_for_kruise_lease(client, opts, &mut |l| record(&mut steps, false, l.to_string())).await?;
-    record(
-        &mut steps,
-        false,
-        format!("Kruise's Lease {}/{KRUISE_LEASE_NAME}: {}", opts.kruise_namespace, describe(&state, "Kruise's manager")),
-    );
-
     let write = if opts.dry_run { PatchParams::default().dry_run() } else { PatchParams::default() };
     let replace = PostParams { dry_run: opts.dry_run, field_manager: None };
 
-    // 1b. With Kruise 2.0's v1beta1 storage, conversions to this operator first: every read
-    // through the other version fails from Kruise's stop until then.
+    // 2. With Kruise 2.0's v1beta1 storage, conversions to this operator at once, before
+    // Kruise's Lease lapses (its manager does not release it): reads and writes through the
+    // version a CloneSet is not stored in fail from Kruise's stop until then, and this
+    // operator's replicas already convert correctly. A Kruise replica still stopping may put its
+    // own settings back; that is checked once the Lease has lapsed.
     let take_over = storage::plan(&crds.get(CRD_NAME).await?, &opts.conversion)?;
     if let Some(patch) = &take_over.conversion {
         crds.patch(CRD_NAME, &write, &Patch::Json::<()>(patch.clone())).await?;
@@ -91,20 +89,51 @@ pub async fn run(client: &Client, opts: &Options, say: &mut dyn FnMut(&str)) -> 
                 take_over.previous, opts.conversion
             ),
         );
-        if !opts.dry_run {
-            check_conversions(client, &opts.conversion).await?;
-            // Kruise's manager rewrites the conversion in every replica, leader or not: one
-            // still shutting down would have put its own back.
-            let now = crds.get(CRD_NAME).await?;
-            let config = now.spec.conversion.and_then(|c| c.webhook).and_then(|w| w.client_config).unwrap_or_default();
-            if !opts.conversion.is(&config) {
-                return Err(MigrateError::ConversionTakenBack { by: crate::webhook::ca_bundle::target_host(&config).unwrap_or_default() });
-            }
-            record(&mut steps, false, "CloneSets read through apps.kruise.io/v1alpha1 and v1beta1".to_string());
+    }
+
+    // 3. Kruise's webhooks on pods and CloneSets, nobody serves them once its Deployment is at zero:
+    // cut at once, so pods and CloneSets are not blocked while its Lease lapses. A Kruise replica
+    // still stopping restores them from their template; they are cut again after the lapse.
+    for (done, line) in cut_webhooks(client, &replace, opts.dry_run).await? {
+        record(&mut steps, done, line);
+    }
+
+    // 4. Kruise's Lease lapsed: no Kruise replica is left to undo 2 and 3, which are checked.
+    let state = wait_for_kruise_lease(client, opts, &mut |l| record(&mut steps, false, l.to_string())).await?;
+    record(
+        &mut steps,
+        false,
+        format!("Kruise's Lease {}/{KRUISE_LEASE_NAME}: {}", opts.kruise_namespace, describe(&state, "Kruise's manager")),
+    );
+
+    if take_over.conversion.is_some() && !opts.dry_run {
+        // Once more if a stopping Kruise replica rewrote it in between (then nothing is left to).
+        if let Some(patch) = storage::plan(&crds.get(CRD_NAME).await?, &opts.conversion)?.conversion {
+            crds.patch(CRD_NAME, &write, &Patch::Json::<()>(patch)).await?;
+            record(
+                &mut steps,
+                true,
+                format!("pointed the CRD's conversion at {} again: a stopping Kruise replica had put its own back", opts.conversion),
+            );
+        }
+        check_conversions(client, &opts.conversion).await?;
+        // Kruise's manager rewrites the conversion in every replica, leader or not: one still
+        // running elsewhere would have put its own back.
+        let now = crds.get(CRD_NAME).await?;
+        let config = now.spec.conversion.and_then(|c| c.webhook).and_then(|w| w.client_config).unwrap_or_default();
+        if !opts.conversion.is(&config) {
+            return Err(MigrateError::ConversionTakenBack { by: crate::webhook::ca_bundle::target_host(&config).unwrap_or_default() });
+        }
+        record(&mut steps, false, "CloneSets read through apps.kruise.io/v1alpha1 and v1beta1".to_string());
+    }
+
+    if !opts.dry_run {
+        for (_, line) in cut_webhooks(client, &replace, false).await?.into_iter().filter(|(done, _)| *done) {
+            record(&mut steps, true, format!("{line} again: a stopping Kruise replica had restored them"));
         }
     }
 
-    // 2. Out of the previous release's records, so `helm uninstall` of that release keeps it.
+    // 5. Out of the previous release's records, so `helm uninstall` of that release keeps it.
     match &previous_owner {
         Some(owner) if *owner != opts.target => {
             let secrets: Api<Secret> = Api::namespaced(client.clone(), &owner.namespace);
@@ -148,7 +177,7 @@ pub async fn run(client: &Client, opts: &Options, say: &mut dyn FnMut(&str)) -> 
         _ => {}
     }
 
-    // 3. Ownership to our release, kept on uninstall.
+    // 6. Ownership to our release, kept on uninstall.
     match crd_ownership_patch(&crd.metadata, &opts.target) {
         Some(patch) => {
             crds.patch(CRD_NAME, &write, &Patch::Merge(&patch)).await?;
@@ -163,29 +192,7 @@ pub async fn run(client: &Client, opts: &Options, say: &mut dyn FnMut(&str)) -> 
         None => record(&mut steps, false, format!("CRD {CRD_NAME} already belongs to Helm release {} and is kept", opts.target)),
     }
 
-    // 4. Kruise's webhooks on pods and CloneSets: nobody serves them any more.
-    let mutating: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
-    if let Some(mut config) = mutating.get_opt(KRUISE_MUTATING_CONFIG).await? {
-        let hooks = config.webhooks.take().unwrap_or_default();
-        let (remove, keep) = split_webhooks(hooks.iter().map(|w| (w.name.as_str(), w.rules.as_deref().unwrap_or_default())));
-        config.webhooks = Some(hooks.into_iter().filter(|w| !remove.contains(&w.name)).collect());
-        if !remove.is_empty() {
-            mutating.replace(KRUISE_MUTATING_CONFIG, &replace, &config).await?;
-        }
-        record_cut(&mut steps, &mut record, opts.dry_run, KRUISE_MUTATING_CONFIG, &remove, &keep);
-    }
-    let validating: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
-    if let Some(mut config) = validating.get_opt(KRUISE_VALIDATING_CONFIG).await? {
-        let hooks = config.webhooks.take().unwrap_or_default();
-        let (remove, keep) = split_webhooks(hooks.iter().map(|w| (w.name.as_str(), w.rules.as_deref().unwrap_or_default())));
-        config.webhooks = Some(hooks.into_iter().filter(|w| !remove.contains(&w.name)).collect());
-        if !remove.is_empty() {
-            validating.replace(KRUISE_VALIDATING_CONFIG, &replace, &config).await?;
-        }
-        record_cut(&mut steps, &mut record, opts.dry_run, KRUISE_VALIDATING_CONFIG, &remove, &keep);
-    }
-
-    // 5. Every CloneSet stored as v1alpha1, then v1alpha1 the only stored version.
+    // 7. Every CloneSet stored as v1alpha1, then v1alpha1 the only stored version.
     if let Some(stored) = &take_over.stored_elsewhere {
         let plan = storage::plan(&crds.get(CRD_NAME).await?, &opts.conversion)?;
         if let Some(patch) = &plan.storage {
@@ -444,19 +451,39 @@ pub async fn run_to_kruise(client: &Client, opts: &ToKruiseOptions, say: &mut dy
     Ok(steps)
 }
 
-fn record_cut(
-    steps: &mut Vec<Step>,
-    record: &mut impl FnMut(&mut Vec<Step>, bool, String),
-    dry_run: bool,
-    config: &str,
-    remove: &[String],
-    keep: &[String],
-) {
+/// Removes the webhooks this operator replaces from Kruise's two configurations; one line per
+/// configuration found, and whether it changed.
+async fn cut_webhooks(client: &Client, replace: &PostParams, dry_run: bool) -> Result<Vec<(bool, String)>, MigrateError> {
+    let mut lines = Vec::new();
+    let mutating: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
+    if let Some(mut config) = mutating.get_opt(KRUISE_MUTATING_CONFIG).await? {
+        let hooks = config.webhooks.take().unwrap_or_default();
+        let (remove, keep) = split_webhooks(hooks.iter().map(|w| (w.name.as_str(), w.rules.as_deref().unwrap_or_default())));
+        config.webhooks = Some(hooks.into_iter().filter(|w| !remove.contains(&w.name)).collect());
+        if !remove.is_empty() {
+            mutating.replace(KRUISE_MUTATING_CONFIG, replace, &config).await?;
+        }
+        lines.push(cut_line(dry_run, KRUISE_MUTATING_CONFIG, &remove, &keep));
+    }
+    let validating: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+    if let Some(mut config) = validating.get_opt(KRUISE_VALIDATING_CONFIG).await? {
+        let hooks = config.webhooks.take().unwrap_or_default();
+        let (remove, keep) = split_webhooks(hooks.iter().map(|w| (w.name.as_str(), w.rules.as_deref().unwrap_or_default())));
+        config.webhooks = Some(hooks.into_iter().filter(|w| !remove.contains(&w.name)).collect());
+        if !remove.is_empty() {
+            validating.replace(KRUISE_VALIDATING_CONFIG, replace, &config).await?;
+        }
+        lines.push(cut_line(dry_run, KRUISE_VALIDATING_CONFIG, &remove, &keep));
+    }
+    Ok(lines)
+}
+
+fn cut_line(dry_run: bool, config: &str, remove: &[String], keep: &[String]) -> (bool, String) {
     if remove.is_empty() {
-        record(steps, false, format!("{config}: no pod or CloneSet webhook left ({} others kept)", keep.len()));
+        (false, format!("{config}: no pod or CloneSet webhook left ({} others kept)", keep.len()))
     } else {
         let v = verb(dry_run, "removed", "remove");
-        record(steps, true, format!("{v} {} from {config} ({} others, for Kruise's other kinds, kept)", remove.join(", "), keep.len()));
+        (true, format!("{v} {} from {config} ({} others, for Kruise's other kinds, kept)", remove.join(", "), keep.len()))
     }
 }
 

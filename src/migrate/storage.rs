@@ -1,8 +1,10 @@
 //! Taking over a CRD that stores CloneSets as another version: Kruise 2.0 serves
 //! `apps.kruise.io/v1beta1`, stores it, and converts through its manager's webhook, which stops
-//! with its manager. Once Kruise is stopped, `migrate` (1) points the conversion at this
-//! operator's webhook, trusting the CAs its replicas published on the CRD (they serve before the
-//! switch, so the switch is one write), (2) makes v1alpha1 the storage version, (3) rewrites every
+//! with its manager. Once Kruise's Deployment is at zero, `migrate` (1) points the conversion at
+//! this operator's webhook at once, not waiting for Kruise's Lease to lapse, trusting the CAs its
+//! replicas published on the CRD (they serve before the switch, so the switch is one write, and
+//! conversions work whether a stopping Kruise replica puts its own settings back or not),
+//! (2) makes v1alpha1 the storage version, (3) rewrites every
 //! CloneSet so it is stored as v1alpha1, and (4) sets `status.storedVersions` to v1alpha1 alone,
 //! after which a CRD serving v1alpha1 only (or Kruise 1.x's) is valid again.
 //!

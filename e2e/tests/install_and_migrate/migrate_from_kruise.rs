@@ -386,6 +386,9 @@ async fn migrate_hands_a_kruise_helm_install_over_without_restarting_a_pod() {
     assert!(out.contains("waiting up to 120s for Kruise's Lease kruise-system/kruise-manager"), "{out}");
     assert!(took >= Duration::from_secs(10), "did not wait for the Lease to lapse: {took:?}");
     assert!(out.contains("migrate: done, 5 change(s)"), "{out}");
+    // Pods were unblocked at once, not after the Lease lapsed.
+    let at = |needle: &str| out.find(needle).unwrap_or_else(|| panic!("{needle:?} not in:\n{out}"));
+    assert!(at("removed mpod.kb.io, mcloneset.kb.io") < at("Kruise's Lease kruise-system/kruise-manager: lapsed"), "{out}");
     let crd = crds.get(CRD).await.unwrap();
     for (k, v) in [
         ("meta.helm.sh/release-name", "cloneset-operator"),
@@ -651,6 +654,9 @@ async fn migrate_takes_over_a_kruise_2_crd_storing_v1beta1_without_restarting_a_
     ] {
         assert!(out.contains(&expected), "migrate lacks {expected:?}:\n{out}");
     }
+    // Conversions came here before Kruise's Lease lapsed: the window is not the lease duration.
+    let at = |needle: &str| out.find(needle).unwrap_or_else(|| panic!("{needle:?} not in:\n{out}"));
+    assert!(at("pointed the CRD's conversion") < at("Kruise's Lease kruise-system/kruise-manager: lapsed"), "{out}");
     let crd = crds.get(CRD).await.unwrap();
     assert_eq!(storage_and_stored(&crd), (vec!["v1alpha1".to_string()], vec!["v1alpha1".to_string()]));
     let config = crd.spec.conversion.unwrap().webhook.unwrap().client_config.unwrap();
