@@ -145,7 +145,19 @@ pub async fn apply_crd(
 
 /// An untyped CloneSet API, for manifests the typed struct cannot express (invalid ones).
 pub fn clonesets_dynamic(client: &Client, namespace: &str) -> Api<kube::api::DynamicObject> {
-    let ar = kube::api::ApiResource::erase::<cloneset_operator::api::CloneSet>(&());
+    clonesets_as(client, namespace, "v1alpha1")
+}
+
+/// An untyped CloneSet API through one version (`v1alpha1`, `v1beta1`): what a client of that
+/// version reads and writes, conversions included.
+pub fn clonesets_as(client: &Client, namespace: &str, version: &str) -> Api<kube::api::DynamicObject> {
+    let ar = kube::api::ApiResource {
+        group: "apps.kruise.io".into(),
+        version: version.into(),
+        api_version: format!("apps.kruise.io/{version}"),
+        kind: "CloneSet".into(),
+        plural: "clonesets".into(),
+    };
     Api::namespaced_with(client.clone(), namespace, &ar)
 }
 

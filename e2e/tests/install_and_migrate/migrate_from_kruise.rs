@@ -534,19 +534,6 @@ fn copy_dir(from: &Path, to: &Path) {
     }
 }
 
-/// CloneSets through one version, as dynamic objects (the typed v1beta1 list would hide a
-/// conversion's shape behind deserialisation).
-fn clonesets_as(client: &Client, ns: &str, version: &str) -> Api<kube::api::DynamicObject> {
-    let resource = kube::api::ApiResource {
-        group: "apps.kruise.io".into(),
-        version: version.into(),
-        api_version: format!("apps.kruise.io/{version}"),
-        kind: "CloneSet".into(),
-        plural: "clonesets".into(),
-    };
-    Api::namespaced_with(client.clone(), ns, &resource)
-}
-
 fn storage_and_stored(crd: &CustomResourceDefinition) -> (Vec<String>, Vec<String>) {
     let storage = crd.spec.versions.iter().filter(|v| v.storage).map(|v| v.name.clone()).collect();
     (storage, crd.status.as_ref().and_then(|s| s.stored_versions.clone()).unwrap_or_default())
@@ -591,7 +578,7 @@ async fn migrate_takes_over_a_kruise_2_crd_storing_v1beta1_without_restarting_a_
     .unwrap();
     // (Once the apiserver's CRD handler stores v1beta1 too, a moment after the status says so.)
     wait_until(T, "beta created through v1beta1 without a conversion", || async {
-        match clonesets_as(&client, NS, "v1beta1").create(&PostParams::default(), &beta).await {
+        match e2e::testenv::clonesets_as(&client, NS, "v1beta1").create(&PostParams::default(), &beta).await {
             Ok(_) => Ok(true),
             Err(kube::Error::Api(e)) if e.message.contains("conversion webhook") => Ok(false),
             Err(e) => Err(e.into()),
@@ -604,8 +591,8 @@ async fn migrate_takes_over_a_kruise_2_crd_storing_v1beta1_without_restarting_a_
     kruises_lease_just_renewed(&client).await;
 
     // The state to end: with Kruise's webhook gone, reading through the version not stored fails.
-    let alpha = clonesets_as(&client, NS, "v1alpha1");
-    let betas = clonesets_as(&client, NS, "v1beta1");
+    let alpha = e2e::testenv::clonesets_as(&client, NS, "v1alpha1");
+    let betas = e2e::testenv::clonesets_as(&client, NS, "v1beta1");
     let broken = alpha.get("beta").await.expect_err("v1alpha1 read of a v1beta1-stored CloneSet without Kruise's webhook");
     assert!(broken.to_string().contains("conversion webhook"), "{broken}");
     assert!(betas.get("canary").await.is_err(), "v1beta1 read of a v1alpha1-stored CloneSet");

@@ -10,22 +10,11 @@ use std::time::{Duration, Instant};
 
 use e2e::testenv::{FakeKruise, Operator, OperatorOptions, TestNamespace, free_local_addr, install_api, wait_until};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{ApiResource, DynamicObject, PostParams};
+use kube::api::{DynamicObject, PostParams};
 use kube::{Api, Client};
 use serde_json::{Value, json};
 
 const CRD: &str = "clonesets.apps.kruise.io";
-
-fn clonesets(client: &Client, ns: &str, version: &str) -> Api<DynamicObject> {
-    let ar = ApiResource {
-        group: "apps.kruise.io".into(),
-        version: version.into(),
-        api_version: format!("apps.kruise.io/{version}"),
-        kind: "CloneSet".into(),
-        plural: "clonesets".into(),
-    };
-    Api::namespaced_with(client.clone(), ns, &ar)
-}
 
 /// Each pair of examples in openkruise.io's CloneSet manual, as whole objects in both versions
 /// (the inputs of the conversion corpus, tests/golden/conversion-kruise-master), by pair name
@@ -200,7 +189,8 @@ async fn every_manual_pair_reads_as_its_twin_and_conversions_survive_a_certifica
     .await;
     let started = Instant::now();
 
-    let (alpha, beta) = (clonesets(&client, &ns.name, "v1alpha1"), clonesets(&client, &ns.name, "v1beta1"));
+    let (alpha, beta) =
+        (e2e::testenv::clonesets_as(&client, &ns.name, "v1alpha1"), e2e::testenv::clonesets_as(&client, &ns.name, "v1beta1"));
     let pairs = manual_pairs();
     assert_eq!(pairs.len(), 19, "every pair of the manual");
     let as_object = |v: &Value| -> DynamicObject { serde_json::from_value(v.clone()).unwrap() };
@@ -402,7 +392,7 @@ async fn a_standby_for_kruise_serves_conversions_and_is_ready() {
     .await
     .unwrap_or_else(|e| panic!("{e:#}\n{}", operator.log_tail(30)));
 
-    let beta = clonesets(&client, &ns.name, "v1beta1");
+    let beta = e2e::testenv::clonesets_as(&client, &ns.name, "v1beta1");
     beta.create(&PostParams::default(), &manifest("v1beta1", "web", &json!({"spec": {"replicas": 1}}))).await.unwrap();
     let read = beta.get("web").await.unwrap();
     assert_eq!(read.data["spec"]["updateStrategy"]["rollingUpdate"]["podUpdatePolicy"], "ReCreate", "{}", read.data);
@@ -451,7 +441,7 @@ async fn a_certificate_from_a_directory_is_served_and_its_renewal_picked_up() {
     write(&first);
     set_bundle(vec![first.ca_pem.clone()]).await;
     let operator = converting_operator(&ns.name, addr, &[&format!("--webhook-cert-dir={}", dir.display())]).await;
-    let beta = clonesets(&client, &ns.name, "v1beta1");
+    let beta = e2e::testenv::clonesets_as(&client, &ns.name, "v1beta1");
     beta.create(&PostParams::default(), &manifest("v1beta1", "web", &json!({}))).await.unwrap();
     let bundle_before = ca_bundle(&crds.get(CRD).await.unwrap());
     assert_eq!(bundle_before, first.ca_pem.as_bytes(), "the operator leaves the bundle to whoever manages the files");
