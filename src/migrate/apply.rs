@@ -48,7 +48,7 @@ pub async fn run(client: &Client, opts: &Options, say: &mut dyn FnMut(&str)) -> 
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     let crd = crds.get_opt(CRD_NAME).await?.ok_or(MigrateError::NoCrd)?;
     // Refused before anything changes when the conversion cannot be taken over.
-    storage::plan(&crd, &opts.conversion)?;
+    let take_over = storage::plan(&crd, &opts.conversion)?;
     let previous_owner = helm_owner(&crd.metadata);
 
     // 1. Kruise's manager must be gone, or it takes its Lease back and restores its webhooks.
@@ -77,7 +77,6 @@ pub async fn run(client: &Client, opts: &Options, say: &mut dyn FnMut(&str)) -> 
     // version a CloneSet is not stored in fail from Kruise's stop until then, and this
     // operator's replicas already convert correctly. A Kruise replica still stopping may put its
     // own settings back; that is checked once the Lease has lapsed.
-    let take_over = storage::plan(&crds.get(CRD_NAME).await?, &opts.conversion)?;
     if let Some(patch) = &take_over.conversion {
         crds.patch(CRD_NAME, &write, &Patch::Json::<()>(patch.clone())).await?;
         let v = verb(opts.dry_run, "pointed", "point");
@@ -240,12 +239,12 @@ async fn check_conversions(client: &Client, target: &storage::ConversionTarget) 
         Api::all_with(client.clone(), &kube::api::ApiResource::erase::<crate::api::v1beta1::CloneSet>(&()));
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     loop {
-        let read = match alpha.list(&ListParams::default()).await {
-            Ok(_) => beta.list(&ListParams::default()).await.map(|_| ()),
-            Err(e) => Err(e),
+        let read = async {
+            alpha.list(&ListParams::default()).await?;
+            beta.list(&ListParams::default()).await
         };
-        match read {
-            Ok(()) => return Ok(()),
+        match read.await {
+            Ok(_) => return Ok(()),
             Err(e) if tokio::time::Instant::now() >= deadline => {
                 return Err(MigrateError::ConversionFails { target: target.to_string(), reason: e.to_string() });
             }
@@ -268,7 +267,7 @@ async fn wait_for_new_storage(client: &Client, before: Option<String>) -> Result
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     while storage_version_hash(client).await == before && before.is_some() {
         if tokio::time::Instant::now() >= deadline {
-            return Err(MigrateError::NotRewritten { clonesets: vec!["(the apiserver still stores the old version)".into()] });
+            return Err(MigrateError::StorageNotSwitched);
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }

@@ -11,7 +11,8 @@
 //!   is stopped; those with `failurePolicy: Fail` on pods block pod creation, update, deletion and
 //!   eviction cluster-wide, and those on CloneSets block every CloneSet write;
 //! - Kruise's manager restores its webhook configurations from their `template` annotation while it
-//!   runs, so they can only be edited once its leader-election Lease has lapsed.
+//!   runs, so an edit made while a replica is still stopping is made again once its
+//!   leader-election Lease has lapsed.
 //!
 //! - with Kruise 2.0, CloneSets are stored as v1beta1 and converted by Kruise's manager: see
 //!   [`storage`].
@@ -101,23 +102,13 @@ pub enum MigrateError {
     ConversionTakenBack { by: String },
     #[error("{} CloneSet(s) not rewritten as v1alpha1 ({}): run again", clonesets.len(), clonesets.join(", "))]
     NotRewritten { clonesets: Vec<String> },
+    #[error(
+        "the apiserver still advertises the old storage version a minute after the CRD's was changed: nothing was rewritten; \
+         run again"
+    )]
+    StorageNotSwitched,
     #[error(transparent)]
     Kube(#[from] kube::Error),
-}
-
-/// The versions other than v1alpha1 that objects of `crd` are, or may still be, stored in (its
-/// storage version and `status.storedVersions`), as `apps.kruise.io/<v>`, comma-separated; `None`
-/// when there are none. Such a CRD converts through Kruise's webhook, which stops with its
-/// manager, and its objects would need rewriting first.
-pub fn other_stored_versions(
-    crd: &k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
-) -> Option<String> {
-    let storage = crd.spec.versions.iter().filter(|v| v.storage).map(|v| v.name.as_str());
-    let stored = crd.status.iter().flat_map(|s| s.stored_versions.iter().flatten()).map(String::as_str);
-    let mut others: Vec<&str> = storage.chain(stored).filter(|v| *v != crate::api::crd::STORAGE_VERSION).collect();
-    others.sort_unstable();
-    others.dedup();
-    (!others.is_empty()).then(|| others.iter().map(|v| format!("{}/{v}", crate::api::conversion::GROUP)).collect::<Vec<_>>().join(", "))
 }
 
 /// A Helm release: its name and the namespace its record lives in.
@@ -319,23 +310,6 @@ mod tests {
     fn meta(labels: &[(&str, &str)], annotations: &[(&str, &str)]) -> ObjectMeta {
         let map = |kv: &[(&str, &str)]| Some(kv.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect());
         ObjectMeta { labels: map(labels), annotations: map(annotations), ..Default::default() }
-    }
-
-    #[test]
-    fn a_crd_storing_v1beta1_now_or_before_is_not_taken_over() {
-        let crd = |storage: &str,
-                   stored: &[&str]|
-         -> k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition {
-            let mut crd = crate::api::crd::crd_with_v1beta1();
-            crd.spec.versions.iter_mut().for_each(|v| v.storage = v.name == storage);
-            crd.status = Some(serde_json::from_value(json!({"storedVersions": stored})).unwrap());
-            crd
-        };
-        assert_eq!(other_stored_versions(&crate::api::crd::crd()), None, "our CRD, before any status");
-        assert_eq!(other_stored_versions(&crd("v1alpha1", &["v1alpha1"])), None);
-        assert_eq!(other_stored_versions(&crd("v1beta1", &["v1alpha1", "v1beta1"])).as_deref(), Some("apps.kruise.io/v1beta1"));
-        // Back on v1alpha1 storage, but objects may still be stored as v1beta1.
-        assert_eq!(other_stored_versions(&crd("v1alpha1", &["v1alpha1", "v1beta1"])).as_deref(), Some("apps.kruise.io/v1beta1"));
     }
 
     #[test]

@@ -14,7 +14,7 @@ use base64::Engine as _;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{CustomResourceDefinition, WebhookClientConfig};
 use serde_json::{Value, json};
 
-use super::{MigrateError, other_stored_versions};
+use super::MigrateError;
 use crate::api::crd::{CONVERSION_PATH, STORAGE_VERSION};
 use crate::webhook::ca_bundle::PUBLISHED_CAS;
 
@@ -108,6 +108,19 @@ pub fn plan(crd: &CustomResourceDefinition, target: &ConversionTarget) -> Result
     Ok(TakeOver { conversion, previous, storage, stored_elsewhere: Some(stored) })
 }
 
+/// The versions other than v1alpha1 that objects of `crd` are, or may still be, stored in (its
+/// storage version and `status.storedVersions`), as `apps.kruise.io/<v>`, comma-separated; `None`
+/// when there are none. Such a CRD converts through Kruise's webhook, which stops with its
+/// manager, and its objects would need rewriting first.
+pub fn other_stored_versions(crd: &CustomResourceDefinition) -> Option<String> {
+    let storage = crd.spec.versions.iter().filter(|v| v.storage).map(|v| v.name.as_str());
+    let stored = crd.status.iter().flat_map(|s| s.stored_versions.iter().flatten()).map(String::as_str);
+    let mut others: Vec<&str> = storage.chain(stored).filter(|v| *v != STORAGE_VERSION).collect();
+    others.sort_unstable();
+    others.dedup();
+    (!others.is_empty()).then(|| others.iter().map(|v| format!("{}/{v}", crate::api::conversion::GROUP)).collect::<Vec<_>>().join(", "))
+}
+
 /// The status patch that leaves v1alpha1 as the only stored version (once every object is).
 pub fn stored_versions_patch() -> Value {
     json!({"status": {"storedVersions": [STORAGE_VERSION]}})
@@ -174,6 +187,21 @@ mod tests {
             stored["spec"]["versions"].as_array().unwrap().iter().map(|v| (v["name"].as_str().unwrap(), v["storage"] == true)).collect();
         assert_eq!(storage, [("v1alpha1", true), ("v1beta1", false)]);
         assert_eq!(stored_versions_patch()["status"]["storedVersions"], json!(["v1alpha1"]));
+    }
+
+    #[test]
+    fn a_crd_storing_v1beta1_now_or_before_has_other_stored_versions() {
+        let crd = |storage: &str, stored: &[&str]| -> CustomResourceDefinition {
+            let mut crd = crate::api::crd::crd_with_v1beta1();
+            crd.spec.versions.iter_mut().for_each(|v| v.storage = v.name == storage);
+            crd.status = Some(serde_json::from_value(json!({"storedVersions": stored})).unwrap());
+            crd
+        };
+        assert_eq!(other_stored_versions(&crate::api::crd::crd()), None, "our CRD, before any status");
+        assert_eq!(other_stored_versions(&crd("v1alpha1", &["v1alpha1"])), None);
+        assert_eq!(other_stored_versions(&crd("v1beta1", &["v1alpha1", "v1beta1"])).as_deref(), Some("apps.kruise.io/v1beta1"));
+        // Back on v1alpha1 storage, but objects may still be stored as v1beta1.
+        assert_eq!(other_stored_versions(&crd("v1alpha1", &["v1alpha1", "v1beta1"])).as_deref(), Some("apps.kruise.io/v1beta1"));
     }
 
     #[test]

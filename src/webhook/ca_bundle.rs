@@ -26,8 +26,8 @@ pub enum Conversion {
     None,
     /// To this replica's names; the `caBundle` now in place.
     Here(String),
-    /// To `target`, a server this replica's certificate is not for; the CAs now published.
-    Elsewhere { target: String, published: String },
+    /// To a server this replica's certificate is not for; the CAs now published.
+    Elsewhere(String),
 }
 
 /// The host the apiserver dials for `config` (a URL's host, or `<service>.<namespace>.svc`).
@@ -72,16 +72,16 @@ impl CaBundle {
         let config = webhook.client_config.clone().unwrap_or_default();
         let version = crd.metadata.resource_version.clone().unwrap_or_default();
         if !sent_here(&config, &self.hosts) {
-            let target = target_host(&config).unwrap_or_default();
             let current = crd.metadata.annotations.as_ref().and_then(|a| a.get(PUBLISHED_CAS)).cloned().unwrap_or_default();
             let Some(next) = certs::next_bundle(current.as_bytes(), ours, now) else {
-                return Ok(Conversion::Elsewhere { target, published: current });
+                return Ok(Conversion::Elsewhere(current));
             };
             // A merge patch carrying the resourceVersion is refused if the CRD changed since.
             let patch = json!({"metadata": {"resourceVersion": version, "annotations": {PUBLISHED_CAS: next}}});
             self.api.patch(&self.name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
+            let target = target_host(&config).unwrap_or_default();
             tracing::info!(crd = %self.name, %target, "conversion webhook: published its CA for a hand-over; conversions go elsewhere");
-            return Ok(Conversion::Elsewhere { target, published: next });
+            return Ok(Conversion::Elsewhere(next));
         }
         let current = config.ca_bundle.as_ref().map(|b| b.0.clone()).unwrap_or_default();
         let Some(next) = certs::next_bundle(&current, ours, now) else {

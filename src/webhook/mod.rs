@@ -119,7 +119,7 @@ async fn self_signed(
                 health.set_converting(false);
                 health.set_conversion(None);
             }
-            Ok(conversion @ (ca_bundle::Conversion::Here(current) | ca_bundle::Conversion::Elsewhere { published: current, .. })) => {
+            Ok(conversion @ (ca_bundle::Conversion::Here(current) | ca_bundle::Conversion::Elsewhere(current))) => {
                 failures = 0;
                 // Elsewhere: ready for `migrate` to send conversions here (Kruise's rule: a
                 // replica that can convert is ready, leader or not).
@@ -142,7 +142,7 @@ async fn self_signed(
                 }
                 let trusted = serving.as_ref().is_some_and(|s| certs::contains(current.as_bytes(), &s.ca_pem));
                 let why = match conversion {
-                    ca_bundle::Conversion::Elsewhere { .. } => "its CA is not published on the CRD yet",
+                    ca_bundle::Conversion::Elsewhere(_) => "its CA is not published on the CRD yet",
                     _ => "its CA is not in the CRD's caBundle yet",
                 };
                 health.set_conversion((!trusted).then(|| format!("conversion webhook: {why}")));
@@ -157,7 +157,7 @@ async fn self_signed(
         }
         let wait = match (&result, &next) {
             (Err(_), _) => Duration::from_millis(200 * 2u64.pow(failures.min(8))).min(check),
-            (Ok(ca_bundle::Conversion::Here(_) | ca_bundle::Conversion::Elsewhere { .. }), Some(_)) => Duration::from_secs(1),
+            (Ok(ca_bundle::Conversion::Here(_) | ca_bundle::Conversion::Elsewhere(_)), Some(_)) => Duration::from_secs(1),
             _ => check,
         };
         tokio::time::sleep(wait).await;
