@@ -630,10 +630,36 @@ async fn migrate_takes_over_a_kruise_2_crd_storing_v1beta1_without_restarting_a_
     let line = format!("would point the CRD's conversion from kruise-webhook-service.kruise-system.svc to {url}");
     assert!(dry.contains(&line), "{dry}");
     assert_eq!(storage_and_stored(&crds.get(CRD).await.unwrap()).0, ["v1beta1"], "dry run changed the storage version");
-    let out = run_ok(op.clone(), &["migrate", "--conversion-url", &url], &migrate_kc).await;
+    // A Kruise replica still stopping puts its conversion settings and its webhooks back once,
+    // after migrate's early switch and cut and before Kruise's Lease lapses.
+    let mutating: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
+    let kruise_hooks = mutating.get(KRUISE_MUTATING_CONFIG).await.unwrap().webhooks;
+    let kruise_replica_stopping = async {
+        wait_until(T, "migrate's switch", || async {
+            let crd = crds.get(CRD).await?;
+            Ok(crd.spec.conversion.and_then(|c| c.webhook).and_then(|w| w.client_config).and_then(|c| c.url).as_deref() == Some(&url))
+        })
+        .await
+        .unwrap();
+        wait_until(T, "migrate's cut", || async {
+            Ok(mutating.get(KRUISE_MUTATING_CONFIG).await?.webhooks.unwrap_or_default().len() < kruise_hooks.iter().flatten().count())
+        })
+        .await
+        .unwrap();
+        let back = json!({"spec": {"conversion": {"webhook": {"clientConfig": {"url": null, "service": kruise_config.as_ref().unwrap().service}}}}});
+        crds.patch(CRD, &PatchParams::default(), &Patch::Merge(back)).await.unwrap();
+        let mut config = mutating.get(KRUISE_MUTATING_CONFIG).await.unwrap();
+        config.webhooks = kruise_hooks.clone();
+        mutating.replace(KRUISE_MUTATING_CONFIG, &PostParams::default(), &config).await.unwrap();
+    };
+    let args = ["migrate", "--conversion-url", &url];
+    let (out, ()) = tokio::join!(run_ok(op.clone(), &args, &migrate_kc), kruise_replica_stopping);
     println!("migrate:\n{out}");
     for expected in [
         format!("pointed the CRD's conversion from kruise-webhook-service.kruise-system.svc to {url}"),
+        format!("pointed the CRD's conversion at {url} again: a stopping Kruise replica had put its own back"),
+        "removed mpod.kb.io, mcloneset.kb.io from kruise-mutating-webhook-configuration (1 others, for Kruise's other kinds, kept) again"
+            .to_string(),
         "CloneSets read through apps.kruise.io/v1alpha1 and v1beta1".to_string(),
         "made apps.kruise.io/v1alpha1 the CRD's storage version".to_string(),
         "rewrote 2 CloneSet(s), so each is stored as v1alpha1".to_string(),
@@ -644,6 +670,8 @@ async fn migrate_takes_over_a_kruise_2_crd_storing_v1beta1_without_restarting_a_
     // Conversions came here before Kruise's Lease lapsed: the window is not the lease duration.
     let at = |needle: &str| out.find(needle).unwrap_or_else(|| panic!("{needle:?} not in:\n{out}"));
     assert!(at("pointed the CRD's conversion") < at("Kruise's Lease kruise-system/kruise-manager: lapsed"), "{out}");
+    let hooks = mutating.get(KRUISE_MUTATING_CONFIG).await.unwrap().webhooks.unwrap_or_default();
+    assert_eq!(webhook_names(hooks.into_iter().map(|w| w.name)), ["madvancedcronjob.kb.io"]);
     let crd = crds.get(CRD).await.unwrap();
     assert_eq!(storage_and_stored(&crd), (vec!["v1alpha1".to_string()], vec!["v1alpha1".to_string()]));
     let config = crd.spec.conversion.unwrap().webhook.unwrap().client_config.unwrap();
