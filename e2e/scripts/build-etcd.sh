@@ -2,16 +2,19 @@
 # Builds one pinned etcd release from the Go module proxy, once, into a cache outside the
 # repository keyed by version, and prints the binary's path. A binary already there is reused.
 #
-# Why not Debian's etcd-server: it is 3.4.23, and kube-apiserver v1.36 serves streaming lists
+# Why not Debian's etcd-server: it is 3.4.23, and kube-apiserver serves streaming lists
 # (watch-list, sendInitialEvents) only on an etcd with progress notifications (3.4.31+, 3.5.13+).
 # go.etcd.io/etcd/server/v3 cannot be `go install`ed (its go.mod replaces its sibling modules
 # with local paths), so a small wrapper module requires it and builds its main package.
 #
 # Usage: build-etcd.sh
-# Env:   ETCD_VERSION (default below), CLONESET_CACHE_DIR (default ~/.cache/cloneset-operator)
+# Env:   ETCD_VERSION (default: the one e2e/kubernetes-versions pins for K8S_VERSION, itself
+#        defaulting to the newest supported Kubernetes), CLONESET_CACHE_DIR (default
+#        ~/.cache/cloneset-operator)
 set -euo pipefail
+source "$(dirname "$0")/kubernetes-versions.sh"
 
-ETCD_VERSION="${ETCD_VERSION:-v3.6.16}"
+ETCD_VERSION="${ETCD_VERSION:-$(etcd_release "$(k8s_release "${K8S_VERSION:-}")")}"
 CACHE_ROOT="${CLONESET_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/cloneset-operator}"
 OUT="$CACHE_ROOT/etcd/$ETCD_VERSION"
 if [ -x "$OUT/bin/etcd" ]; then

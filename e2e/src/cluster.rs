@@ -20,14 +20,12 @@ use crate::host::which;
 use crate::nodes::network;
 use crate::nodes::real::{self, RealNode, RealNodes};
 
-/// The Kubernetes release the control plane is built from.
-pub const DEFAULT_K8S_VERSION: &str = "v1.36.3";
-
 /// How the control plane should be brought up.
 #[derive(Clone, Debug)]
 pub struct UpOptions {
     /// The state directory (PKI, kubeconfig, logs, PIDs).
     pub dir: PathBuf,
+    /// The Kubernetes release to build and run (a full version; [`crate::versions::resolve`]).
     pub k8s_version: String,
     /// Extra arguments for the simulated kubelet (node count, delays, grace cap).
     pub sim_kubelet_args: Vec<String>,
@@ -47,7 +45,7 @@ impl UpOptions {
     pub fn new(dir: impl Into<PathBuf>) -> Self {
         Self {
             dir: dir.into(),
-            k8s_version: std::env::var("K8S_VERSION").unwrap_or_else(|_| DEFAULT_K8S_VERSION.to_string()),
+            k8s_version: crate::versions::under_test(),
             sim_kubelet_args: Vec::new(),
             scheduler_args: Vec::new(),
             apiserver_args: Vec::new(),
@@ -74,6 +72,9 @@ pub struct ProcessRecord {
 /// What `up` leaves behind in `state.json`.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct ClusterState {
+    /// The Kubernetes release running (empty in a state written before it was recorded).
+    #[serde(default)]
+    pub k8s_version: String,
     pub kubeconfig: PathBuf,
     pub apiserver_port: u16,
     pub etcd_data_dir: PathBuf,
@@ -173,12 +174,22 @@ pub async fn up(opts: &UpOptions) -> anyhow::Result<(ClusterState, UpReport)> {
 
     if let Some(state) = read_state(&layout.root)? {
         if state.real_node_count() == opts.real_nodes
+            && state.k8s_version == opts.k8s_version
             && all_alive(&state)
             && wait_ready(&state.kubeconfig, Duration::from_secs(20)).await.is_ok()
         {
             return Ok((state, UpReport { reused_running_cluster: true, ..Default::default() }));
         }
-        eprintln!("local-cluster: a previous cluster in {} is not healthy; restarting it", layout.root.display());
+        if state.k8s_version != opts.k8s_version {
+            eprintln!(
+                "local-cluster: the cluster in {} runs Kubernetes {}; restarting it with {}",
+                layout.root.display(),
+                if state.k8s_version.is_empty() { "of an unrecorded version" } else { &state.k8s_version },
+                opts.k8s_version
+            );
+        } else {
+            eprintln!("local-cluster: a previous cluster in {} is not healthy; restarting it", layout.root.display());
+        }
         stop_recorded(&layout)?;
     }
 
@@ -225,6 +236,7 @@ pub async fn up(opts: &UpOptions) -> anyhow::Result<(ClusterState, UpReport)> {
 
     let kubeconfig = layout.kubeconfig();
     let mut state = ClusterState {
+        k8s_version: opts.k8s_version.clone(),
         kubeconfig: kubeconfig.clone(),
         apiserver_port,
         etcd_data_dir: etcd_data_dir.clone(),
@@ -328,7 +340,7 @@ pub async fn up(opts: &UpOptions) -> anyhow::Result<(ClusterState, UpReport)> {
     ];
     scheduler_args.extend(opts.scheduler_args.iter().cloned());
     start("kube-scheduler", &bin_dir.join("kube-scheduler"), scheduler_args)?;
-    let mut sim_args = vec![format!("--kubeconfig={}", kubeconfig.display())];
+    let mut sim_args = vec![format!("--kubeconfig={}", kubeconfig.display()), format!("--kubelet-version={}", opts.k8s_version)];
     sim_args.extend(crate::image::simulated_kubelet_args());
     sim_args.extend(opts.sim_kubelet_args.iter().cloned());
     start("sim-kubelet", &sim_kubelet, sim_args)?;
@@ -380,7 +392,8 @@ const REAL_NODE_PACKAGES: &[(&str, &str)] = &[
 /// kubelet, kube-proxy and their Debian packages: everything `up` needs from the network, so it
 /// can run later with the network closed.
 pub fn prepare(k8s_version: &str, real_nodes: bool) -> anyhow::Result<Binaries> {
-    let mut binaries = vec!["kube-apiserver", "kube-controller-manager", "kube-scheduler"];
+    // kubectl of the same release: the tests and scripts that run it stay within its version skew.
+    let mut binaries = vec!["kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl"];
     if real_nodes {
         network::check_privileges()?;
         crate::host::ensure_debian_packages(REAL_NODE_PACKAGES, "real nodes")?;
@@ -390,7 +403,7 @@ pub fn prepare(k8s_version: &str, real_nodes: bool) -> anyhow::Result<Binaries> 
         }
         binaries.extend(["kubelet", "kube-proxy"]);
     }
-    Ok(Binaries { kubernetes: build_kubernetes(k8s_version, &binaries)?, etcd: find_or_build_etcd()? })
+    Ok(Binaries { kubernetes: build_kubernetes(k8s_version, &binaries)?, etcd: find_or_build_etcd(k8s_version)? })
 }
 
 /// The binaries real nodes run besides the system's containerd.
@@ -594,16 +607,20 @@ fn build_kubernetes(version: &str, binaries: &[&str]) -> anyhow::Result<PathBuf>
     Ok(dir)
 }
 
-/// etcd from `ETCD_BIN`, or the pinned release built (once) from the Go module proxy by
-/// `build-etcd.sh`: Debian's 3.4.23 lacks the progress notifications kube-apiserver needs to
-/// serve streaming lists.
-fn find_or_build_etcd() -> anyhow::Result<PathBuf> {
+/// etcd from `ETCD_BIN`, or the release pinned for Kubernetes `k8s_version` built (once) from the
+/// Go module proxy by `build-etcd.sh`: Debian's 3.4.23 lacks the progress notifications
+/// kube-apiserver needs to serve streaming lists.
+fn find_or_build_etcd(k8s_version: &str) -> anyhow::Result<PathBuf> {
     if let Ok(p) = std::env::var("ETCD_BIN") {
         return Ok(PathBuf::from(p));
     }
     let script = e2e_crate_dir().join("scripts/build-etcd.sh");
-    let out =
-        Command::new("bash").arg(&script).stderr(Stdio::inherit()).output().with_context(|| format!("running {}", script.display()))?;
+    let out = Command::new("bash")
+        .arg(&script)
+        .env("ETCD_VERSION", crate::versions::etcd_for(k8s_version))
+        .stderr(Stdio::inherit())
+        .output()
+        .with_context(|| format!("running {}", script.display()))?;
     if !out.status.success() {
         bail!("could not build etcd; see the messages above (or set ETCD_BIN to an etcd 3.5.13+ binary)");
     }

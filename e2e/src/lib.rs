@@ -14,6 +14,7 @@ pub mod rbac;
 pub mod real_node;
 pub mod registry;
 pub mod testenv;
+pub mod versions;
 pub mod workload;
 
 use k8s_openapi::api::core::v1::Node;

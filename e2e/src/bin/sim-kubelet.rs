@@ -48,6 +48,9 @@ struct Args {
     /// Pods handled concurrently.
     #[arg(long, default_value_t = 16)]
     workers: u16,
+    /// The kubelet version the nodes report (the control plane's).
+    #[arg(long)]
+    kubelet_version: String,
 }
 
 #[tokio::main]
@@ -69,6 +72,7 @@ async fn main() -> anyhow::Result<()> {
         serves: simulated::parse_serves(&a.serves).map_err(anyhow::Error::msg)?,
         pods_per_node: a.pods_per_node,
         workers: a.workers,
+        kubelet_version: a.kubelet_version,
     };
     tracing::info!(?cfg, "simulated kubelet starting");
     simulated::run(client, cfg).await

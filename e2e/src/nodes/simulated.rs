@@ -60,6 +60,9 @@ pub struct SimConfig {
     pub serves: BTreeMap<String, Serves>,
     pub pods_per_node: u32,
     pub workers: u16,
+    /// The version the nodes report as their kubelet's: the control plane's, as a real node
+    /// of that cluster would.
+    pub kubelet_version: String,
 }
 
 impl Default for SimConfig {
@@ -75,6 +78,7 @@ impl Default for SimConfig {
             serves: BTreeMap::new(),
             pods_per_node: 2000,
             workers: 16,
+            kubelet_version: crate::versions::newest().kubernetes,
         }
     }
 }
@@ -998,7 +1002,7 @@ async fn patch_node_status(nodes: &Api<Node>, name: &str, index: usize, cfg: &Si
                 "kernelVersion": "6.1.0-sim",
                 "osImage": "Simulated Linux",
                 "containerRuntimeVersion": "containerd://1.7.0-sim",
-                "kubeletVersion": "v1.36.3-sim",
+                "kubeletVersion": cfg.kubelet_version,
                 "kubeProxyVersion": "",
                 "operatingSystem": "linux",
                 "architecture": "amd64",

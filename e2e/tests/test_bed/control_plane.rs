@@ -78,7 +78,8 @@ async fn operator_binary_connects_and_stops_on_sigterm() {
             }
         }
     };
-    assert!(connected.contains(&format!("server_version={}", e2e::cluster::DEFAULT_K8S_VERSION)), "logs the server version: {connected}");
+    let version = e2e::versions::under_test();
+    assert!(connected.contains(&format!("server_version={version}")), "logs the server version, the one under test: {connected}");
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     let status = loop {
@@ -89,6 +90,26 @@ async fn operator_binary_connects_and_stops_on_sigterm() {
         std::thread::sleep(Duration::from_millis(50));
     };
     assert!(status.success(), "clean exit on SIGTERM: {status:?}");
+}
+
+/// The whole test bed runs the release under test (`K8S_VERSION`, e2e/kubernetes-versions): the
+/// apiserver, every node's kubelet as it reports itself, and the kubectl the tests run.
+#[tokio::test]
+async fn apiserver_nodes_and_kubectl_are_of_the_release_under_test() {
+    let version = e2e::versions::under_test();
+    let client = testenv::client().await.unwrap();
+    assert_eq!(client.apiserver_version().await.unwrap().git_version, version, "kube-apiserver");
+    let nodes: Api<Node> = Api::all(client);
+    let nodes = nodes.list(&Default::default()).await.unwrap();
+    assert!(!nodes.items.is_empty());
+    for node in &nodes {
+        let info = node.status.as_ref().and_then(|s| s.node_info.as_ref()).expect("nodeInfo");
+        assert_eq!(info.kubelet_version, version, "the kubelet of node {}", node.name_any());
+    }
+    let out = Command::new("kubectl").args(["version", "--client", "-o", "json"]).output().expect("kubectl runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let client_version: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(client_version["clientVersion"]["gitVersion"], json!(version), "the kubectl on PATH");
 }
 
 fn loopback(ip: Option<&str>) -> bool {
