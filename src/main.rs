@@ -372,7 +372,7 @@ async fn run_command(cli: Cli, matches: ArgMatches) -> anyhow::Result<()> {
 
 async fn run(args: RunArgs) -> anyhow::Result<()> {
     let shutdown = shutdown_signal()?;
-    let mut config = args.controller_config();
+    let config = args.controller_config();
     let election = args.election().map_err(anyhow::Error::msg)?;
     log_gates(&args.feature_gates);
     let metrics = Arc::new(Metrics::new());
@@ -397,15 +397,6 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         .context("building the Kubernetes client")?;
     let version = client.apiserver_version().await.context("cannot reach the Kubernetes apiserver")?;
     tracing::info!(server_version = %version.git_version, platform = %version.platform, "connected to Kubernetes");
-    if config.gates.in_place_workload_vertical_scaling && !has_resize_subresource(&version.major, &version.minor) {
-        // Kruise would write resources into the pod spec, which such a cluster refuses unless
-        // its own alpha gate is on: recreate instead, and say so.
-        tracing::warn!(
-            server_version = %version.git_version,
-            "InPlaceWorkloadVerticalScaling needs the pods/resize subresource (Kubernetes 1.32+): resources changes recreate pods on this cluster"
-        );
-        config.gates.in_place_workload_vertical_scaling = false;
-    }
 
     if let Some(listener) = listen("--webhook-addr", &args.webhook_addr).await? {
         let source = if args.webhook_cert_dir.is_empty() {
@@ -438,13 +429,6 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     controller::run(client, config, runtime, shutdown).await?;
     tracing::info!("shut down");
     Ok(())
-}
-
-/// Whether an apiserver of this version serves `pods/resize` (Kubernetes 1.32+, as Kruise's
-/// `ShouldUpdateResourceByResize`); minor versions may carry a suffix (`"32+"`).
-fn has_resize_subresource(major: &str, minor: &str) -> bool {
-    let number = |s: &str| s.trim_end_matches(|c: char| !c.is_ascii_digit()).parse::<u32>().ok();
-    matches!((number(major), number(minor)), (Some(major), Some(minor)) if (major, minor) >= (1, 32))
 }
 
 /// `--kubeconfig` if given, else kube's inference ($KUBECONFIG, ~/.kube/config, in-cluster).
@@ -596,12 +580,6 @@ mod tests {
         assert!(!args.to_kruise);
         assert_eq!(cli.run.namespace, "", "every namespace");
         assert!(parse(&["migrate", "--to-kruise", "--kruise-namespace=x"]).is_err(), "Kruise's namespace means nothing going back");
-    }
-
-    #[test]
-    fn the_resize_subresource_is_served_from_kubernetes_1_32() {
-        assert!(has_resize_subresource("1", "32") && has_resize_subresource("1", "36+") && has_resize_subresource("2", "0"));
-        assert!(!has_resize_subresource("1", "31") && !has_resize_subresource("1", "") && !has_resize_subresource("", "33"));
     }
 
     #[test]

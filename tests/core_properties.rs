@@ -299,6 +299,7 @@ impl Scenario {
             current_revision: self.current_revision(),
             update_revision: self.update_revision(),
             gates: self.gates,
+            resize: Default::default(),
             exclude_preparing_delete_flag: self.exclude_preparing_delete,
             node_labels: &env.node_labels,
             revision_data: &env.revision_data,

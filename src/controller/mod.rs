@@ -15,6 +15,7 @@ mod reconcile;
 #[cfg(test)]
 mod reconcile_requests;
 pub mod recorder;
+mod resize_support;
 mod writes;
 
 use std::pin::Pin;
@@ -81,6 +82,8 @@ pub struct Context {
     pub metrics: Arc<Metrics>,
     /// The operator's events, with their correlation, spam filter and queue.
     pub events: recorder::Recorder,
+    /// What the apiserver has said of in-place resizes.
+    pub resize: resize_support::ResizeAnswers,
     /// Whether this instance leads (always, without leader election): only then are keys queued.
     leading: AtomicBool,
 }
@@ -143,8 +146,9 @@ const LIST_PAGE_SIZE: u32 = 100;
 const STREAMING_LIST_PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Whether the apiserver serves streaming lists (a watch with `sendInitialEvents`, KEP-3157;
-/// on by default since Kubernetes 1.34, given an etcd with progress notifications): a watch of
-/// pods with a label no pod has must end its initial events with the bookmark that says so.
+/// on by default in Kubernetes 1.32 and from 1.34, off in 1.33, given an etcd with progress
+/// notifications): a watch of pods with a label no pod has must end its initial events with the
+/// bookmark that says so.
 /// An apiserver without them rejects the watch or answers otherwise, and the caches list in
 /// pages instead.
 async fn serves_streaming_lists(client: &Client, namespace: Option<&str>) -> bool {
@@ -383,6 +387,9 @@ pub async fn run(client: Client, config: ControllerConfig, runtime: Runtime, shu
         owned_cache(api::<ControllerRevision>(&client, ns), revisions, rev_writer, everything, cached_revision::CachedRevision::new, 0.0);
     let node_events = cache(Api::<Node>::all(client.clone()), lists, node_writer, strip_node, everything);
 
+    let resize = resize_support::ResizeAnswers::discover(&client, config.gates.in_place_workload_vertical_scaling)
+        .await
+        .map_err(|e| anyhow::anyhow!("asking the apiserver's discovery whether it serves pods/resize: {e}"))?;
     metrics.set_max_concurrent_reconciles(config.workers.max(1));
     metrics.set_leader(false, lease_name);
     let retry_limits = config.retry;
@@ -396,6 +403,7 @@ pub async fn run(client: Client, config: ControllerConfig, runtime: Runtime, shu
         queue: WorkQueue::with_limits(retry_limits, metrics.queue()),
         metrics: metrics.clone(),
         events: recorder::Recorder::new(client.clone()),
+        resize,
         leading: AtomicBool::new(elector.is_none()),
     });
 

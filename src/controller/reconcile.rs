@@ -17,6 +17,7 @@ use serde_json::{Value, json};
 
 use super::Context;
 use super::cached_revision::CachedRevision;
+use super::resize_support;
 use super::writes::{self, WriteError};
 use crate::api::cloneset::condition;
 use crate::api::shared::LifecycleState;
@@ -25,7 +26,7 @@ use crate::core::expectations::{Cached, Gate, ObjectKind, combine};
 use crate::core::history::{self, RevisionView, UpdateRevisionPlan};
 use crate::core::pod_read::PodRead;
 use crate::core::sync::{self, SyncInput, sooner};
-use crate::core::{intstr, order, pod_read, pods as podcore, revision, status};
+use crate::core::{inplace, intstr, order, pod_read, pods as podcore, revision, status};
 use crate::pod_cache::compact::ReadPod;
 
 /// Why a reconcile failed; the worker retries with backoff.
@@ -144,7 +145,7 @@ pub async fn reconcile(ctx: &Arc<Context>, key: &str) -> Result<Option<Duration>
     };
     let revision_data: BTreeMap<String, Arc<[u8]>> = revs.sorted.iter().map(|r| (r.name.clone(), r.data.clone())).collect();
     let revision_vct_hashes = recorded_vct_hashes(&revs.sorted, &revs.template.vct_hash, &revs.template.legacy_vct_hash);
-    let input = SyncInput {
+    let mut input = SyncInput {
         cloneset: cs,
         revision_data: &revision_data,
         revision_vct_hashes: &revision_vct_hashes,
@@ -152,6 +153,7 @@ pub async fn reconcile(ctx: &Arc<Context>, key: &str) -> Result<Option<Duration>
         current_revision: &current_revision,
         update_revision: &update_revision,
         gates: ctx.config.gates,
+        resize: ctx.resize.support(),
         exclude_preparing_delete_flag: ctx.config.exclude_preparing_delete,
         node_labels: &node_labels,
         now,
@@ -182,7 +184,12 @@ pub async fn reconcile(ctx: &Arc<Context>, key: &str) -> Result<Option<Duration>
                 (sync::StepOutcome { changed: moved, failed: error.is_some() }, error, condition::FAILED_UPDATE)
             }
             sync::Step::Update | sync::Step::Done => {
-                let update = sync::plan_update(&input);
+                let mut update = sync::plan_update(&input);
+                if ask_memory_limit_decrease(ctx, cs, &update, &active_refs).await {
+                    // The apiserver refuses such a resize: plan again knowing it.
+                    input.resize = ctx.resize.support();
+                    update = sync::plan_update(&input);
+                }
                 let (after, error) = execute_update(ctx, cs, &update, &active_refs, now).await;
                 requeue = sooner(requeue, after);
                 (sync::StepOutcome { changed: false, failed: error.is_some() }, error, condition::FAILED_UPDATE)
@@ -750,6 +757,36 @@ const POD_WRITES_IN_FLIGHT: usize = 16;
 
 fn find_pod<'a>(active: &[&'a dyn PodRead], name: &str) -> Option<&'a dyn PodRead> {
     active.iter().copied().find(|p| p.name() == name)
+}
+
+/// Before the first in-place update that would lower a memory limit, asks the apiserver with a
+/// dry run of that resize whether it does so in place; true when it refuses (and the plan must be
+/// made again). Any other failure leaves the question open for the next pass.
+async fn ask_memory_limit_decrease(ctx: &Context, cs: &CloneSet, plan: &sync::UpdatePlan, active: &[&dyn PodRead]) -> bool {
+    if !ctx.resize.must_ask_memory_limit_decrease() {
+        return false;
+    }
+    let asked = plan.pods.iter().find_map(|(name, action)| {
+        let sync::PodAction::InPlace(spec) = action else { return None };
+        let pod = find_pod(active, name)?.whole();
+        inplace::lowers_memory_limit(&pod, spec).then(|| inplace::resize_patch(&pod, spec)).flatten().map(|patch| (name, patch))
+    });
+    let Some((name, patch)) = asked else { return false };
+    let Some(pod) = find_pod(active, name) else { return false };
+    match writes::resize_pod_dry_run(ctx, &ns_of(cs), pod, &patch).await {
+        Ok(()) => {
+            ctx.resize.record_memory_limit_decrease(true);
+            false
+        }
+        Err(e) if resize_support::refuses_memory_limit_decrease(&e) => {
+            ctx.resize.record_memory_limit_decrease(false);
+            true
+        }
+        Err(e) => {
+            tracing::debug!(cloneset = %writes::cs_key(cs), pod = %name, error = %e, "a dry-run resize failed; asking again next time");
+            false
+        }
+    }
 }
 
 /// Carries out the update plan, in order, several pods at a time. After the first failure no

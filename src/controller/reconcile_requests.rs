@@ -228,6 +228,7 @@ pub(super) fn context_with(client: kube::Client) -> (Context, Writers) {
         queue: WorkQueue::with_limits(Default::default(), metrics.queue()),
         metrics,
         events: Recorder::new(client),
+        resize: super::resize_support::ResizeAnswers::new(true),
         leading: Default::default(),
     };
     (ctx, Writers { clonesets: cs_writer, pods: pod_writer, revisions: rev_writer, interner: Interner::default() })

@@ -187,12 +187,25 @@ pub async fn patch_pod(ctx: &Context, ns: &str, pod: &dyn PodRead, patch: Value)
     Ok(())
 }
 
-/// A strategic-merge patch of the pod's `resize` subresource (Kubernetes 1.32+), the only way to
-/// change a running pod's cpu/memory.
+/// A strategic-merge patch of the pod's `resize` subresource, the only way to change a running
+/// pod's cpu/memory. A refusal to lower a memory limit is remembered, so later plans avoid it.
 pub async fn resize_pod(ctx: &Context, ns: &str, pod: &dyn PodRead, patch: Value) -> Result<(), WriteError> {
-    let updated = pods(ctx, ns).patch_subresource("resize", pod.name(), &PatchParams::default(), &Patch::Strategic(&patch)).await?;
+    let resized = pods(ctx, ns).patch_subresource("resize", pod.name(), &PatchParams::default(), &Patch::Strategic(&patch)).await;
+    if let Err(e) = &resized
+        && super::resize_support::refuses_memory_limit_decrease(e)
+    {
+        ctx.resize.record_memory_limit_decrease(false);
+    }
+    let updated = resized?;
     expect_version(ctx, &updated);
     Ok(())
+}
+
+/// The resize [`resize_pod`] would make, as a dry run: the apiserver validates it and changes
+/// nothing (asked before the first resize that lowers a memory limit).
+pub async fn resize_pod_dry_run(ctx: &Context, ns: &str, pod: &dyn PodRead, patch: &Value) -> Result<(), kube::Error> {
+    let dry_run = PatchParams { dry_run: true, ..Default::default() };
+    pods(ctx, ns).patch_subresource("resize", pod.name(), &dry_run, &Patch::Strategic(patch)).await.map(|_| ())
 }
 
 /// Releases a pod whose labels no longer match the selector: removes our owner reference (a

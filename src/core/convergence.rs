@@ -171,6 +171,7 @@ impl Sim {
             current_revision: "web-r1",
             update_revision: "web-r2",
             gates: FeatureGates::default(),
+            resize: Default::default(),
             exclude_preparing_delete_flag: false,
             node_labels: &nodes,
             revision_data: &self.revision_data,

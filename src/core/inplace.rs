@@ -411,6 +411,61 @@ pub fn resize_patch(pod: &Pod, spec: &UpdateSpec) -> Option<Value> {
     (!patched.is_empty()).then(|| json!({"spec": {"containers": patched}}))
 }
 
+/// What the cluster lets an in-place resize change, as its apiserver answers (never its version
+/// number): whether it serves `pods/resize` at all (its discovery lists the subresource only
+/// while its own `InPlacePodVerticalScaling` gate is on, off by default before Kubernetes 1.33),
+/// and whether it lowers a container's memory limit in place when the container's memory
+/// `resizePolicy` is not `RestartContainer` (Kubernetes 1.33 refuses that; a dry-run resize
+/// finds out).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ResizeSupport {
+    pub served: bool,
+    pub memory_limit_decrease: bool,
+}
+
+impl Default for ResizeSupport {
+    fn default() -> Self {
+        Self { served: true, memory_limit_decrease: true }
+    }
+}
+
+/// Why this cluster would refuse the resize `spec` makes of `pod`, if it would; the update is then
+/// made by a new pod (or held, under InPlaceOnly) instead of being refused write after write.
+pub fn resize_refusal(pod: &Pod, spec: &UpdateSpec, support: ResizeSupport) -> Option<&'static str> {
+    if spec.container_resources.is_empty() {
+        None
+    } else if !support.served {
+        Some(
+            "the resources change needs the pods/resize subresource, which this cluster's apiserver does not serve (its InPlacePodVerticalScaling feature gate is off)",
+        )
+    } else if !support.memory_limit_decrease && lowers_memory_limit(pod, spec) {
+        Some(
+            "this cluster's apiserver refuses to lower a container's memory limit in place unless the container's memory resizePolicy is RestartContainer",
+        )
+    } else {
+        None
+    }
+}
+
+/// Whether the resize `spec` makes of `pod` lowers (or adds, lowering it from unlimited) the
+/// memory limit of a container whose memory `resizePolicy` is not `RestartContainer`: the resize
+/// Kubernetes 1.33 refuses.
+pub fn lowers_memory_limit(pod: &Pod, spec: &UpdateSpec) -> bool {
+    let containers = pod.spec.as_ref().map(|s| s.containers.as_slice()).unwrap_or_default();
+    containers.iter().any(|c| {
+        let Some(new) = spec.container_resources.get(&c.name).and_then(|r| r.limits.as_ref()).and_then(|l| l.get("memory")) else {
+            return false;
+        };
+        let old = c.resources.as_ref().and_then(|r| r.limits.as_ref()).and_then(|l| l.get("memory"));
+        let lower = match old {
+            None => true,
+            Some(old) => resources::quantity_nanos(&old.0).zip(resources::quantity_nanos(&new.0)).is_some_and(|(o, n)| n < o),
+        };
+        let restarts = c.resize_policy.iter().flatten().any(|p| p.resource_name == "memory" && p.restart_policy == "RestartContainer");
+        lower && !restarts
+    })
+}
+
 /// Kruise's `CheckPodNeedsBeUnready` for a pod with the InPlaceUpdateReady gate: an update of
 /// resources alone leaves the pod Ready, unless a container's resize policy restarts it for a
 /// resource that changes.
@@ -718,6 +773,44 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(resize_patch(&pod, &done), None, "0.1 is 100m: nothing to resize");
+    }
+
+    /// A resize the cluster would refuse is named before it is written: any resize where
+    /// `pods/resize` is not served, a lowered memory limit where the cluster forbids it (unless
+    /// the container restarts for memory).
+    #[test]
+    fn a_resize_the_cluster_would_refuse_is_named() {
+        let pod = |policy: Value| -> Pod {
+            serde_json::from_value(json!({"metadata": {"name": "p"}, "spec": {"containers": [
+                {"name": "main", "image": "nginx:1", "resizePolicy": policy,
+                 "resources": {"limits": {"cpu": "1", "memory": "128Mi"}}}]}}))
+            .unwrap()
+        };
+        let resize = |limits: Value| UpdateSpec {
+            container_resources: [("main".to_string(), serde_json::from_value(json!({ "limits": limits })).unwrap())].into(),
+            ..Default::default()
+        };
+        let keeps = pod(json!([{"resourceName": "memory", "restartPolicy": "NotRequired"}]));
+        let restarts = pod(json!([{"resourceName": "memory", "restartPolicy": "RestartContainer"}]));
+        let (lower, raise, cpu) = (resize(json!({"memory": "64Mi"})), resize(json!({"memory": "0.25Gi"})), resize(json!({"cpu": "500m"})));
+        let everything = ResizeSupport::default();
+        let not_served = ResizeSupport { served: false, ..everything };
+        let no_decrease = ResizeSupport { memory_limit_decrease: false, ..everything };
+
+        for spec in [&lower, &raise, &cpu] {
+            assert_eq!(resize_refusal(&keeps, spec, everything), None);
+            assert!(resize_refusal(&keeps, spec, not_served).is_some_and(|why| why.contains("pods/resize")));
+        }
+        assert_eq!(resize_refusal(&keeps, &UpdateSpec::default(), not_served), None, "no resize, nothing to refuse");
+        assert!(resize_refusal(&keeps, &lower, no_decrease).is_some_and(|why| why.contains("memory limit")));
+        assert!(lowers_memory_limit(&pod(Value::Null), &lower), "no policy is NotRequired");
+        let unlimited: Pod =
+            serde_json::from_value(json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "main", "image": "nginx:1"}]}}))
+                .unwrap();
+        assert!(lowers_memory_limit(&unlimited, &raise), "a new limit lowers it from unlimited");
+        for (p, spec) in [(&restarts, &lower), (&keeps, &raise), (&keeps, &cpu)] {
+            assert_eq!(resize_refusal(p, spec, no_decrease), None);
+        }
     }
 
     /// Kruise's resize completion: every container reports the resources its spec asks for.

@@ -28,6 +28,8 @@ pub struct SyncInput<'a> {
     pub current_revision: &'a str,
     pub update_revision: &'a str,
     pub gates: FeatureGates,
+    /// What this cluster lets an in-place resize change (InPlaceWorkloadVerticalScaling).
+    pub resize: inplace::ResizeSupport,
     /// `--cloneset-scaling-exclude-preparing-delete`.
     pub exclude_preparing_delete_flag: bool,
     /// Labels of the nodes pods run on (for the topology-spread deletion ranker).
@@ -438,7 +440,7 @@ pub enum PodAction {
     /// It cannot be updated as asked (InPlaceOnly without an in-place path, or its state).
     Refuse(String),
     /// Refused as well, for a reason Kruise does not have (an env variable that would go stale
-    /// without kruise-daemon): said by a Warning event too.
+    /// without kruise-daemon, a resize the cluster would refuse): said by a Warning event too.
     Hold(String),
 }
 
@@ -544,13 +546,16 @@ fn pod_action(input: &SyncInput<'_>, pod: &dyn PodRead, target: &str) -> PodActi
         spec = Some(refreshed);
         stale_env = None;
     }
-    let Some(spec) = spec.filter(|_| stale_env.is_none()) else {
+    let hold = match (stale_env, &spec) {
+        (Some(env), _) => Some(format!("{env} reads a label or annotation the update changes, which only a new pod would see")),
+        (None, Some(s)) => inplace::resize_refusal(&pod.whole(), s, input.resize).map(str::to_string),
+        (None, None) => None,
+    };
+    let Some(spec) = spec.filter(|_| hold.is_none()) else {
         return if kind == update_type::IN_PLACE_ONLY {
             let refused = format!("find Pod {} update strategy is InPlaceOnly but can not update in-place", pod.name());
-            match stale_env {
-                Some(env) => PodAction::Hold(format!(
-                    "{refused}: {env} reads a label or annotation the update changes, which only a new pod would see"
-                )),
+            match hold {
+                Some(why) => PodAction::Hold(format!("{refused}: {why}")),
                 None => PodAction::Refuse(refused),
             }
         } else {
@@ -775,6 +780,7 @@ mod tests {
             current_revision: "foo-r1",
             update_revision,
             gates: FeatureGates::default(),
+            resize: Default::default(),
             exclude_preparing_delete_flag: false,
             node_labels: NO_NODES,
             revision_data: NO_REVISIONS,
@@ -1014,6 +1020,52 @@ mod tests {
         let [PodWrite::Resize(resize), PodWrite::Patch(apply), ..] = r[0].writes.as_slice() else { panic!("{r:?}") };
         assert_eq!(resize["spec"]["containers"][0]["resources"], json!({"requests": {"cpu": "200m"}}));
         assert_eq!(apply["metadata"]["annotations"][keys::INPLACE_UPDATE_GRACE], json!(null), "the grace annotation goes with it");
+    }
+
+    /// A resize the cluster would refuse (no `pods/resize`, a lowered memory limit where that is
+    /// forbidden) is never written: a new pod under InPlaceIfPossible, a hold that says why under
+    /// InPlaceOnly; what the cluster allows is still resized in place.
+    #[test]
+    fn a_resize_the_cluster_refuses_recreates_or_holds_the_pod() {
+        let template = |memory: &str| {
+            json!({"metadata": {"labels": {"app": "foo"}}, "spec": {"containers": [{"name": "c", "image": "nginx:1",
+                "resources": {"limits": {"memory": memory}}}]}})
+        };
+        let data: BTreeMap<String, Arc<[u8]>> = [
+            ("foo-r1".to_string(), crate::core::revision::revision_data(&template("128Mi")).into()),
+            ("foo-r2".to_string(), crate::core::revision::revision_data(&template("64Mi")).into()),
+            ("foo-r3".to_string(), crate::core::revision::revision_data(&template("256Mi")).into()),
+        ]
+        .into();
+        let mut pod = ready_pod("foo-1", "foo-r1");
+        pod.spec.as_mut().unwrap().containers =
+            vec![serde_json::from_value(json!({"name": "c", "image": "nginx:1", "resources": {"limits": {"memory": "128Mi"}}})).unwrap()];
+        let pods: [&dyn PodRead; 1] = [&pod];
+        let now: Timestamp = "2026-01-01T01:00:00Z".parse().unwrap();
+        let action = |type_: &str, target: &str, resize: inplace::ResizeSupport| {
+            let mut cs = in_place_cloneset(serde_json::Value::Null);
+            cs.spec.update_strategy.type_ = type_.into();
+            let mut i = input(&cs, &pods, target, now);
+            i.revision_data = &data;
+            i.gates.in_place_workload_vertical_scaling = true;
+            i.resize = resize;
+            plan_update(&i).pods[0].1.clone()
+        };
+        let everything = inplace::ResizeSupport::default();
+        let not_served = inplace::ResizeSupport { served: false, ..everything };
+        let no_decrease = inplace::ResizeSupport { memory_limit_decrease: false, ..everything };
+        let held = |why: &str| format!("find Pod foo-1 update strategy is InPlaceOnly but can not update in-place: {why}");
+
+        for target in ["foo-r2", "foo-r3"] {
+            assert!(matches!(action("InPlaceIfPossible", target, everything), PodAction::InPlace(_)));
+            assert_eq!(action("InPlaceIfPossible", target, not_served), PodAction::Recreate);
+            let PodAction::Hold(why) = action("InPlaceOnly", target, not_served) else { panic!("InPlaceOnly holds the pod") };
+            assert!(why.starts_with(&held("the resources change needs the pods/resize subresource")), "{why}");
+        }
+        assert_eq!(action("InPlaceIfPossible", "foo-r2", no_decrease), PodAction::Recreate);
+        let PodAction::Hold(why) = action("InPlaceOnly", "foo-r2", no_decrease) else { panic!("InPlaceOnly holds the pod") };
+        assert!(why.starts_with(&held("this cluster's apiserver refuses to lower a container's memory limit")), "{why}");
+        assert!(matches!(action("InPlaceOnly", "foo-r3", no_decrease), PodAction::InPlace(_)), "raising it is allowed");
     }
 
     /// A container reading `metadata.labels['ver']` into its env: changing `ver` takes a new pod

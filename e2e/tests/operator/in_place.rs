@@ -337,6 +337,116 @@ async fn without_the_vertical_scaling_gate_a_resources_change_recreates() {
     assert!(pods.iter().all(|p| reported_cpu(p).as_deref() == Some("200m")));
 }
 
+/// Whether the apiserver lists `pods/resize` in its discovery.
+async fn resize_served() -> bool {
+    let client = e2e::testenv::client().await.unwrap();
+    client.list_core_api_resources("v1").await.unwrap().resources.iter().any(|r| r.name == "pods/resize")
+}
+
+/// Container `main` with the given memory limit (requests below it, so the QoS stays Burstable).
+fn memory_limit(limit: &str) -> serde_json::Value {
+    json!({"name": "main", "image": "nginx:1.27", "resources": {"requests": {"cpu": "100m", "memory": "32Mi"}, "limits": {"memory": limit}}})
+}
+
+/// Resources changes from `from` to `to`, then to `then`, that this cluster would refuse to make
+/// in place, under InPlaceWorkloadVerticalScaling: under InPlaceIfPossible every pod is replaced
+/// by a new one with the new resources; under InPlaceOnly the pods are kept as they are, with a FailedUpdate
+/// condition and a FailedUpdatePodInPlace Warning event that say `why`. Seen from a watch: no
+/// kept pod is ever given the new resources in place.
+async fn a_refused_resize_recreates_or_holds(prefix: &str, [from, to, then]: [serde_json::Value; 3], why: &str) {
+    let e = e2e::workload::env_with(prefix, &["--feature-gates=InPlaceWorkloadVerticalScaling=true"]).await;
+    let template = |c: &serde_json::Value| json!({"template": {"spec": {"containers": [c]}}});
+    e.create(&manifest("web", 2, "nginx:1.27", in_place(template(&from)))).await;
+    e.wait_status("web", "2 ready", |cs| rolled_out(cs, 2)).await;
+    let old: BTreeSet<String> = e.active_pods("web").await.iter().filter_map(|p| p.metadata.uid.clone()).collect();
+    let resources = |p: &Pod| serde_json::to_value(&p.spec.as_ref().unwrap().containers[0].resources).unwrap();
+    let (seen, watch) = record_selected(&e.pods, watcher::Config::default().labels("app=web"), move |p: &Pod| {
+        (p.metadata.uid.clone().unwrap_or_default(), resources(p))
+    })
+    .await
+    .unwrap();
+    e.patch("web", template(&to)).await;
+    e.wait_status("web", "rolled out by new pods", |cs| rolled_out(cs, 2)).await;
+    let pods = e.active_pods("web").await;
+    let new: BTreeSet<String> = pods.iter().filter_map(|p| p.metadata.uid.clone()).collect();
+    assert!(old.is_disjoint(&new), "every pod was recreated: {old:?} / {new:?}");
+    assert!(pods.iter().all(|p| resources(p) == to["resources"]), "the new pods have the new resources");
+
+    e.patch("web", json!({"updateStrategy": {"type": "InPlaceOnly"}, "template": {"spec": {"containers": [then]}}})).await;
+    let cs =
+        e.wait_status("web", "FailedUpdate", |cs| st(cs).conditions.iter().any(|c| c.type_ == "FailedUpdate" && c.status == "True")).await;
+    let cond = st(&cs).conditions.into_iter().find(|c| c.type_ == "FailedUpdate").unwrap();
+    assert!(
+        cond.message.contains("update strategy is InPlaceOnly but can not update in-place") && cond.message.contains(why),
+        "{}",
+        cond.message
+    );
+    let events: Api<k8s_openapi::api::core::v1::Event> = e.ns.api();
+    wait_until(T, "a FailedUpdatePodInPlace Warning event that says why", || async {
+        let list = events.list(&Default::default()).await?;
+        Ok(list.items.iter().any(|ev| {
+            ev.type_.as_deref() == Some("Warning")
+                && ev.reason.as_deref() == Some("FailedUpdatePodInPlace")
+                && ev.message.as_deref().is_some_and(|m| m.contains(why))
+        }))
+    })
+    .await
+    .unwrap();
+    watch.abort();
+    let pods = e.active_pods("web").await;
+    assert_eq!(pods.iter().filter_map(|p| p.metadata.uid.clone()).collect::<BTreeSet<_>>(), new, "no held pod was recreated");
+    let seen = seen.lock().unwrap().clone();
+    for uid in &new {
+        assert!(!seen.contains(&(uid.clone(), then["resources"].clone())), "pod {uid} was resized in place: {seen:?}");
+    }
+    assert_eq!(st(&cs).updated_replicas, 0);
+}
+
+/// Where the apiserver does not serve `pods/resize` (Kubernetes 1.32, whose
+/// InPlacePodVerticalScaling gate is off by default), a resources change is made by new pods, or
+/// held under InPlaceOnly, instead of a resize refused write after write.
+#[tokio::test]
+async fn where_pods_resize_is_not_served_a_resources_change_recreates_or_holds() {
+    assert!(!resize_served().await, "this test is for an apiserver without pods/resize (e2e/src/versions.rs)");
+    let steps = [cpu_request("100m"), cpu_request("200m"), cpu_request("300m")];
+    a_refused_resize_recreates_or_holds("noresize-served", steps, "pods/resize subresource").await;
+}
+
+/// Where the apiserver refuses to lower a memory limit in place (Kubernetes 1.33, unless the
+/// container's memory resizePolicy is RestartContainer), such a change is made by new pods, or
+/// held under InPlaceOnly.
+#[tokio::test]
+async fn where_a_memory_limit_cannot_be_lowered_in_place_the_change_recreates_or_holds() {
+    assert!(resize_served().await, "this test is for an apiserver with pods/resize (e2e/src/versions.rs)");
+    let steps = [memory_limit("128Mi"), memory_limit("96Mi"), memory_limit("64Mi")];
+    a_refused_resize_recreates_or_holds("nomemdecrease", steps, "lower a container's memory limit in place").await;
+}
+
+/// Where the apiserver allows it, a lowered memory limit is resized in place: same pods, the new
+/// limit in their spec and reported by the kubelet.
+#[tokio::test]
+async fn a_memory_limit_is_lowered_in_place_where_the_cluster_allows_it() {
+    let e = e2e::workload::env_with("memdecrease", &["--feature-gates=InPlaceWorkloadVerticalScaling=true"]).await;
+    let template = |c: serde_json::Value| json!({"template": {"spec": {"containers": [c]}}});
+    e.create(&manifest("web", 2, "nginx:1.27", in_place(template(memory_limit("128Mi"))))).await;
+    e.wait_status("web", "2 ready", |cs| rolled_out(cs, 2)).await;
+    let before: BTreeSet<String> = e.active_pods("web").await.iter().filter_map(|p| p.metadata.uid.clone()).collect();
+    e.patch("web", template(memory_limit("96Mi"))).await;
+    e.wait_status("web", "rolled out", |cs| rolled_out(cs, 2)).await;
+    let reported = |p: &Pod| -> Option<String> {
+        let main = p.status.as_ref()?.container_statuses.as_ref()?.iter().find(|c| c.name == "main")?;
+        Some(main.resources.as_ref()?.limits.as_ref()?.get("memory")?.0.clone())
+    };
+    wait_until(T, "both pods resized", || async {
+        let pods = e.active_pods("web").await;
+        Ok(pods.len() == 2 && pods.iter().all(|p| reported(p).as_deref() == Some("96Mi")))
+    })
+    .await
+    .unwrap_or_else(|err| panic!("{err:#}\n--- operator log ---\n{}", e.operator.log_tail(40)));
+    let after: BTreeSet<String> = e.active_pods("web").await.iter().filter_map(|p| p.metadata.uid.clone()).collect();
+    assert_eq!(after, before, "resized in place, not recreated");
+}
+
 /// §5.6 launch priority: the container with the higher `KRUISE_CONTAINER_PRIORITY` gets its new
 /// image first; the other only once that one runs it and is Ready.
 #[tokio::test]

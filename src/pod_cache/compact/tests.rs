@@ -316,6 +316,7 @@ fn with_sync_input<R>(cs: &crate::api::CloneSet, pods: &[&dyn PodRead], update: 
         current_revision: "inplace-b55cd4488",
         update_revision: update,
         gates: Default::default(),
+        resize: Default::default(),
         exclude_preparing_delete_flag: false,
         node_labels: &nodes,
         revision_data: &revision_data,
