@@ -15,6 +15,11 @@ LOCAL_CLUSTER:= $(TARGET_DIR)/local-cluster
 # `make run` and `make cluster-up` share this control plane; `make test` uses its own.
 CLUSTER_DIR  ?= target/local-cluster
 TEST_CLUSTER_DIR ?= target/test-cluster
+# The Kubernetes release the local control plane builds and runs: a minor listed in
+# e2e/kubernetes-versions (its pinned patch, e.g. K8S_VERSION=1.32) or a full version; unset, the
+# newest supported. Exported for the scripts and tests that start control planes.
+K8S_VERSION  ?=
+export K8S_VERSION
 # Real nodes (kubelet, containerd, runc) beside the simulated ones: one when run as root (they
 # need it), none otherwise. REAL_NODES=0 turns them off.
 REAL_NODES   ?= $(if $(filter 0,$(shell id -u)),1,0)
@@ -73,16 +78,24 @@ run: build cluster-toolchain ## Run the operator on the local control plane (sta
 	exec $(OPERATOR) run --leader-election-namespace=cloneset-system $(if $(V1BETA1),--webhook-addr=$(RUN_WEBHOOK_ADDR) --webhook-hosts=$(RUN_WEBHOOK_HOST))
 
 .PHONY: test
+test: build ## Unit tests, then the e2e tests (`make e2e`) on K8S_VERSION
+	$(CARGO) test --workspace --exclude e2e -- --include-ignored
+	$(CARGO) test -p e2e --lib --bins
+	@$(MAKE) --no-print-directory e2e
+
+.PHONY: e2e
 # The e2e stage runs with the network guard on (e2e/scripts/net-guard.sh, when root): every packet
 # to an address outside loopback is dropped and counted, and a count above zero fails the stage.
 # So everything it runs is built and installed first.
-test: net-guard-clear build cluster-toolchain ## Unit tests, then e2e tests against a local control plane started and stopped here, with the network guard on
-	$(CARGO) test --workspace --exclude e2e -- --include-ignored
-	$(CARGO) test -p e2e --lib --bins
+e2e: net-guard-clear build cluster-toolchain ## E2e tests on K8S_VERSION against a local control plane started and stopped here, with the network guard on
 	@bash e2e/scripts/build-helm.sh >/dev/null
 	@$(LOCAL_CLUSTER) prepare --real-nodes $(REAL_NODES)
 	$(CARGO) test -p e2e --test '*' --no-run
 	@CARGO=$(CARGO) REAL_NODES=$(REAL_NODES) bash e2e/scripts/e2e-stage.sh $(LOCAL_CLUSTER) $(TEST_CLUSTER_DIR)
+
+.PHONY: test-matrix
+test-matrix: build cluster-toolchain ## `make e2e` on every supported Kubernetes minor; the table goes into docs/compatibility.md
+	@bash e2e/scripts/test-matrix.sh
 
 .PHONY: net-guard-clear
 net-guard-clear: ## Remove a network guard left installed by an interrupted `make test`
@@ -166,7 +179,7 @@ cluster-status: ## Print the local control plane's kubeconfig path if it is runn
 	@$(LOCAL_CLUSTER) --dir $(CLUSTER_DIR) status
 
 .PHONY: kubernetes
-kubernetes: ## Build (once) the pinned kube-apiserver, controller-manager and scheduler into the cache
+kubernetes: ## Build (once) K8S_VERSION's kube-apiserver, controller-manager, scheduler, kubectl (and kubelet, kube-proxy) into the cache
 	@bash e2e/scripts/build-k8s.sh
 
 .PHONY: toolchain

@@ -170,6 +170,9 @@ pub struct Report {
     /// permissions not bound yet (a chart's pods may start before its RoleBinding is in effect)
     /// or already removed (`helm uninstall` deletes the RoleBinding while the pods stop).
     pub refused_at_the_edges: usize,
+    /// Grants no request used because this apiserver does not serve what they grant, and why
+    /// (said in the report, not counted as unused): [`Report::not_served`].
+    pub not_served: BTreeMap<Access, String>,
     /// How many requests each grant allowed.
     pub used: BTreeMap<Access, usize>,
     pub requests: usize,
@@ -177,6 +180,16 @@ pub struct Report {
 }
 
 impl Report {
+    /// Takes an unused grant of `resource` out of the unused ones: this apiserver does not serve
+    /// it (`why`), so no request could use it. A grant that was used stays as it is.
+    pub fn not_served(&mut self, resource: &str, why: &str) {
+        let gone: Vec<Access> = self.unused.iter().filter(|a| a.resource == resource).cloned().collect();
+        for access in gone {
+            self.unused.remove(&access);
+            self.not_served.insert(access, why.to_string());
+        }
+    }
+
     pub fn is_clean(&self) -> bool {
         self.ungranted.is_empty() && self.unused.is_empty() && self.forbidden.is_empty()
     }
@@ -228,6 +241,9 @@ impl fmt::Display for Report {
         }
         for (g, r, v, why) in INDIRECT_GRANTS {
             writeln!(f, "  granted, checked by the apiserver: {} ({why})", Access::new(g, r, v))?;
+        }
+        for (access, why) in &self.not_served {
+            writeln!(f, "  granted, never called: not served by this apiserver: {access} ({why})")?;
         }
         for (access, call) in &self.ungranted {
             let ns = call.namespace.as_deref().unwrap_or("(cluster)");
@@ -377,5 +393,17 @@ mod tests {
         let report = compare(&grants(&docs()).unwrap(), &[]);
         assert!(!report.unused.contains(&Access::new("apps.kruise.io", "clonesets/finalizers", "update")));
         assert_eq!(report.unused.len(), 5);
+    }
+
+    /// Where the apiserver does not serve pods/resize, its unused grant is said as such, not
+    /// failed; anything else unused still fails.
+    #[test]
+    fn a_grant_of_what_the_apiserver_does_not_serve_is_reported_apart() {
+        let (c, _) = log(&[event(OP, "list", "", "nodes", None, None, 200), event(OP, "watch", "", "nodes", None, None, 200)]);
+        let mut report = compare(&grants(&docs()).unwrap(), &c);
+        report.not_served("pods/resize", "no resize here");
+        assert!(!report.unused.contains(&Access::new("", "pods/resize", "patch")));
+        assert!(report.to_string().contains("not served by this apiserver: "), "{report}");
+        assert!(!report.is_clean(), "pods patch and the lease are still unused: {report}");
     }
 }

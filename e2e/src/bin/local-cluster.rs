@@ -76,6 +76,9 @@ enum Cmd {
     /// writes one) against the RBAC the chart grants: exit 1 if a request was not granted or
     /// refused, or a grant was never used.
     RbacAudit,
+    /// Print the e2e tests that do not hold on the Kubernetes release under test (K8S_VERSION),
+    /// one a line: the test's name, a tab, why.
+    VersionSkips,
     /// Stop every process this directory's `up` started; logs are kept.
     Down,
     /// Exit 0 and print the kubeconfig path when the cluster is running.
@@ -160,7 +163,19 @@ async fn main() -> anyhow::Result<()> {
                 std::fs::read_to_string(&log).with_context(|| format!("reading {} (written by `up --test-profile`)", log.display()))?;
             let grants = chart_grants()?;
             let (calls, non_resource) = e2e::rbac::calls(&text, e2e::chart::is_operator_account)?;
-            let report = e2e::rbac::compare(&grants, &calls);
+            let mut report = e2e::rbac::compare(&grants, &calls);
+            // Asked of the running apiserver: a grant it cannot be called with here is said, not failed.
+            if let Some(state) = cluster::read_state(&dir)?
+                && !cluster::client_for(&state.kubeconfig)
+                    .await?
+                    .list_core_api_resources("v1")
+                    .await?
+                    .resources
+                    .iter()
+                    .any(|r| r.name == "pods/resize")
+            {
+                report.not_served("pods/resize", "its InPlacePodVerticalScaling feature gate is off");
+            }
             eprint!("local-cluster: the chart's RBAC against the operator's requests in {}: {report}", log.display());
             eprintln!(
                 "  non-resource paths (discovery, allowed to every account): {}",
@@ -171,6 +186,11 @@ async fn main() -> anyhow::Result<()> {
             }
             if !report.is_clean() {
                 anyhow::bail!("the chart's RBAC and the operator's calls differ (above)");
+            }
+        }
+        Cmd::VersionSkips => {
+            for (test, why) in e2e::versions::skipped_on(&e2e::versions::under_test()) {
+                println!("{test}\t{why}");
             }
         }
         Cmd::Prepare { real_nodes } => {
