@@ -243,4 +243,20 @@ mod tests {
         assert!(on_32.iter().any(|(t, why)| *t == "vertical_scaling_gate_resizes_pods_in_place" && why.contains("1.33 and newer")));
         assert!(skipped_on("v1.33.1").iter().all(|(t, _)| *t != "vertical_scaling_gate_resizes_pods_in_place"));
     }
+
+    /// The charts' kubeVersion, the README and docs/compatibility.md state the supported range
+    /// this file lists.
+    #[test]
+    fn the_charts_and_docs_state_the_supported_range() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let (old, new) = (oldest().minor, newest().minor);
+        for chart in ["cloneset-operator", "cloneset-operator-migrate"] {
+            let text = std::fs::read_to_string(root.join("charts").join(chart).join("Chart.yaml")).unwrap();
+            assert!(text.contains(&format!("kubeVersion: \">={}.{}.0-0\"", old.0, old.1)), "{chart}'s kubeVersion");
+        }
+        let range = format!("{}.{} to {}.{}", old.0, old.1, new.0, new.1);
+        for doc in ["README.md", "docs/compatibility.md", "docs/install.md"] {
+            assert!(std::fs::read_to_string(root.join(doc)).unwrap().contains(&range), "{doc} says Kubernetes {range}");
+        }
+    }
 }
