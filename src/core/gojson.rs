@@ -60,6 +60,31 @@ pub fn typed_round_trip_pod_template(template: &Value) -> Value {
     schema.convert(&schema.root, Some(template), Numbers::Exact).0
 }
 
+/// The fields of `template` (a pod template as the apiserver stores it) that the typed decode of
+/// [`normalize_pod_template`] drops because Kruise's Go types have no such field: fields of a
+/// Kubernetes newer than 1.32, misspelt or wrongly cased ones. Each is a path from `prefix`
+/// (`spec.template`): `.name` for a field, `[i]` for a list item, `[key]` for a map value; only
+/// the outermost dropped field of a subtree. Not listed, since nothing is lost with them: a field
+/// whose value is null, and keys starting with `$`, merge-patch directives that name no field
+/// (`kubectl kruise rollout undo` writes `$patch` into the template).
+pub fn dropped_fields(template: &Value, prefix: &str) -> Vec<String> {
+    let schema = &*SCHEMA;
+    let mut path = prefix.to_string();
+    let mut out = Vec::new();
+    schema.dropped(&schema.root, template, &mut path, &mut out);
+    out
+}
+
+/// Every field path of the pod template that Kruise's Go types have, relative to the template:
+/// `.` between fields, `[]` after a list, `{}` after a map (`spec.containers[].image`). Leaves
+/// with an encoding of their own (quantities, times, raw JSON) end a path.
+pub fn pod_template_field_paths() -> Vec<String> {
+    let schema = &*SCHEMA;
+    let mut out = Vec::new();
+    schema.field_paths(&schema.root, &mut String::new(), &mut Vec::new(), &mut out);
+    out
+}
+
 /// Go's `json.Marshal` of a value of the Go struct type `type_name` (for example
 /// `"k8s.io/api/core/v1.PersistentVolumeClaim"`, any struct in the schema) decoded from `input`:
 /// fields in declaration order, as a typed encode writes them, map keys sorted. `None` when the
@@ -519,6 +544,74 @@ impl Schema {
                 }
                 (Value::Object(out), false)
             }
+        }
+    }
+}
+
+impl Schema {
+    /// See [`dropped_fields`]; `path` is where `value` sits, and is left as it was found.
+    fn dropped(&self, kind: &Kind, value: &Value, path: &mut String, out: &mut Vec<String>) {
+        let at = path.len();
+        match (kind, value) {
+            (Kind::Ptr(elem), v) => self.dropped(elem, v, path, out),
+            (Kind::Slice(elem), Value::Array(items)) => {
+                for (i, item) in items.iter().enumerate() {
+                    path.push_str(&format!("[{i}]"));
+                    self.dropped(elem, item, path, out);
+                    path.truncate(at);
+                }
+            }
+            (Kind::Map(elem), Value::Object(map)) => {
+                for (key, item) in map {
+                    path.push_str(&format!("[{key}]"));
+                    self.dropped(elem, item, path, out);
+                    path.truncate(at);
+                }
+            }
+            (Kind::Struct(index), Value::Object(map)) => {
+                for (key, item) in map {
+                    if !path.is_empty() {
+                        path.push('.');
+                    }
+                    path.push_str(key);
+                    match self.structs[*index].iter().find(|f| f.name == *key) {
+                        Some(field) => self.dropped(&field.kind, item, path, out),
+                        None if !key.starts_with('$') && !item.is_null() => out.push(path.clone()),
+                        None => {}
+                    }
+                    path.truncate(at);
+                }
+            }
+            // A leaf, or a value of the wrong JSON type (decoded as the zero value): no fields.
+            _ => {}
+        }
+    }
+
+    /// See [`pod_template_field_paths`]; `open` holds the structs being walked, so that a type
+    /// containing itself ends the walk instead of looping.
+    fn field_paths(&self, kind: &Kind, path: &mut String, open: &mut Vec<usize>, out: &mut Vec<String>) {
+        let at = path.len();
+        match kind {
+            Kind::Ptr(elem) => self.field_paths(elem, path, open, out),
+            Kind::Slice(elem) | Kind::Map(elem) => {
+                path.push_str(if matches!(kind, Kind::Slice(_)) { "[]" } else { "{}" });
+                self.field_paths(elem, path, open, out);
+                path.truncate(at);
+            }
+            Kind::Struct(index) if !open.contains(index) => {
+                open.push(*index);
+                for field in &self.structs[*index] {
+                    if !path.is_empty() {
+                        path.push('.');
+                    }
+                    path.push_str(&field.name);
+                    out.push(path.clone());
+                    self.field_paths(&field.kind, path, open, out);
+                    path.truncate(at);
+                }
+                open.pop();
+            }
+            _ => {}
         }
     }
 }
@@ -1262,6 +1355,80 @@ mod tests {
                 r#""priority":0,"securityContext":{},"terminationGracePeriodSeconds":30}}"#
             )
         );
+    }
+
+    #[test]
+    fn dropped_fields_are_named_by_their_path_outermost_first() {
+        let t = json!({
+            "$patch": "replace",
+            "metadata": {"labels": {"app": "x"}, "labelz": {"a": "b"}, "annotations": {"k": "v"}},
+            "spec": {
+                "hostnameOverride": "web",
+                "hostnamee": "typo",
+                "schedulingGroup": null,
+                "containers": [
+                    {"name": "a", "image": "i", "Image": "wrong-case"},
+                    {"name": "b", "image": "i", "restartPolicyRules": [{"action": "Restart"}],
+                     "env": [{"name": "E", "valueFrom": {"fileKeyRef": {"path": "p", "key": "k"}}}],
+                     "lifecycle": {"stopSignal": "SIGUSR1", "preStop": {"httpGet": {"port": 80, "protocol": "HTTPS"}}},
+                     "resources": {"limits": {"cpu": "1"}}}
+                ],
+                "initContainers": [{"name": "init", "image": "i", "volumeMounts": [{"name": "v", "mountPath": "/v", "bindMountOptions": {}}]}],
+                "volumes": [{"name": "v", "projected": {"sources": [{"secret": {"name": "s", "items": [{"key": "k", "path": "p", "user": 1}]}}]}}]
+            }
+        });
+        assert_eq!(
+            dropped_fields(&t, "spec.template"),
+            [
+                "spec.template.metadata.labelz",
+                "spec.template.spec.containers[0].Image",
+                "spec.template.spec.containers[1].env[0].valueFrom.fileKeyRef",
+                "spec.template.spec.containers[1].lifecycle.preStop.httpGet.protocol",
+                "spec.template.spec.containers[1].lifecycle.stopSignal",
+                "spec.template.spec.containers[1].restartPolicyRules",
+                "spec.template.spec.hostnameOverride",
+                "spec.template.spec.hostnamee",
+                "spec.template.spec.initContainers[0].volumeMounts[0].bindMountOptions",
+                "spec.template.spec.volumes[0].projected.sources[0].secret.items[0].user",
+            ]
+        );
+        let without: Value = serde_json::from_str(&encoded(&normalize_pod_template(&t))).unwrap();
+        assert_eq!(dropped_fields(&without, "spec.template"), Vec::<String>::new(), "what the typed decode keeps drops nothing");
+    }
+
+    #[test]
+    fn dropped_fields_ignore_values_of_the_wrong_type_and_the_fields_of_leaves() {
+        let t = json!({
+            "spec": {"containers": "not a list", "securityContext": [1], "overhead": {"cpu": {"nested": 1}},
+                     "volumes": [{"name": "v", "emptyDir": {"sizeLimit": {"x": 1}}}]},
+            "metadata": {"managedFields": [{"fieldsV1": {"f:anything": {}}}], "creationTimestamp": {"y": 1}}
+        });
+        assert_eq!(dropped_fields(&t, ""), Vec::<String>::new());
+        assert_eq!(dropped_fields(&json!({"specs": {}}), ""), ["specs"]);
+        assert_eq!(dropped_fields(&json!(null), "spec.template"), Vec::<String>::new());
+    }
+
+    #[test]
+    fn the_field_paths_of_the_template_follow_lists_maps_and_embedded_structs() {
+        let paths = pod_template_field_paths();
+        for p in [
+            "metadata",
+            "metadata.labels",
+            "metadata.managedFields[].fieldsV1",
+            "spec.containers[].image",
+            "spec.containers[].resources.limits",
+            "spec.initContainers[].restartPolicy",
+            "spec.ephemeralContainers[].targetContainerName",
+            "spec.ephemeralContainers[].image",
+            "spec.volumes[].projected.sources[].secret.items[].path",
+        ] {
+            assert!(paths.iter().any(|q| q == p), "{p} missing");
+        }
+        for p in ["spec.hostnameOverride", "spec.containers[].restartPolicyRules", "spec.containers[].resources.limits{}"] {
+            assert!(!paths.iter().any(|q| q == p), "{p} listed");
+        }
+        let unique: std::collections::BTreeSet<&String> = paths.iter().collect();
+        assert_eq!(unique.len(), paths.len());
     }
 
     #[test]
