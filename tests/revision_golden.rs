@@ -5,7 +5,9 @@
 //! for them. The first test checks our encoding against the committed vectors. The second rebuilds
 //! the vectors and the PodTemplateSpec schema (`src/core/gojson_podtemplate_schema.json`) with that
 //! program and checks that the committed files are current; it needs Go, so it is `#[ignore]`d
-//! with that reason, and `make test` (which requires Go) runs it.
+//! with that reason, and `make test` (which requires Go) runs it. A third, ignored for the same
+//! reason, regenerates the list of template fields newer than that schema
+//! (`src/api/newer_pod_template_fields.json`) from the newest `k8s.io/api`.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -17,6 +19,8 @@ use serde_json::Value;
 
 const GOLDEN_DIR: &str = "e2e/revision-golden";
 const SCHEMA_FILE: &str = "src/core/gojson_podtemplate_schema.json";
+const NEWER_FIELDS_DIR: &str = "e2e/revision-golden/newer-fields";
+const NEWER_FIELDS_FILE: &str = "src/api/newer_pod_template_fields.json";
 
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -171,4 +175,22 @@ fn go_reference_regenerates_the_committed_files() {
             first_difference(&committed_text, &fresh_text)
         );
     }
+}
+
+#[test]
+#[ignore = "needs Go 1.26 and k8s.io/api in the Go module cache (the newer-fields program); make test runs it"]
+fn newer_fields_list_matches_the_newest_kubernetes_types() {
+    let mut cmd = go_command(&root().join(NEWER_FIELDS_DIR));
+    // The module cache only: a test never reaches off the machine.
+    cmd.env("GOPROXY", "off").args(["run", ".", root().join(SCHEMA_FILE).to_str().unwrap()]);
+    let fresh =
+        String::from_utf8(run(cmd, "go run . (in e2e/revision-golden/newer-fields; `go mod download` there first if modules are missing)"))
+            .unwrap();
+    let committed = read(&root().join(NEWER_FIELDS_FILE));
+    assert!(
+        fresh == committed,
+        "{NEWER_FIELDS_FILE} is out of date with the newest k8s.io/api;\n{}\nregenerate with: cd {NEWER_FIELDS_DIR} && \
+         GOTOOLCHAIN=local GOFLAGS=-mod=mod go run . ../../../{SCHEMA_FILE} > ../../../{NEWER_FIELDS_FILE}",
+        first_difference(&committed, &fresh)
+    );
 }

@@ -7,6 +7,7 @@ pub mod crd;
 pub mod keys;
 mod rules;
 pub mod shared;
+pub mod template_fields;
 pub mod v1beta1;
 
 pub use cloneset::{CloneSet, CloneSetCondition, CloneSetScaleStrategy, CloneSetSpec, CloneSetStatus, CloneSetUpdateStrategy};

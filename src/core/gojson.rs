@@ -1431,6 +1431,20 @@ mod tests {
         assert_eq!(unique.len(), paths.len());
     }
 
+    /// The committed list of newer fields (`api::template_fields`) fits this schema: each field
+    /// is missing from it, sits in a struct it has, and is the outermost missing one.
+    #[test]
+    fn the_newer_fields_list_names_fields_this_schema_lacks_under_fields_it_has() {
+        let paths: std::collections::BTreeSet<String> = pod_template_field_paths().into_iter().collect();
+        let newer = crate::api::template_fields::newer_fields().fields;
+        assert!(!newer.is_empty());
+        for field in &newer {
+            assert!(!paths.contains(field), "{field} is in the schema");
+            let parent = field.rsplit_once('.').map(|(p, _)| p.trim_end_matches(['[', ']', '{', '}']));
+            assert!(parent.is_none_or(|p| paths.contains(p)), "{field}: its parent is not in the schema");
+        }
+    }
+
     #[test]
     fn odd_input_never_panics() {
         for t in [json!(null), json!([]), json!("x"), json!({"spec": []}), json!({"spec": {"containers": {"a": 1}}})] {
