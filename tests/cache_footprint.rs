@@ -321,6 +321,9 @@ fn a_cached_cloneset_keeps_its_template_as_text() {
          "volumeMounts": [{"name": "data", "mountPath": "/data"}]},
         {"name": "sidecar", "image": "busybox", "command": ["sleep", "3600"]}]);
     rich["spec"]["template"]["spec"]["volumes"] = serde_json::json!([{"name": "data", "emptyDir": {}}]);
+    // The Go encoding schema the cache reads dropped fields with is parsed once per process (the
+    // revisions need it anyway): not a cost of any one CloneSet.
+    cloneset_operator::core::gojson::dropped_fields(&serde_json::json!({}), "");
     for (name, value) in [("golden", golden), ("richer template", rich)] {
         let json = value.to_string();
         let start = thread_live();

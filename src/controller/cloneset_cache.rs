@@ -53,6 +53,10 @@ pub struct CompactCloneSet {
     pub cloneset: CloneSet,
     /// `spec.template`, whole, as JSON (as the decoded template encodes).
     pub template: Box<str>,
+    /// The paths of the template's fields that revisions and pods do not carry
+    /// (`gojson::dropped_fields`), read from the object as stored: the decode into k8s-openapi's
+    /// types has already lost the unknown ones.
+    pub dropped_fields: Box<[String]>,
 }
 
 impl CompactCloneSet {
@@ -60,7 +64,7 @@ impl CompactCloneSet {
         let template = serde_json::to_string(&cloneset.spec.template).expect("a decoded template encodes as JSON");
         let spread = cloneset.spec.template.spec.take().and_then(|s| s.topology_spread_constraints);
         cloneset.spec.template.spec = spread.map(|t| PodSpec { topology_spread_constraints: Some(t), ..Default::default() });
-        Self { cloneset, template: template.into() }
+        Self { cloneset, template: template.into(), dropped_fields: Box::default() }
     }
 }
 
@@ -78,7 +82,11 @@ impl CachedCloneSet {
     /// Decodes `value`; never fails.
     pub fn from_value(value: Value) -> Self {
         match serde_path_to_error::deserialize::<_, CloneSet>(&value) {
-            Ok(cs) => Self::Decoded(Arc::new(CompactCloneSet::new(cs))),
+            Ok(cs) => {
+                let template = value.pointer("/spec/template").unwrap_or(&Value::Null);
+                let dropped_fields = crate::core::gojson::dropped_fields(template, "spec.template").into();
+                Self::Decoded(Arc::new(CompactCloneSet { dropped_fields, ..CompactCloneSet::new(cs) }))
+            }
             Err(e) => {
                 let conditions = value.pointer("/status/conditions").and_then(Value::as_array).cloned().unwrap_or_default();
                 Self::Undecodable(Box::new(Undecodable { metadata: metadata_of(&value), error: short_error(&e), conditions }))
@@ -242,6 +250,22 @@ mod tests {
         assert_eq!(bad.conditions, [json!({"type": "Progressing", "status": "True"})]);
         let CachedCloneSet::Decoded(good) = good else { panic!("replicas 3 decodes") };
         assert_eq!(good.cloneset.spec.replicas, Some(3));
+    }
+
+    /// The decode into k8s-openapi's types loses a field they lack; the cache names it first.
+    #[test]
+    fn fields_the_template_drops_are_named_from_the_stored_object() {
+        let mut v = cloneset(json!(3));
+        v["spec"]["template"]["spec"]["hostnameOverride"] = json!("web");
+        v["spec"]["template"]["spec"]["containers"][0]["restartPolicyRules"] = json!([{"action": "Restart"}]);
+        let CachedCloneSet::Decoded(cs) = CachedCloneSet::from_value(v) else { panic!("decodes") };
+        assert_eq!(
+            &*cs.dropped_fields,
+            ["spec.template.spec.containers[0].restartPolicyRules".to_string(), "spec.template.spec.hostnameOverride".to_string()]
+        );
+        assert!(!cs.template.contains("hostnameOverride"), "k8s-openapi's types do not have it: {}", cs.template);
+        let CachedCloneSet::Decoded(plain) = CachedCloneSet::from_value(cloneset(json!(3))) else { panic!("decodes") };
+        assert!(plain.dropped_fields.is_empty());
     }
 
     #[test]

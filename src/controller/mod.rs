@@ -8,6 +8,7 @@
 
 pub mod cached_revision;
 pub mod cloneset_cache;
+mod dropped_fields;
 pub mod owned_store;
 pub mod pod_watch;
 pub mod queue;
@@ -78,6 +79,8 @@ pub struct Context {
     pub rv_expectations: Mutex<ResourceVersionExpectations>,
     /// Per CloneSet: its template's revision data, for the generation it was computed at.
     pub template_revisions: reconcile::TemplateRevisionCache,
+    /// Per CloneSet: the template fields it was last warned it drops.
+    pub dropped_field_warnings: dropped_fields::DroppedFieldWarnings,
     pub queue: WorkQueue,
     pub metrics: Arc<Metrics>,
     /// The operator's events, with their correlation, spam filter and queue.
@@ -400,6 +403,7 @@ pub async fn run(client: Client, config: ControllerConfig, runtime: Runtime, shu
         scale_expectations: Mutex::new(ScaleExpectations::default()),
         rv_expectations: Mutex::new(ResourceVersionExpectations::default()),
         template_revisions: Default::default(),
+        dropped_field_warnings: Default::default(),
         queue: WorkQueue::with_limits(retry_limits, metrics.queue()),
         metrics: metrics.clone(),
         events: recorder::Recorder::new(client.clone()),

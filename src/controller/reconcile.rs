@@ -60,6 +60,7 @@ pub async fn reconcile(ctx: &Arc<Context>, key: &str) -> Result<Option<Duration>
         ctx.metrics.forget_status(ns, name);
         ctx.scale_expectations.lock().unwrap_or_else(|e| e.into_inner()).forget(key);
         ctx.template_revisions.forget(key);
+        ctx.dropped_field_warnings.forget(key);
         return Ok(None);
     };
     let cs: &CloneSet = &cached.cloneset;
@@ -117,6 +118,7 @@ pub async fn reconcile(ctx: &Arc<Context>, key: &str) -> Result<Option<Duration>
 
     // Revisions.
     let revs = sync_revisions(ctx, key, cs, &cached.template).await?;
+    super::dropped_fields::warn(ctx, key, cs, &cached.dropped_fields, &revs.update).await;
     let update_revision = revs.update.clone();
     let current_revision = revs.current.clone();
 

@@ -225,6 +225,7 @@ pub(super) fn context_with(client: kube::Client) -> (Context, Writers) {
         scale_expectations: Default::default(),
         rv_expectations: Default::default(),
         template_revisions: Default::default(),
+        dropped_field_warnings: Default::default(),
         queue: WorkQueue::with_limits(Default::default(), metrics.queue()),
         metrics,
         events: Recorder::new(client),
