@@ -50,7 +50,8 @@ enum Command {
         #[arg(long)]
         with_v1beta1: bool,
     },
-    /// Print the ValidatingAdmissionPolicy (and binding) that validates CloneSet pod templates.
+    /// Print the ValidatingAdmissionPolicies (and bindings) that validate CloneSet pod templates and
+    /// warn about template fields newer than Kubernetes 1.32.
     AdmissionPolicy,
     /// Print the ValidatingAdmissionPolicy (and binding) that enforces the
     /// `policy.kruise.io/delete-protection` label (Kruise's ResourcesDeletionProtection gate).

@@ -47,8 +47,9 @@ MSG
   fi
 fi
 if [ "${TAKE_OVER:-0}" = 1 ]; then
-  # The admission policy and binding of an earlier `kubectl apply -f crds/`: ours, only unlabelled.
-  for obj in validatingadmissionpolicy/clonesets.apps.kruise.io validatingadmissionpolicybinding/clonesets.apps.kruise.io; do
+  # The admission policies and bindings of an earlier `kubectl apply -f crds/`: ours, only unlabelled.
+  for obj in validatingadmissionpolicy/clonesets.apps.kruise.io validatingadmissionpolicybinding/clonesets.apps.kruise.io \
+    validatingadmissionpolicy/template-fields.clonesets.apps.kruise.io validatingadmissionpolicybinding/template-fields.clonesets.apps.kruise.io; do
     if k get "$obj" >/dev/null 2>&1 && [ -z "$(owner_of "$obj")" ]; then
       k label --overwrite "$obj" app.kubernetes.io/managed-by=Helm >/dev/null
       k annotate --overwrite "$obj" meta.helm.sh/release-name="$release" meta.helm.sh/release-namespace="$release_ns" >/dev/null

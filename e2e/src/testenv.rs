@@ -83,8 +83,8 @@ pub async fn install_api() -> anyhow::Result<()> {
     API_INSTALLED.get_or_try_init(|| async { install_api_on(&client().await?).await }).await.copied()
 }
 
-/// Installs the CloneSet CRD and admission policy on the cluster `client` talks to, and waits
-/// until both are enforced (see [`install_api`]); for a test's own private control plane.
+/// Installs the CloneSet CRD and admission policies on the cluster `client` talks to, and waits
+/// until they are enforced (see [`install_api`]); for a test's own private control plane.
 pub async fn install_api_on(client: &Client) -> anyhow::Result<()> {
     use cloneset_operator::api::crd;
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -95,11 +95,13 @@ pub async fn install_api_on(client: &Client) -> anyhow::Result<()> {
     let def = crd::crd();
     let name = def.metadata.name.clone().unwrap_or_default();
     apply_crd(&client, &def).await?;
-    let (policy, binding) = crd::admission_policy();
     let policies: Api<k8s_openapi::api::admissionregistration::v1::ValidatingAdmissionPolicy> = Api::all(client.clone());
-    policies.patch(crd::POLICY_NAME, &ssa, &Patch::Apply(&policy)).await?;
     let bindings: Api<k8s_openapi::api::admissionregistration::v1::ValidatingAdmissionPolicyBinding> = Api::all(client.clone());
-    bindings.patch(crd::POLICY_NAME, &ssa, &Patch::Apply(&binding)).await?;
+    for (policy, binding) in crd::admission_policies() {
+        let name = policy.metadata.name.clone().unwrap_or_default();
+        policies.patch(&name, &ssa, &Patch::Apply(&policy)).await?;
+        bindings.patch(&name, &ssa, &Patch::Apply(&binding)).await?;
+    }
 
     wait_until(Duration::from_secs(30), "the CloneSet CRD to be Established", || async {
         let c = crds.get(&name).await?;
@@ -120,7 +122,31 @@ pub async fn install_api_on(client: &Client) -> anyhow::Result<()> {
             _ => Ok(false),
         }
     })
+    .await?;
+    let newer_field = serde_json::json!({
+        "apiVersion": "apps.kruise.io/v1alpha1", "kind": "CloneSet",
+        "metadata": {"name": "warning-probe", "namespace": "default"},
+        "spec": {"selector": {"matchLabels": {"app": "a"}},
+                 "template": {"metadata": {"labels": {"app": "a"}},
+                              "spec": {"hostnameOverride": "h", "containers": [{"name": "c", "image": "i"}]}}},
+    });
+    wait_until(Duration::from_secs(60), "the template-fields policy to warn", || async {
+        let warnings = dry_run_create_warnings(&client, "default", &newer_field).await?;
+        Ok(warnings.iter().any(|w| w.contains(crd::TEMPLATE_FIELDS_POLICY_NAME)))
+    })
     .await
+}
+
+/// The `Warning` headers of the apiserver's answer to a dry-run create of the CloneSet `object`
+/// in `namespace` (kube's typed calls do not return them).
+pub async fn dry_run_create_warnings(client: &Client, namespace: &str, object: &serde_json::Value) -> anyhow::Result<Vec<String>> {
+    let request = http::Request::post(format!("/apis/apps.kruise.io/v1alpha1/namespaces/{namespace}/clonesets?dryRun=All"))
+        .header(http::header::CONTENT_TYPE, "application/json")
+        .body(kube::client::Body::from(serde_json::to_vec(object)?))?;
+    let response = client.send(request).await?;
+    let status = response.status();
+    anyhow::ensure!(status.is_success(), "dry-run create answered {status}");
+    Ok(response.headers().get_all(http::header::WARNING).iter().filter_map(|v| v.to_str().ok()).map(str::to_string).collect())
 }
 
 /// Installs (or replaces) the CloneSet CRD `def`, as the e2e suite's own field manager. A CRD

@@ -4,7 +4,9 @@
 //! - the CRD schema and its CEL rules check every structured field (on every write path,
 //!   including the `scale` subresource);
 //! - a ValidatingAdmissionPolicy checks what lives inside the schemaless pod template (CRD rules
-//!   cannot read unknown fields; admission policies read them dynamically).
+//!   cannot read unknown fields; admission policies read them dynamically);
+//! - a second one only warns, naming the template's fields that Kubernetes newer than 1.32 has
+//!   and revisions and pods do not carry (`template_fields`).
 //!
 //! What neither can check (whether `podsToDelete` names existing pods of this CloneSet, and the
 //! full Kubernetes pod validation of the template) is caught by the controller and reported on
@@ -19,6 +21,8 @@ use super::CloneSet;
 
 /// Name of the admission policy and its binding.
 pub const POLICY_NAME: &str = "clonesets.apps.kruise.io";
+/// Name of the policy (and binding) that warns about template fields newer than Kubernetes 1.32.
+pub const TEMPLATE_FIELDS_POLICY_NAME: &str = "template-fields.clonesets.apps.kruise.io";
 
 /// Where the apiserver sends conversion requests unless the installer says otherwise: the
 /// chart's webhook Service in its default namespace.
@@ -257,9 +261,9 @@ pub fn admission_policy() -> (ValidatingAdmissionPolicy, ValidatingAdmissionPoli
     let spec = json!({
         // `dyn(...)`: the template is schemaless, so its fields are read dynamically.
         "variables": [
-            {"name": "template", "expression": "has(object.spec.template) ? dyn(object.spec.template) : dyn({})"},
+            {"name": "template", "expression": TEMPLATE_VARIABLE},
             {"name": "labels", "expression": "'metadata' in variables.template && variables.template.metadata != null && 'labels' in variables.template.metadata && variables.template.metadata.labels != null ? variables.template.metadata.labels : dyn({})"},
-            {"name": "podSpec", "expression": "'spec' in variables.template && variables.template.spec != null ? variables.template.spec : dyn({})"},
+            {"name": "podSpec", "expression": POD_SPEC_VARIABLE},
             {"name": "containers", "expression": "'containers' in variables.podSpec && variables.podSpec.containers != null ? variables.podSpec.containers : dyn([])"},
             {"name": "allContainers", "expression": "variables.containers + ('initContainers' in variables.podSpec && variables.podSpec.initContainers != null ? variables.podSpec.initContainers : dyn([]))"},
             {"name": "oldPodSpec", "expression": "oldObject != null && has(oldObject.spec.template) && 'spec' in dyn(oldObject.spec.template) ? dyn(oldObject.spec.template).spec : dyn({})"},
@@ -267,12 +271,44 @@ pub fn admission_policy() -> (ValidatingAdmissionPolicy, ValidatingAdmissionPoli
         ],
         "validations": validations,
     });
-    clonesets_policy(POLICY_NAME, &["CREATE", "UPDATE"], spec)
+    clonesets_policy(POLICY_NAME, &["CREATE", "UPDATE"], spec, "Deny")
+}
+
+/// The policy variable `template`: the schemaless template, read dynamically.
+const TEMPLATE_VARIABLE: &str = "has(object.spec.template) ? dyn(object.spec.template) : dyn({})";
+/// The policy variable `podSpec`: the template's `spec`, `{}` when it has none.
+const POD_SPEC_VARIABLE: &str = "'spec' in variables.template && variables.template.spec != null ? variables.template.spec : dyn({})";
+
+/// The policy that warns, at `kubectl apply`, about each template field newer than Kubernetes
+/// 1.32 (`template_fields`), and its cluster-wide binding (Warn). `failurePolicy: Ignore`: a
+/// policy that only warns must never refuse a write, not even when it cannot be evaluated.
+pub fn template_fields_policy() -> (ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding) {
+    let spec = json!({
+        "failurePolicy": "Ignore",
+        "variables": [
+            {"name": "template", "expression": TEMPLATE_VARIABLE},
+            {"name": "podSpec", "expression": POD_SPEC_VARIABLE},
+        ],
+        "validations": super::template_fields::warning_validations(),
+    });
+    clonesets_policy(TEMPLATE_FIELDS_POLICY_NAME, &["CREATE", "UPDATE"], spec, "Warn")
+}
+
+/// The policies (each with its binding) of the generated admission-policy file, which the chart's
+/// `admissionPolicy.enabled` installs: the one that refuses and the one that warns.
+pub fn admission_policies() -> [(ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding); 2] {
+    [admission_policy(), template_fields_policy()]
 }
 
 /// A ValidatingAdmissionPolicy named `name` over CloneSet `operations` (with `spec` holding the
-/// rest of its spec: variables, validations, …) and its cluster-wide Deny binding.
-fn clonesets_policy(name: &str, operations: &[&str], spec: Value) -> (ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding) {
+/// rest of its spec: variables, validations, …; `failurePolicy: Fail` unless it says otherwise)
+/// and its cluster-wide binding with `action` (`Deny`, `Warn`).
+fn clonesets_policy(
+    name: &str,
+    operations: &[&str],
+    spec: Value,
+    action: &str,
+) -> (ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding) {
     let metadata = json!({"name": name, "labels": {"app.kubernetes.io/part-of": "cloneset-operator"}});
     let mut policy_spec = json!({
         "failurePolicy": "Fail",
@@ -288,7 +324,7 @@ fn clonesets_policy(name: &str, operations: &[&str], spec: Value) -> (Validating
     });
     let binding = json!({
         "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding", "metadata": metadata,
-        "spec": {"policyName": name, "validationActions": ["Deny"]},
+        "spec": {"policyName": name, "validationActions": [action]},
     });
     (serde_json::from_value(policy).expect("policy is well-formed"), serde_json::from_value(binding).expect("binding is well-formed"))
 }
@@ -319,7 +355,7 @@ pub fn deletion_protection_policy() -> (ValidatingAdmissionPolicy, ValidatingAdm
             },
         ],
     });
-    clonesets_policy(DELETION_PROTECTION_POLICY_NAME, &["DELETE"], spec)
+    clonesets_policy(DELETION_PROTECTION_POLICY_NAME, &["DELETE"], spec, "Deny")
 }
 
 /// Renders one manifest as YAML.
@@ -327,10 +363,14 @@ pub fn to_yaml<T: serde::Serialize>(obj: &T) -> Result<String, serde_saphyr::ser
     serde_saphyr::to_string(obj)
 }
 
-/// The admission policy and its binding as one multi-document YAML file.
+/// The admission policies and their bindings ([`admission_policies`]) as one multi-document YAML file.
 pub fn admission_policy_yaml() -> Result<String, serde_saphyr::ser::Error> {
-    let (policy, binding) = admission_policy();
-    Ok(format!("{}---\n{}", to_yaml(&policy)?, to_yaml(&binding)?))
+    let mut documents = Vec::new();
+    for (policy, binding) in admission_policies() {
+        documents.push(to_yaml(&policy)?);
+        documents.push(to_yaml(&binding)?);
+    }
+    Ok(documents.join("---\n"))
 }
 
 /// The exact contents of the generated deletion-protection policy file.

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use cloneset_operator::api::CloneSet;
-use cloneset_operator::api::crd::POLICY_NAME;
+use cloneset_operator::api::crd::{POLICY_NAME, TEMPLATE_FIELDS_POLICY_NAME};
 use e2e::chart::{self, chart_dir, repo_root};
 use e2e::rbac::Access;
 use e2e::testenv::{self, Credentials, Operator, OperatorOptions, TestNamespace, install_api, wait_deleted, wait_until, watch_until};
@@ -183,8 +183,9 @@ fn helm_lint_passes_and_the_defaults_render_the_expected_objects() {
     .map(String::from)
     .collect();
     assert_eq!(kinds(&docs), expected);
-    // Two Services (metrics, conversion webhook); one object of every other kind.
-    assert_eq!(docs.len(), expected.len() + 1, "one object of each kind but Service");
+    // Two Services (metrics, conversion webhook), two admission policies and their bindings
+    // (one refuses, one warns); one object of every other kind.
+    assert_eq!(docs.len(), expected.len() + 3, "one object of each kind but Service and the admission policies");
 
     let ns = one(&docs, "Namespace");
     assert_eq!(ns["metadata"]["name"], "cloneset-system");
@@ -246,9 +247,14 @@ fn helm_lint_passes_and_the_defaults_render_the_expected_objects() {
     }
 
     // The admission policy is the very file `make crds` writes to crds/.
-    let from_crds = parse_docs(&std::fs::read_to_string(repo_root().join("crds/apps.kruise.io_clonesets-admission-policy.yaml")).unwrap());
-    let rendered: Vec<Value> =
+    // Helm orders what it renders by kind.
+    let by_kind_and_name = |d: &Value| (d["kind"].to_string(), d["metadata"]["name"].to_string());
+    let mut from_crds =
+        parse_docs(&std::fs::read_to_string(repo_root().join("crds/apps.kruise.io_clonesets-admission-policy.yaml")).unwrap());
+    from_crds.sort_by_key(by_kind_and_name);
+    let mut rendered: Vec<Value> =
         docs.iter().filter(|d| d["kind"].as_str().unwrap().starts_with("ValidatingAdmissionPolicy")).cloned().collect();
+    rendered.sort_by_key(by_kind_and_name);
     assert_eq!(rendered, from_crds);
 
     // The CRD is the one `make crds` writes, kept on uninstall.
@@ -592,7 +598,10 @@ fn values_change_the_output() {
     // crds.managed=false: no CRD, as in Kruise's chart; the admission policy stays, unless it
     // is turned off too.
     assert!(of_kind(&docs, "CustomResourceDefinition").is_empty());
-    assert!(kinds(&docs).iter().any(|k| k.starts_with("ValidatingAdmissionPolicy")));
+    let policies: Vec<&Value> = of_kind(&docs, "ValidatingAdmissionPolicy");
+    let names: Vec<&str> = policies.iter().filter_map(|p| p["metadata"]["name"].as_str()).collect();
+    assert_eq!(names, [POLICY_NAME, TEMPLATE_FIELDS_POLICY_NAME], "the policy that refuses and the one that warns");
+    assert_eq!(of_kind(&docs, "ValidatingAdmissionPolicyBinding").len(), 2);
     let without = render(&["--set", "admissionPolicy.enabled=false"]);
     assert!(!kinds(&without).iter().any(|k| k.starts_with("ValidatingAdmissionPolicy")));
     assert_eq!(of_kind(&without, "CustomResourceDefinition").len(), 1);
@@ -665,8 +674,8 @@ impl Drop for Release {
     }
 }
 
-/// `testenv::install_api` (other tests, other test binaries) creates the admission policy
-/// without Helm's ownership metadata, so `helm install` would refuse it. Mark it as the
+/// `testenv::install_api` (other tests, other test binaries) creates the admission policies
+/// without Helm's ownership metadata, so `helm install` would refuse them. Mark them as the
 /// release's, as an operator adopting existing objects into a release would. Returns whether
 /// there was one to adopt.
 async fn adopt_policy(client: &Client, release: &str, release_namespace: &str) -> bool {
@@ -676,12 +685,14 @@ async fn adopt_policy(client: &Client, release: &str, release_namespace: &str) -
     }});
     let pp = PatchParams::default();
     let policies: Api<ValidatingAdmissionPolicy> = Api::all(client.clone());
-    if policies.get_opt(POLICY_NAME).await.unwrap().is_some() {
-        policies.patch(POLICY_NAME, &pp, &Patch::Merge(&patch)).await.unwrap();
-    }
     let bindings: Api<ValidatingAdmissionPolicyBinding> = Api::all(client.clone());
-    if bindings.get_opt(POLICY_NAME).await.unwrap().is_some() {
-        bindings.patch(POLICY_NAME, &pp, &Patch::Merge(&patch)).await.unwrap();
+    for name in [POLICY_NAME, TEMPLATE_FIELDS_POLICY_NAME] {
+        if policies.get_opt(name).await.unwrap().is_some() {
+            policies.patch(name, &pp, &Patch::Merge(&patch)).await.unwrap();
+        }
+        if bindings.get_opt(name).await.unwrap().is_some() {
+            bindings.patch(name, &pp, &Patch::Merge(&patch)).await.unwrap();
+        }
     }
     // The chart's CRD template adopts the CRD the same way.
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
@@ -691,12 +702,14 @@ async fn adopt_policy(client: &Client, release: &str, release_namespace: &str) -
     policies.get_opt(POLICY_NAME).await.unwrap().is_some()
 }
 
-/// Puts the admission policy back the way `testenv::install_api` applies it.
+/// Puts the admission policies back the way `testenv::install_api` applies them.
 async fn restore_policy(client: &Client) {
-    let (policy, binding) = cloneset_operator::api::crd::admission_policy();
     let ssa = PatchParams::apply("cloneset-e2e").force();
-    Api::<ValidatingAdmissionPolicy>::all(client.clone()).patch(POLICY_NAME, &ssa, &Patch::Apply(&policy)).await.unwrap();
-    Api::<ValidatingAdmissionPolicyBinding>::all(client.clone()).patch(POLICY_NAME, &ssa, &Patch::Apply(&binding)).await.unwrap();
+    for (policy, binding) in cloneset_operator::api::crd::admission_policies() {
+        let name = policy.metadata.name.clone().unwrap();
+        Api::<ValidatingAdmissionPolicy>::all(client.clone()).patch(&name, &ssa, &Patch::Apply(&policy)).await.unwrap();
+        Api::<ValidatingAdmissionPolicyBinding>::all(client.clone()).patch(&name, &ssa, &Patch::Apply(&binding)).await.unwrap();
+    }
 }
 
 #[tokio::test]
@@ -724,6 +737,8 @@ async fn helm_install_and_uninstall_on_the_local_control_plane() {
     let policy = policies.get(POLICY_NAME).await.unwrap();
     assert_eq!(policy.annotations().get("meta.helm.sh/release-name"), Some(&release));
     assert_eq!(bindings.get(POLICY_NAME).await.unwrap().spec.unwrap().policy_name.as_deref(), Some(POLICY_NAME));
+    let warns = bindings.get(TEMPLATE_FIELDS_POLICY_NAME).await.unwrap().spec.unwrap();
+    assert_eq!(warns.validation_actions, Some(vec!["Warn".to_string()]), "the template-fields policy only warns");
 
     let namespace = Api::<Namespace>::all(client.clone()).get(&ns).await.unwrap();
     assert_eq!(namespace.labels().get("pod-security.kubernetes.io/enforce").map(String::as_str), Some("restricted"));
@@ -749,8 +764,10 @@ async fn helm_install_and_uninstall_on_the_local_control_plane() {
     assert!(Api::<RoleBinding>::namespaced(client.clone(), &ns).get_opt(&role_name).await.unwrap().is_none(), "RoleBinding");
     assert!(Api::<ClusterRole>::all(client.clone()).get_opt(&fullname).await.unwrap().is_none(), "ClusterRole");
     assert!(Api::<ClusterRoleBinding>::all(client.clone()).get_opt(&fullname).await.unwrap().is_none(), "ClusterRoleBinding");
-    assert!(policies.get_opt(POLICY_NAME).await.unwrap().is_none(), "ValidatingAdmissionPolicy");
-    assert!(bindings.get_opt(POLICY_NAME).await.unwrap().is_none(), "ValidatingAdmissionPolicyBinding");
+    for name in [POLICY_NAME, TEMPLATE_FIELDS_POLICY_NAME] {
+        assert!(policies.get_opt(name).await.unwrap().is_none(), "ValidatingAdmissionPolicy {name}");
+        assert!(bindings.get_opt(name).await.unwrap().is_none(), "ValidatingAdmissionPolicyBinding {name}");
+    }
     wait_deleted(&Api::<Namespace>::all(client.clone()), &ns, T).await.unwrap();
     assert!(crds.get_opt("clonesets.apps.kruise.io").await.unwrap().is_some(), "the CRD stays");
     let list = helm_ok(&["list", "--all", "--namespace", "default", "--short", "--kubeconfig", rel.kubeconfig.to_str().unwrap()]);
