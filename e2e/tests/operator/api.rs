@@ -1,7 +1,8 @@
 //! The CloneSet API on the real apiserver: manifests written for Kruise are accepted unchanged,
 //! defaults are filled, printer columns and the scale subresource work, and every validation
 //! rule rejects its invalid manifest at apply time with a message naming the field — while the
-//! valid neighbour is accepted.
+//! valid neighbour is accepted. Template fields that pods do not get are named at apply time
+//! and in an event.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -480,4 +481,159 @@ async fn deletion_protection_label_refuses_deletes_as_kruise_does() {
     .await
     .unwrap();
     api.delete("always", &Default::default()).await.expect("deleted once unprotected");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Template fields that revisions and pods do not carry (Kubernetes 1.32's pod API, as Kruise
+// v1.9.0 reads templates): named at apply and in an event, never lost in silence.
+
+/// `kubectl apply -f` of `manifest`; returns kubectl's stderr, where it prints the warnings.
+async fn kubectl_apply(ns: &str, manifest: &Value) -> String {
+    let file = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("{ns}-apply.json"));
+    std::fs::write(&file, serde_json::to_vec(manifest).unwrap()).unwrap();
+    let kubeconfig = testenv::kubeconfig().await.unwrap();
+    let out = Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(["-n", ns, "apply", "-f"])
+        .arg(&file)
+        .output()
+        .expect("kubectl runs");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "kubectl apply: {stderr}");
+    stderr
+}
+
+/// The pod spec as stored, whole (k8s-openapi's `Pod` would drop the fields in question).
+async fn raw_pod_specs(ns: &TestNamespace, app: &str) -> Vec<Value> {
+    let pods: Api<DynamicObject> =
+        Api::namespaced_with(ns.client.clone(), &ns.name, &kube::api::ApiResource::erase::<k8s_openapi::api::core::v1::Pod>(&()));
+    let list = pods.list(&kube::api::ListParams::default().labels(&format!("app={app}"))).await.unwrap();
+    list.items.into_iter().map(|p| p.data["spec"].clone()).collect()
+}
+
+#[tokio::test]
+async fn template_fields_newer_than_kubernetes_1_32_are_named_at_apply_and_in_an_event() {
+    use cloneset_operator::api::CloneSet;
+    use cloneset_operator::core::revision;
+    use e2e::workload::{T, env, rolled_out};
+    use k8s_openapi::api::apps::v1::ControllerRevision;
+    use k8s_openapi::api::core::v1::Event;
+    let e = env("fields").await;
+    let cloneset = |name: &str, newer: bool| {
+        let mut spec = json!({"terminationGracePeriodSeconds": 1, "containers": [{"name": "main", "image": "nginx:1.27"}]});
+        if newer {
+            spec["hostnameOverride"] = json!("web.example");
+            spec["hostnamee"] = json!("misspelt");
+            spec["containers"][0]["restartPolicyRules"] = json!([{"action": "Restart", "exitCodes": {"operator": "In", "values": [42]}}]);
+        }
+        json!({"apiVersion": "apps.kruise.io/v1alpha1", "kind": "CloneSet", "metadata": {"name": name},
+               "spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}},
+                        "template": {"metadata": {"labels": {"app": name}}, "spec": spec}}})
+    };
+
+    // At apply: one warning per newer field, the write accepted. A misspelt field is not known
+    // to be wrong there.
+    let stderr = kubectl_apply(&e.ns.name, &cloneset("newer", true)).await;
+    for field in ["spec.template.spec.hostnameOverride", "spec.template.spec.containers[*].restartPolicyRules"] {
+        let warning = format!("{field}: {}", cloneset_operator::api::template_fields::NOT_CARRIED);
+        assert!(stderr.lines().any(|l| l.starts_with("Warning: ") && l.ends_with(&warning)), "no warning {warning:?} in:\n{stderr}");
+    }
+    assert!(!stderr.contains("hostnamee"), "{stderr}");
+    let plain_stderr = kubectl_apply(&e.ns.name, &cloneset("plain", false)).await;
+    assert!(!plain_stderr.contains("Warning"), "{plain_stderr}");
+
+    // The event names every dropped field, newer or misspelt, with its index.
+    let events: Api<Event> = e.ns.api();
+    let dropped_events = || async {
+        let list = events.list(&Default::default()).await.unwrap();
+        list.items
+            .into_iter()
+            .filter(|ev| ev.reason.as_deref() == Some("TemplateFieldsDropped") && ev.type_.as_deref() == Some("Warning"))
+            .collect::<Vec<_>>()
+    };
+    wait_until(T, "a TemplateFieldsDropped event", || async { Ok(!dropped_events().await.is_empty()) }).await.unwrap();
+    for name in ["newer", "plain"] {
+        e.wait_status(name, "rolled out", |cs: &CloneSet| rolled_out(cs, 1)).await;
+    }
+    // More passes (a scale, same revision) record no new event and repeat none.
+    e.patch("newer", json!({"replicas": 2})).await;
+    e.wait_status("newer", "scaled to 2", |cs: &CloneSet| rolled_out(cs, 2)).await;
+    let found = dropped_events().await;
+    assert_eq!(found.len(), 1, "{found:?}");
+    let ev = &found[0];
+    assert_eq!(ev.involved_object.name.as_deref(), Some("newer"));
+    assert_eq!(ev.count, Some(1), "recorded once, not on every pass");
+    let message = ev.message.as_deref().unwrap_or_default();
+    for field in
+        ["spec.template.spec.hostnameOverride", "spec.template.spec.hostnamee", "spec.template.spec.containers[0].restartPolicyRules"]
+    {
+        assert!(message.contains(field), "{field} not in {message:?}");
+    }
+
+    // The pods lack them, and the revision is the one the template without them gives.
+    for spec in raw_pod_specs(&e.ns, "newer").await {
+        assert!(spec.get("hostnameOverride").is_none() && spec.get("hostnamee").is_none(), "{spec}");
+        assert!(spec["containers"][0].get("restartPolicyRules").is_none(), "{spec}");
+    }
+    assert_eq!(raw_pod_specs(&e.ns, "newer").await.len(), 2);
+    let without = cloneset("newer", false)["spec"]["template"].clone();
+    let data = revision::revision_data(&cloneset_operator::core::defaults::default_pod_template(&without));
+    let expected = revision::revision_name("newer", &revision::hash_revision(&data, 0));
+    let revisions: Api<ControllerRevision> = e.ns.api();
+    let list = revisions.list(&kube::api::ListParams::default().labels("app=newer")).await.unwrap();
+    let names: Vec<String> = list.items.iter().map(|r| r.metadata.name.clone().unwrap_or_default()).collect();
+    assert_eq!(names, [expected], "one revision, named as the template without the fields names it");
+    let stored = list.items[0].data.as_ref().map(|d| cloneset_operator::core::gojson::encode_value(&d.0)).unwrap_or_default();
+    assert_eq!(String::from_utf8_lossy(&stored), String::from_utf8_lossy(&data), "and holding its data");
+}
+
+/// Every field of PodTemplateSpec that this apiserver serves (its OpenAPI) is either in Kruise's
+/// Kubernetes 1.32 types (the Go encoding schema) or under a field the warning policy names:
+/// on any Kubernetes version, so that no newer field goes without a warning.
+#[tokio::test]
+async fn every_template_field_the_apiserver_serves_is_read_or_warned_about() {
+    use std::collections::{BTreeMap, BTreeSet};
+    let client = testenv::client().await.unwrap();
+    let request = http::Request::get("/openapi/v3/api/v1").body(Vec::new()).unwrap();
+    let openapi: Value = serde_json::from_str(&client.request_text(request).await.unwrap()).unwrap();
+    let schemas = openapi["components"]["schemas"].as_object().expect("components.schemas").clone();
+    let schemas: BTreeMap<String, Value> = schemas.into_iter().collect();
+
+    fn walk(schemas: &BTreeMap<String, Value>, schema: &Value, path: &str, open: &mut Vec<String>, out: &mut Vec<String>) {
+        let reference = schema["$ref"].as_str().or_else(|| schema["allOf"][0]["$ref"].as_str());
+        if let Some(name) = reference.and_then(|r| r.strip_prefix("#/components/schemas/")) {
+            if open.iter().any(|o| o == name) {
+                return;
+            }
+            open.push(name.to_string());
+            walk(schemas, &schemas[name], path, open, out);
+            open.pop();
+            return;
+        }
+        if let Some(properties) = schema["properties"].as_object() {
+            for (name, property) in properties {
+                let child = if path.is_empty() { name.clone() } else { format!("{path}.{name}") };
+                out.push(child.clone());
+                walk(schemas, property, &child, open, out);
+            }
+        } else if schema["type"] == "array" {
+            walk(schemas, &schema["items"], &format!("{path}[]"), open, out);
+        } else if schema["additionalProperties"].is_object() {
+            walk(schemas, &schema["additionalProperties"], &format!("{path}{{}}"), open, out);
+        }
+    }
+    let mut served = Vec::new();
+    walk(&schemas, &json!({"$ref": "#/components/schemas/io.k8s.api.core.v1.PodTemplateSpec"}), "", &mut Vec::new(), &mut served);
+    assert!(served.iter().any(|p| p == "spec.containers[].image"), "the walk reads the OpenAPI: {served:?}");
+
+    let known: BTreeSet<String> = cloneset_operator::core::gojson::pod_template_field_paths().into_iter().collect();
+    let newer = cloneset_operator::api::template_fields::newer_fields().fields;
+    let under = |p: &str, f: &str| p == f || p.strip_prefix(f).is_some_and(|rest| rest.starts_with(['.', '[', '{']));
+    let unwarned: Vec<&String> = served.iter().filter(|p| !known.contains(*p) && !newer.iter().any(|f| under(p, f))).collect();
+    assert!(
+        unwarned.is_empty(),
+        "served by this apiserver, missing from Kruise's types and from src/api/newer_pod_template_fields.json \
+         (regenerate it with a newer k8s.io/api, see e2e/revision-golden/README.md): {unwarned:#?}"
+    );
 }
