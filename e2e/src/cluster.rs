@@ -253,6 +253,7 @@ pub async fn up(opts: &UpOptions) -> anyhow::Result<(ClusterState, UpReport)> {
     };
 
     let etcd_url = format!("http://127.0.0.1:{etcd_client_port}");
+    let progress_notify = etcd_progress_notify_flag(&etcd)?;
     start(
         "etcd",
         &etcd,
@@ -263,7 +264,7 @@ pub async fn up(opts: &UpOptions) -> anyhow::Result<(ClusterState, UpReport)> {
             format!("--listen-peer-urls=http://127.0.0.1:{etcd_peer_port}"),
             format!("--initial-advertise-peer-urls=http://127.0.0.1:{etcd_peer_port}"),
             format!("--initial-cluster=default=http://127.0.0.1:{etcd_peer_port}"),
-            "--watch-progress-notify-interval=5s".into(),
+            format!("{progress_notify}=5s"),
             "--quota-backend-bytes=4294967296".into(),
             "--log-level=warn".into(),
         ],
@@ -633,6 +634,18 @@ fn find_or_build_etcd(k8s_version: &str) -> anyhow::Result<PathBuf> {
 
 /// A binary built by this workspace, next to the running executable (or one level up, for test
 /// binaries in `target/<profile>/deps`). `<NAME>_BIN` (upper-case, `-` → `_`) overrides.
+/// etcd's flag for progress notifications (which kube-apiserver needs to serve streaming lists),
+/// as this etcd spells it: `--experimental-` before etcd 3.6, which 3.7 no longer accepts.
+fn etcd_progress_notify_flag(etcd: &Path) -> anyhow::Result<&'static str> {
+    let help = std::process::Command::new(etcd).arg("--help").output().with_context(|| format!("running {} --help", etcd.display()))?;
+    let text = String::from_utf8_lossy(&help.stdout) + String::from_utf8_lossy(&help.stderr);
+    Ok(if text.contains("\n  --watch-progress-notify-interval") {
+        "--watch-progress-notify-interval"
+    } else {
+        "--experimental-watch-progress-notify-interval"
+    })
+}
+
 pub fn sibling_binary(name: &str) -> anyhow::Result<PathBuf> {
     let var = format!("{}_BIN", name.to_uppercase().replace('-', "_"));
     if let Ok(p) = std::env::var(&var) {

@@ -372,7 +372,11 @@ async fn a_refused_resize_recreates_or_holds(prefix: &str, [from, to, then]: [se
     assert!(old.is_disjoint(&new), "every pod was recreated: {old:?} / {new:?}");
     assert!(pods.iter().all(|p| resources(p) == to["resources"]), "the new pods have the new resources");
 
-    e.patch("web", json!({"updateStrategy": {"type": "InPlaceOnly"}, "template": {"spec": {"containers": [then]}}})).await;
+    // InPlaceOnly admits an image change only, so the change is made under a partition that
+    // holds every pod, then the type switched.
+    e.patch("web", json!({"updateStrategy": {"partition": 2}, "template": {"spec": {"containers": [then]}}})).await;
+    e.wait_status("web", "the update revision recorded", |cs| st(cs).updated_replicas == 0).await;
+    e.patch("web", json!({"updateStrategy": {"type": "InPlaceOnly", "partition": 0}})).await;
     let cs =
         e.wait_status("web", "FailedUpdate", |cs| st(cs).conditions.iter().any(|c| c.type_ == "FailedUpdate" && c.status == "True")).await;
     let cond = st(&cs).conditions.into_iter().find(|c| c.type_ == "FailedUpdate").unwrap();
