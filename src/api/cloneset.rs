@@ -124,7 +124,12 @@ pub struct CloneSetUpdateStrategy {
     /// ReCreate (default), InPlaceIfPossible or InPlaceOnly.
     #[serde(default, rename = "type", skip_serializing_if = "String::is_empty")]
     #[schemars(extend("default" = "ReCreate"))]
-    #[x_kube(validation = Rule::new("self in ['', 'ReCreate', 'InPlaceIfPossible', 'InPlaceOnly']").message("must be 'ReCreate', 'InPlaceIfPossible' or 'InPlaceOnly'"))]
+    /// `OnDelete` is stored when written through v1beta1, and kept by writes through v1alpha1
+    /// that leave it (the operator's status writes): not every supported apiserver ratchets an
+    /// unchanged value on a status write.
+    #[x_kube(validation = Rule::new(
+        "self in ['', 'ReCreate', 'InPlaceIfPossible', 'InPlaceOnly'] || (self == 'OnDelete' && oldSelf.hasValue() && oldSelf.value() == self)"
+    ).optional_old_self(true).message("must be 'ReCreate', 'InPlaceIfPossible' or 'InPlaceOnly'"))]
     pub type_: String,
 
     /// Pods (or percent of replicas) kept at the old revision.
