@@ -181,7 +181,7 @@ pub fn skipped_on(version: &str) -> Vec<(&'static str, String)> {
     VERSION_DEPENDENT
         .iter()
         .filter(|t| !t.runs_on.includes(minor))
-        .map(|t| (t.test, format!("runs on {} only: {}", t.runs_on, t.because)))
+        .map(|t| (t.test, format!("runs on {}: {}", t.runs_on, t.because)))
         .collect()
 }
 
