@@ -16,12 +16,13 @@ minors=("$@")
 if [ ${#minors[@]} -eq 0 ]; then
   mapfile -t minors < <(grep -v '^#' e2e/kubernetes-versions | awk 'NF {print $1}')
 fi
-revision=$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . ':!docs' 2>/dev/null || echo "+changes")
 
 rc=0
 for minor in "${minors[@]}"; do
   version=$(k8s_release "$minor") || exit 1
   log="$out/$minor.log"
+  # The commit each leg builds (a change outside docs/ since it is said too).
+  revision=$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . ':!docs' 2>/dev/null || echo "+changes")
   echo "test-matrix: Kubernetes $version (log in $log)" >&2
   start=$(date +%s)
   make --no-print-directory e2e K8S_VERSION="$minor" >"$log" 2>&1
