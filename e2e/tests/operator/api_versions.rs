@@ -150,6 +150,16 @@ async fn converting_operator(ns: &str, addr: std::net::SocketAddr, extra: &[&str
     wait_until(Duration::from_secs(60), "the operator to be ready to convert", || async { Ok(operator.probe("/readyz").await? == 200) })
         .await
         .unwrap_or_else(|e| panic!("{e:#}\n{}", operator.log_tail(30)));
+    // The apiserver takes up the caBundle the operator wrote into the CRD a moment later: until
+    // then its conversions fail certificate checks. A dry-run v1beta1 create converts.
+    let beta = e2e::testenv::clonesets_as(&e2e::testenv::client().await.unwrap(), ns, "v1beta1");
+    let probe = manifest("v1beta1", "conversion-probe", &json!({}));
+    let dry_run = PostParams { dry_run: true, ..Default::default() };
+    wait_until(Duration::from_secs(60), "the apiserver to trust the operator's conversions", || async {
+        Ok(beta.create(&dry_run, &probe).await.is_ok())
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e:#}\n{}", operator.log_tail(30)));
     operator
 }
 
