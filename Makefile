@@ -20,6 +20,9 @@ TEST_CLUSTER_DIR ?= target/test-cluster
 # newest supported. Exported for the scripts and tests that start control planes.
 K8S_VERSION  ?=
 export K8S_VERSION
+# The e2e test files `make e2e` runs (names under e2e/tests, space-separated); unset, all of them.
+E2E_TESTS    ?=
+export E2E_TESTS
 # Real nodes (kubelet, containerd, runc) beside the simulated ones: one when run as root (they
 # need it), none otherwise. REAL_NODES=0 turns them off.
 REAL_NODES   ?= $(if $(filter 0,$(shell id -u)),1,0)

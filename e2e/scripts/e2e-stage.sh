@@ -5,7 +5,8 @@
 # then the guard's count checked and the guard removed, whatever the outcome. Everything the stage runs must be built beforehand: while the guard is
 # on, nothing can be downloaded.
 #
-# Usage: e2e-stage.sh LOCAL_CLUSTER_BINARY CLUSTER_DIR      (env CARGO, default cargo; REAL_NODES, default 0)
+# Usage: e2e-stage.sh LOCAL_CLUSTER_BINARY CLUSTER_DIR      (env CARGO, default cargo; REAL_NODES, default 0;
+#        E2E_TESTS, default every e2e test file: the names of the files under e2e/tests to run)
 set -uo pipefail
 
 local_cluster=$1
@@ -73,10 +74,18 @@ if [ -z "$kc" ]; then
 fi
 
 rc=0
-CLONESET_E2E_KUBECONFIG=$kc "$cargo" test -p e2e --test '*' --no-fail-fast -- ${test_args[@]+"${test_args[@]}"} || rc=$?
+targets=(--test '*')
+audit_args=()
+if [ -n "${E2E_TESTS:-}" ]; then
+  targets=()
+  for t in $E2E_TESTS; do targets+=(--test "$t"); done
+  audit_args=(--subset)
+  echo "make test: only these e2e test files: $E2E_TESTS" >&2
+fi
+CLONESET_E2E_KUBECONFIG=$kc "$cargo" test -p e2e "${targets[@]}" --no-fail-fast -- ${test_args[@]+"${test_args[@]}"} || rc=$?
 # Every request the operator sent in the tests above (it ran with the chart's ServiceAccount and
 # RBAC throughout) against what the chart grants, both ways.
-if ! RUST_LIB_BACKTRACE=0 "$local_cluster" --dir "$cluster_dir" rbac-audit; then
+if ! RUST_LIB_BACKTRACE=0 "$local_cluster" --dir "$cluster_dir" rbac-audit ${audit_args[@]+"${audit_args[@]}"}; then
   echo "make test: the chart's RBAC and the operator's requests differ (above)" >&2
   rc=1
 fi

@@ -75,7 +75,11 @@ enum Cmd {
     /// Hold the operator's requests in this control plane's audit log (an `up --test-profile`
     /// writes one) against the RBAC the chart grants: exit 1 if a request was not granted or
     /// refused, or a grant was never used.
-    RbacAudit,
+    RbacAudit {
+        /// Only some of the e2e tests ran: a grant none of them used is listed, not failed.
+        #[arg(long)]
+        subset: bool,
+    },
     /// Print the e2e tests that do not hold on the Kubernetes release under test (K8S_VERSION),
     /// one a line: the test's name, a tab, why.
     VersionSkips,
@@ -157,7 +161,7 @@ async fn main() -> anyhow::Result<()> {
             }
             eprintln!("local-cluster: nothing left on the host since the snapshot");
         }
-        Cmd::RbacAudit => {
+        Cmd::RbacAudit { subset } => {
             let log = cluster::audit_log(&dir);
             let text =
                 std::fs::read_to_string(&log).with_context(|| format!("reading {} (written by `up --test-profile`)", log.display()))?;
@@ -184,7 +188,9 @@ async fn main() -> anyhow::Result<()> {
             if report.requests == 0 {
                 anyhow::bail!("no request of the operator's in the audit log: nothing was checked");
             }
-            if !report.is_clean() {
+            if subset && report.ungranted.is_empty() && report.forbidden.is_empty() && !report.unused.is_empty() {
+                eprintln!("local-cluster: only some e2e tests ran, so the grants listed as never called are not failed here");
+            } else if !report.is_clean() {
                 anyhow::bail!("the chart's RBAC and the operator's calls differ (above)");
             }
         }
