@@ -278,7 +278,7 @@ mod tests {
             assert!(text.contains(&format!("kubeVersion: \">={}.{}.0-0\"", old.0, old.1)), "{chart}'s kubeVersion");
         }
         let range = format!("{}.{} to {}.{}", old.0, old.1, new.0, new.1);
-        for doc in ["README.md", "docs/compatibility.md", "docs/install.md"] {
+        for doc in ["README.md", "docs/compatibility.md", "docs/install.md", "charts/cloneset-operator/README.md"] {
             assert!(std::fs::read_to_string(root.join(doc)).unwrap().contains(&range), "{doc} says Kubernetes {range}");
         }
     }
