@@ -65,6 +65,15 @@ pub struct SimConfig {
     pub kubelet_version: String,
 }
 
+impl SimConfig {
+    /// Whether the kubelet reports each running container's resources in its status: a
+    /// kubelet does while its InPlacePodVerticalScaling gate is on, by default from 1.33 (the
+    /// apiserver of 1.32, whose gate is off, drops the field again at the pod's next update).
+    pub fn reports_container_resources(&self) -> bool {
+        crate::versions::minor_of(&self.kubelet_version).is_none_or(|minor| minor >= (1, 33))
+    }
+}
+
 impl Default for SimConfig {
     fn default() -> Self {
         Self {
@@ -282,7 +291,7 @@ pub fn desired_status(pod: &Pod, cfg: &SimConfig, node: &NodeSlot<'_>, memory: &
         // container and reports them; it restarts the container only for a resource whose
         // resize policy says RestartContainer.
         let mut status = status;
-        if is_running(&status) {
+        if is_running(&status) && cfg.reports_container_resources() {
             let wanted = reported_resources(c);
             let resized_from = old.filter(|o| is_running(o) && o.restart_count == status.restart_count).and_then(|o| o.resources.as_ref());
             if resized_from.is_some_and(|from| *from != wanted && resize_restarts(c, from, &wanted)) {
@@ -1427,6 +1436,24 @@ mod tests {
 
     fn resources(cpu: &str, memory: &str) -> ResourceRequirements {
         serde_json::from_value(json!({"requests": {"cpu": cpu, "memory": memory}, "limits": {"memory": memory}})).unwrap()
+    }
+
+    /// A kubelet of 1.32, whose InPlacePodVerticalScaling gate is off, reports no container
+    /// resources; one of 1.33 does.
+    #[test]
+    fn container_resources_are_reported_from_1_33() {
+        let now = Timestamp::now();
+        for (version, reported) in [("v1.32.13", None), ("v1.33.13", Some(resources("100m", "64Mi")))] {
+            let cfg = SimConfig { kubelet_version: version.into(), ..SimConfig::default() };
+            let mut pending = RuntimeMemory::default();
+            let mut p = base_pod();
+            p.spec.as_mut().unwrap().containers[0].resources = Some(resources("100m", "64Mi"));
+            start(&mut p, &cfg, &mut pending, now);
+            let plan = desired_status(&p, &cfg, &NODE, &mut pending, now);
+            apply(&mut p, &plan);
+            let s = &p.status.as_ref().unwrap().container_statuses.as_ref().unwrap()[0];
+            assert_eq!((s.resources.clone(), s.allocated_resources.is_some()), (reported.clone(), reported.is_some()), "{version}");
+        }
     }
 
     /// A resize (pods/resize changed the spec's resources) is applied to the running container:
