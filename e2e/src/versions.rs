@@ -135,7 +135,7 @@ const NO_MEMORY_DECREASE: &str =
     "Kubernetes 1.33 alone refuses to lower a memory limit in place unless the container's memory resizePolicy is RestartContainer";
 const MUTATING_POLICY: &str =
     "the test injects a fault with a MutatingAdmissionPolicy, served as admissionregistration.k8s.io/v1 from 1.36";
-const SIMULATED_KUBELET: &str = "the simulated kubelet models the kubelet from 1.33: the 1.32 kubelet reports PodReadyToStartContainers=False while a container is created, and no container resources (its InPlacePodVerticalScaling gate is off)";
+const SIMULATED_KUBELET: &str = "the simulated kubelet models the PodReadyToStartContainers condition of the kubelet from 1.33: the 1.32 kubelet reports it False while a container is created";
 const STREAMING: &str = "streaming lists (the WatchList gate) are on by default in 1.32 and from 1.34, off in 1.33";
 
 /// Every e2e test that depends on the release under test.
