@@ -1,0 +1,110 @@
+//! The reference pages state facts the code knows; each is checked against the code here, so a
+//! page and the code cannot drift apart.
+
+use std::path::Path;
+
+use cloneset_operator::core::gates::{FeatureGates, KRUISE_GATES, Stage};
+
+fn page(path: &str) -> String {
+    std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(path)).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+/// The rows of the first table under `heading`, each split into its cells.
+fn table_rows(text: &str, heading: &str) -> Vec<Vec<String>> {
+    let section = text.split_once(&format!("\n{heading}\n")).unwrap_or_else(|| panic!("no {heading:?}")).1;
+    let section = section.split("\n## ").next().unwrap();
+    section
+        .lines()
+        .skip_while(|l| !l.starts_with('|'))
+        .take_while(|l| l.starts_with('|'))
+        .skip(2)
+        .map(|l| l.trim_matches('|').split(" | ").map(|c| c.trim().to_string()).collect())
+        .collect()
+}
+
+/// Whether `gate` is on by default: setting it on changes nothing.
+fn on_by_default(name: &str) -> bool {
+    let gate = KRUISE_GATES.iter().find(|g| g.name == name).unwrap();
+    let mut gates = FeatureGates::default();
+    gate.set(&mut gates, true);
+    gates == FeatureGates::default()
+}
+
+/// docs/reference/flags.md's gate table lists every gate that changes CloneSet behaviour, with
+/// Kruise's stage and the default the operator starts with; a listed gate that changes nothing
+/// says so, and has no default here ("—").
+#[test]
+fn the_feature_gate_table_matches_the_gate_table() {
+    let rows = table_rows(&page("docs/reference/flags.md"), "## Feature gates");
+    let mut listed = Vec::new();
+    for row in &rows {
+        let [name, stage, default, effect] = &row[..] else { panic!("a gate row of four cells: {row:?}") };
+        let name = name.trim_matches('`');
+        let gate = KRUISE_GATES.iter().find(|g| g.name == name).unwrap_or_else(|| panic!("{name}: not one of Kruise's gates"));
+        let want_stage = match gate.stage {
+            Stage::Alpha => "alpha",
+            Stage::Beta => "beta",
+        };
+        assert_eq!(stage, want_stage, "{name}: Kruise's stage");
+        let effective = gate.set(&mut FeatureGates::default(), true);
+        let want_default = match (effective, on_by_default(name)) {
+            (false, _) => "—",
+            (true, true) => "on",
+            (true, false) => "off",
+        };
+        assert_eq!(default, want_default, "{name}: default");
+        assert_eq!(!effect.starts_with("no effect here"), effective, "{name}: the page says it {}", if effective { "has no effect" } else { "has one" });
+        listed.push(name);
+    }
+    for gate in KRUISE_GATES.iter().filter(|g| g.set(&mut FeatureGates::default(), true)) {
+        assert!(listed.contains(&gate.name), "{} changes CloneSet behaviour but docs/reference/flags.md does not list it", gate.name);
+    }
+}
+
+/// Each flag `cloneset-operator --help` lists, with its default (`None`: none shown).
+fn help_flags() -> Vec<(String, Option<String>)> {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_cloneset-operator")).arg("--help").output().unwrap();
+    assert!(out.status.success());
+    let mut flags: Vec<(String, Option<String>)> = Vec::new();
+    for line in String::from_utf8(out.stdout).unwrap().lines() {
+        let t = line.trim_start();
+        if let Some(rest) = t.strip_prefix("--").or_else(|| t.split_once(", --").map(|(_, r)| r)).filter(|_| line.starts_with("  ")) {
+            let name = rest.split(['[', ' ', '=']).next().unwrap();
+            flags.push((format!("--{name}"), None));
+        } else if let Some((_, default)) = t.split_once("[default: ") {
+            flags.last_mut().unwrap().1 = Some(default.split(']').next().unwrap().to_string());
+        }
+    }
+    flags
+}
+
+/// docs/reference/flags.md's "Flags of `run`" lists exactly the flags `--help` lists, each with
+/// the default the parser has (`unset` where it has none).
+#[test]
+fn the_flag_tables_match_the_argument_parser() {
+    let text = page("docs/reference/flags.md");
+    let section = text.split_once("\n## Flags of `run`\n").unwrap().1.split("\n## ").next().unwrap();
+    let mut documented: Vec<(String, String)> = Vec::new();
+    for row in section.lines().filter(|l| l.starts_with("| `-")) {
+        let cells: Vec<&str> = row.trim_matches('|').split('|').map(str::trim).collect();
+        // The long name: the last of the first cell's names (`-v`, `--v`).
+        let name = cells[0].split(", ").last().unwrap().trim_matches('`').to_string();
+        documented.push((name, cells[1].to_string()));
+    }
+    let help = help_flags();
+    for (name, default) in &help {
+        let Some((_, doc)) = documented.iter().find(|(n, _)| n == name) else {
+            panic!("{name} is in --help but not in docs/reference/flags.md's flags of `run`")
+        };
+        match default {
+            None => assert!(doc == "unset" || doc.is_empty(), "{name}: --help shows no default, the page says {doc}"),
+            Some(d) => {
+                let doc_value = doc.split('`').nth(1).unwrap_or_else(|| panic!("{name}: the page gives no default, --help says {d}"));
+                assert_eq!(doc_value, d, "{name}: default");
+            }
+        }
+    }
+    for (name, _) in &documented {
+        assert!(help.iter().any(|(n, _)| n == name), "{name} is documented but not in --help");
+    }
+}
