@@ -53,7 +53,12 @@ fn the_feature_gate_table_matches_the_gate_table() {
             (true, false) => "off",
         };
         assert_eq!(default, want_default, "{name}: default");
-        assert_eq!(!effect.starts_with("no effect here"), effective, "{name}: the page says it {}", if effective { "has no effect" } else { "has one" });
+        assert_eq!(
+            !effect.starts_with("no effect here"),
+            effective,
+            "{name}: the page says it {}",
+            if effective { "has no effect" } else { "has one" }
+        );
         listed.push(name);
     }
     for gate in KRUISE_GATES.iter().filter(|g| g.set(&mut FeatureGates::default(), true)) {
@@ -107,4 +112,43 @@ fn the_flag_tables_match_the_argument_parser() {
     for (name, _) in &documented {
         assert!(help.iter().any(|(n, _)| n == name), "{name} is documented but not in --help");
     }
+}
+
+/// Every `.rs` file below `dir`, as paths relative to the workspace.
+fn rust_files(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// docs/development.md's map of the code names every source file: by its file name, or by its
+/// stem beside its folder's name (`bench/ (flows, ...)`). A module's `mod.rs` and `tests.rs`
+/// go with the module.
+#[test]
+fn the_map_of_the_code_names_every_file() {
+    let text = page("docs/development.md");
+    let map = text.split_once("\n## Map of the code\n").unwrap().1.split("\n## ").next().unwrap();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = Vec::new();
+    for dir in ["src", "tests", "e2e/src"] {
+        rust_files(&root.join(dir), &mut files);
+    }
+    let is_word = |w: &str| map.split(|c: char| !(c.is_alphanumeric() || c == '_' || c == '-' || c == '.')).any(|x| x == w);
+    let mut unnamed: Vec<String> = files
+        .iter()
+        .filter(|f| {
+            let name = f.file_name().unwrap().to_str().unwrap();
+            let stem = f.file_stem().unwrap().to_str().unwrap();
+            let folder = f.parent().unwrap().file_name().unwrap().to_str().unwrap();
+            !(matches!(name, "mod.rs" | "tests.rs") || is_word(name) || (is_word(stem) && map.contains(&format!("{folder}/"))))
+        })
+        .map(|f| f.strip_prefix(root).unwrap().display().to_string())
+        .collect();
+    unnamed.sort();
+    assert!(unnamed.is_empty(), "docs/development.md's map of the code does not name: {unnamed:#?}");
 }
