@@ -2,38 +2,8 @@
 //! dashboards and alerts keep working. One [`Metrics`] value is created in `main` and passed
 //! down (no global registry); `/metrics` serves [`Metrics::encode`].
 //!
-//! Exposed (all in the OpenMetrics text format, which Prometheus negotiates):
-//!
-//! | name | type | labels |
-//! |---|---|---|
-//! | `controller_runtime_reconcile_total` | counter | `controller`, `result` = success, error, requeue, requeue_after |
-//! | `controller_runtime_reconcile_errors_total` | counter | `controller` |
-//! | `controller_runtime_reconcile_time_seconds` | histogram | `controller` |
-//! | `controller_runtime_max_concurrent_reconciles` | gauge | `controller` |
-//! | `controller_runtime_active_workers` | gauge | `controller` |
-//! | `workqueue_depth` | gauge | `name`, `controller` |
-//! | `workqueue_adds_total` | counter | `name`, `controller` |
-//! | `workqueue_queue_duration_seconds` | histogram | `name`, `controller` |
-//! | `workqueue_work_duration_seconds` | histogram | `name`, `controller` |
-//! | `workqueue_retries_total` | counter | `name`, `controller` |
-//! | `workqueue_unfinished_work_seconds` | gauge | `name`, `controller` |
-//! | `workqueue_longest_running_processor_seconds` | gauge | `name`, `controller` |
-//! | `rest_client_requests_total` | counter | `code` (HTTP status, or `<error>`), `host`, `method`, `resource`, `subresource` |
-//! | `cloneset_scale_expectation_leakage` | gauge (see below) | `namespace`, `name` |
-//! | `kruise_manager_is_leader` | gauge | — |
-//! | `leader_election_master_status` | gauge | `name` (the Lease) |
-//! | `cloneset_operator_standing_by_for_kruise` | gauge | — |
-//! | `cloneset_operator_build_info` | gauge, always 1 | `version`, `revision` (the release and the commit the binary was built from, as `--version` prints them) |
-//! | `cloneset_operator_pod_updates_unread_total` | counter | — (pod updates that changed nothing a decision reads, so queued no reconcile) |
-//! | `cloneset_status_replicas` | gauge | `namespace`, `name`, `state` = replicas, ready, available, updated, updated_ready, expected_updated (the CloneSet's status as last computed, for rollout progress) |
-//! | `process_cpu_seconds_total`, `process_open_fds`, `process_max_fds`, `process_resident_memory_bytes`, `process_virtual_memory_bytes`, `process_virtual_memory_max_bytes`, `process_start_time_seconds` | counter / gauges | — |
-//! | `tokio_alive_tasks` | gauge | — (the async tasks alive in the runtime that serves the scrape: our counterpart of Go's `go_goroutines`, for leak checks) |
-//! | `heap_in_use_bytes`, `heap_free_bytes` | gauges | — (what the allocator (jemalloc) has handed out, and what it keeps resident beyond that: our counterparts of `go_memstats_heap_inuse_bytes` and `_idle_bytes`, to tell a leak from fragmentation) |
-//!
-//! `rest_client_requests_total` keeps client-go's name and its `code`, `host` and `method`
-//! labels; `resource` and `subresource` (from the request path, e.g. `pods` + `status` for a pod
-//! status write) are added so pod writes and status writes can be told apart. Queries that
-//! select only on client-go's labels (summing over the rest) work unchanged.
+//! Every metric, its labels and what it means: docs/reference/metrics.md (a test holds that page's
+//! table to what [`Metrics::encode`] serves).
 //!
 //! `cloneset_scale_expectation_leakage` is a counter in Kruise, exposed there without a `_total`
 //! suffix. OpenMetrics requires counter samples to end in `_total`, so to keep Kruise's exact

@@ -152,3 +152,40 @@ fn the_map_of_the_code_names_every_file() {
     unnamed.sort();
     assert!(unnamed.is_empty(), "docs/development.md's map of the code does not name: {unnamed:#?}");
 }
+
+/// docs/reference/metrics.md's table lists exactly the metric families `/metrics` serves, each
+/// with its type (a counter by its sample name, `_total`).
+#[tokio::test]
+async fn the_metrics_table_matches_what_is_served() {
+    use cloneset_operator::metrics::{Metrics, ReconcileResult};
+    // A family is served once it has a series: one of each.
+    let metrics = Metrics::new();
+    let _queue = metrics.queue();
+    metrics.set_max_concurrent_reconciles(3);
+    metrics.active_workers(1);
+    metrics.reconciled(ReconcileResult::Error, std::time::Duration::from_millis(1));
+    metrics.request("127.0.0.1:6443", &http::Method::GET, "/api/v1/pods", Some(http::StatusCode::OK));
+    metrics.set_status("ns", "web", [1; 6]);
+    metrics.expectation_leaked("ns/web");
+    metrics.set_leader(true, Some("cloneset-operator-leader"));
+    let served_text = metrics.encode();
+    let mut served: Vec<(String, String)> = served_text
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .map(|l| {
+            let (name, kind) = l.split_once(' ').unwrap();
+            let name = if kind == "counter" { format!("{name}_total") } else { name.to_string() };
+            (name, kind.to_string())
+        })
+        .collect();
+    served.sort();
+    let mut documented: Vec<(String, String)> = Vec::new();
+    for row in table_rows(&page("docs/reference/metrics.md"), "## Every metric") {
+        let kind = row[1].split([',', ' ']).next().unwrap().to_string();
+        for name in row[0].split(", ") {
+            documented.push((name.trim_matches('`').to_string(), kind.clone()));
+        }
+    }
+    documented.sort();
+    assert_eq!(documented, served, "docs/reference/metrics.md's table against /metrics:\n{served_text}");
+}
