@@ -189,3 +189,49 @@ async fn the_metrics_table_matches_what_is_served() {
     documented.sort();
     assert_eq!(documented, served, "docs/reference/metrics.md's table against /metrics:\n{served_text}");
 }
+
+/// The value paths `schema` declares: `(path, is_leaf)`, leaving out the Kruise-only keys it
+/// refuses (a `const` that says so) and Helm's own `global`.
+fn schema_paths(schema: &serde_json::Value, prefix: &str, out: &mut Vec<(String, bool)>) {
+    let Some(props) = schema.get("properties").and_then(|p| p.as_object()) else { return };
+    for (key, sub) in props {
+        let refused = sub.get("const").and_then(|c| c.as_str()).is_some_and(|c| c.starts_with("Kruise-only"));
+        if refused || (prefix.is_empty() && key == "global") {
+            continue;
+        }
+        let path = if prefix.is_empty() { key.clone() } else { format!("{prefix}.{key}") };
+        out.push((path.clone(), sub.get("properties").is_none()));
+        schema_paths(sub, &path, out);
+    }
+}
+
+/// The chart README's table of values names every value the chart's schema declares, and
+/// nothing else (`a.b` / `.c` is `a.b` and `a.c`; a row for an object covers what is under it).
+#[test]
+fn the_chart_values_table_matches_the_schema() {
+    let schema: serde_json::Value = serde_json::from_str(&page("charts/cloneset-operator/values.schema.json")).unwrap();
+    let mut paths = Vec::new();
+    schema_paths(&schema, "", &mut paths);
+    let mut listed: Vec<String> = Vec::new();
+    for row in table_rows(&page("charts/cloneset-operator/README.md"), "## Values") {
+        let mut first = String::new();
+        for name in row[0].split(" / ").map(|n| n.trim().trim_matches('`')) {
+            if let Some(rest) = name.strip_prefix('.') {
+                let parent = first.rsplit_once('.').map_or("", |(p, _)| p);
+                listed.push(format!("{parent}.{rest}"));
+            } else {
+                first = name.to_string();
+                listed.push(first.clone());
+            }
+        }
+    }
+    for name in &listed {
+        assert!(paths.iter().any(|(p, _)| p == name), "the chart README lists {name}, which values.schema.json does not declare");
+    }
+    for (path, _) in paths.iter().filter(|(_, leaf)| *leaf) {
+        assert!(
+            listed.iter().any(|l| path == l || path.starts_with(&format!("{l}."))),
+            "values.schema.json declares {path}, which the chart README's table of values does not list"
+        );
+    }
+}
