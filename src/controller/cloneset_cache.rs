@@ -43,9 +43,8 @@ pub enum CachedCloneSet {
 /// A decoded CloneSet as the cache holds it: its pod template as JSON text, not as k8s-openapi's
 /// types. A reconcile reads the template only through its revision data, computed once per
 /// generation (`reconcile::TemplateRevisionCache`), and its topology spread constraints (the
-/// scale-down order). Decoded, the template alone cost 2,694 bytes of heap for the bench's
-/// one-container template (k8s-openapi's `Container` is 2,120 bytes before any of its strings),
-/// against 142 as text; a real template with probes, env and volumes costs several times that.
+/// scale-down order). Decoded into k8s-openapi's types (whose `Container` is large before any of
+/// its strings), a template costs many times its text; more with probes, env and volumes.
 #[derive(Clone, Debug)]
 pub struct CompactCloneSet {
     /// The CloneSet, with `spec.template.spec` cut to its topology spread constraints (none when

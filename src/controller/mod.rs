@@ -140,9 +140,9 @@ where
 }
 
 /// Objects per page when a cache lists (or relists) pods, PVCs and revisions. Each page arrives
-/// whole, managedFields included, before it is stripped; client-go's 500 made the operator peak at
-/// 99 MiB on a restart over 5,000 pods, 100 at 74 MiB (steady state is 72 MiB). The cost is one
-/// list request per 100 objects instead of per 500.
+/// whole, managedFields included, before it is stripped, so the page size sets the restart's
+/// memory peak above the steady state: client-go's 500 raised it well above, 100 hardly (figures:
+/// e2e/bench/HISTORY.md). The cost is one list request per 100 objects instead of per 500.
 const LIST_PAGE_SIZE: u32 = 100;
 
 /// How long the start-up check for streaming lists waits for the apiserver's first answer.

@@ -1,10 +1,9 @@
 //! The pod cache's own watcher, which decodes each protobuf pod straight into the [`WirePod`] the
 //! cache compacts.
 //!
-//! kube's watcher decodes JSON only, so a pod read in protobuf was written out as JSON by
-//! `pod_cache::protobuf` and parsed again by kube: two passes over every pod event, 11% of the
-//! operator's CPU samples and 7% more in the allocator under them, creating 4,000 pods. This
-//! watcher asks for the same requests kube's does (kube's own request builders, the same
+//! kube's watcher decodes JSON only, so a pod read in protobuf would be written out as JSON and
+//! parsed again by kube: two passes over every pod event, a large share of the operator's CPU
+//! when pods are created in bulk (figures: e2e/bench/HISTORY.md). This watcher asks for the same requests kube's does (kube's own request builders, the same
 //! parameters), and [`PodWatch`] follows kube's watcher (v5) step by step:
 //! - list in pages, or as a streaming list (a watch with initial events, ended by the bookmark
 //!   that says so);

@@ -304,8 +304,8 @@ struct NewPodTemplates<'a> {
 
 /// What a CloneSet's spec gives its revisions, which a pass compares the existing revisions with.
 /// It changes only with the spec, so it is computed once per generation
-/// ([`TemplateRevisionCache`]): serializing, defaulting and encoding the template as Go does took
-/// 27.9 µs of every pass, against 75 µs for the decisions over 40 settled pods.
+/// ([`TemplateRevisionCache`]): serializing, defaulting and encoding the template as Go does
+/// cost a third as much as the decisions themselves on every pass.
 #[derive(Debug, PartialEq)]
 pub struct TemplateRevisionData {
     uid: String,

@@ -184,9 +184,9 @@ pub struct EventQueue {
     sending: std::sync::Arc<tokio::sync::Semaphore>,
     /// The latest send of each event name not yet finished. A repeat (a patch of `count`) waits
     /// for the send before it, as client-go's broadcaster sends one event at a time: sent side by
-    /// side, a repeat overtook its event's creation (404, then a create that met it: 409;
-    /// 194-330 wasted requests when 4,000 pods were created, and a first create that lost the
-    /// race logged as a failure), and two repeats could land in either order (a count going back).
+    /// side, a repeat overtook its event's creation (404, then a create that met it: 409,
+    /// hundreds of wasted requests in a bulk creation, and a first create that lost the race
+    /// logged as a failure), and two repeats could land in either order (a count going back).
     in_flight: SendsInFlight,
     turns: std::sync::atomic::AtomicU64,
 }

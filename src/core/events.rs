@@ -54,9 +54,9 @@ pub struct EventCorrelator {
 }
 
 /// What the caches are keyed by, and remember messages as: 64 bits of the strings client-go
-/// keys them by (object, type, reason, message). Keeping the strings cost about 760 bytes per
-/// entry, 6 MiB with both caches full; two keys with one digest (a chance of about 10^-12
-/// among 4,096 entries) would only count as one event.
+/// keys them by (object, type, reason, message). Keeping the strings would cost megabytes with
+/// both caches full; two keys with one digest (vanishingly unlikely among the caches' entries)
+/// would only count as one event.
 type Digest = u64;
 
 fn digest(parts: &[&str]) -> Digest {

@@ -179,9 +179,8 @@ impl ResourceVersionExpectations {
 }
 
 /// Gives a map's spare room back once it is mostly empty. A `HashMap` keeps the capacity of its
-/// largest moment: creating 4,000 pods left the resourceVersion expectations, empty again, with
-/// room for 7,168 entries (392 KiB of heap), about 100 bytes per pod the operator ever wrote to
-/// at once. Shrinking to twice the entries once fewer than a quarter are used keeps inserts and
+/// largest moment: after a bulk creation the resourceVersion expectations, empty again, would
+/// keep room for every pod the operator ever wrote to at once. Shrinking to twice the entries once fewer than a quarter are used keeps inserts and
 /// removals amortized O(1).
 fn shrink_when_sparse<K: Eq + std::hash::Hash, V>(map: &mut HashMap<K, V>) {
     const SMALL: usize = 64;

@@ -1,5 +1,5 @@
 //! What the decisions read of a pod, borrowed. The cache holds pods compact
-//! (`pod_cache::compact`), and turning one back into a `Pod` costs about 65 allocations:
+//! (`pod_cache::compact`), and turning one back into a `Pod` costs dozens of allocations:
 //! a reconcile that expanded all of its CloneSet's pods spent most of its time doing that. The
 //! per-pod checks every pass makes (revision, lifecycle state, readiness, availability, the
 //! in-place state) read through this trait instead; a decision or a write that needs the whole
@@ -62,7 +62,7 @@ pub trait PodRead: Send + Sync {
     fn full(&self) -> &Pod;
     /// The whole pod for one use: [`PodRead::full`] if it was built already, else built and not
     /// kept. A write reads its pod whole once; kept, the pods a pass writes would stay built until
-    /// it ends (a 1,000-pod rollout held about 8 MB of them while its writes ran).
+    /// it ends, which in a large rollout holds megabytes while its writes run.
     fn whole(&self) -> Cow<'_, Pod> {
         Cow::Borrowed(self.full())
     }

@@ -353,8 +353,8 @@ fn expanded_by_a_pass(pods: &[ReadPod], update: &str) -> (sync::UpdatePlan, Vec<
 }
 
 /// The reason the reads exist: a pass over a CloneSet whose pods are settled (Kruise's own
-/// in-place-updated pod, 40 times) decides without expanding any of them. Each expansion
-/// is about 65 allocations; this pass used to make 40.
+/// in-place-updated pod, 40 times) decides without expanding any of them, since each
+/// expansion is dozens of allocations.
 #[test]
 fn a_pass_over_settled_pods_expands_none_of_them() {
     let pods = golden_pods_read_compact(|_| "inplace-b55cd4488");
@@ -365,8 +365,8 @@ fn a_pass_over_settled_pods_expands_none_of_them() {
 
 /// A pass that chooses pods to update (no priority or scatter strategy, no inPlaceUpdate
 /// hook) reads none of them whole: the update order and the lifecycle gate read them in
-/// place, and each write builds its pod for itself alone ([`PodRead::whole`]). A rollout of
-/// 1,000 pods at maxUnavailable 100% held all 1,000 built while its writes ran.
+/// place, and each write builds its pod for itself alone ([`PodRead::whole`]), so a rollout at
+/// maxUnavailable 100% does not hold every pod built while its writes run.
 #[test]
 fn an_update_pass_expands_none_of_the_pods_it_chooses() {
     let pods = golden_pods_read_compact(|i| if i < 38 { "inplace-new" } else { "inplace-b55cd4488" });
@@ -420,8 +420,8 @@ fn an_update_pass_with_priority_and_scatter_expands_none_of_the_pods() {
 
 /// A scale-down pass sorts its victims (node, phase, readiness, deletion cost, restarts,
 /// creation) and splits off the ones its preDelete hook holds (labels and finalizers) reading
-/// the pods in place; it used to build every pod of the CloneSet to sort them, and keep them
-/// built until the pass ended.
+/// the pods in place, rather than building every pod of the CloneSet to sort them and keeping
+/// them built until the pass ends.
 #[test]
 fn a_scale_down_pass_expands_none_of_the_pods_it_considers() {
     let pods = golden_pods_labelled(
