@@ -135,8 +135,14 @@ const NO_MEMORY_DECREASE: &str =
     "Kubernetes 1.33 alone refuses to lower a memory limit in place unless the container's memory resizePolicy is RestartContainer";
 const MUTATING_POLICY: &str =
     "the test injects a fault with a MutatingAdmissionPolicy, served as admissionregistration.k8s.io/v1 from 1.36";
-const SIMULATED_KUBELET: &str = "the simulated kubelet models the PodReadyToStartContainers condition of the kubelet from 1.33: the 1.32 kubelet reports it False while a container is created";
 const STREAMING: &str = "streaming lists (the WatchList gate) are on by default in 1.32 and from 1.34, off in 1.33";
+/// Where the apiserver serves streaming lists by default ([`STREAMING`]).
+pub const STREAMING_LISTS_SERVED: Minors = Minors::Except((1, 33));
+
+/// Whether the apiserver of `version` serves streaming lists by default.
+pub fn serves_streaming_lists(version: &str) -> bool {
+    minor_of(version).is_some_and(|m| STREAMING_LISTS_SERVED.includes(m))
+}
 
 /// Every e2e test that depends on the release under test.
 pub const VERSION_DEPENDENT: &[VersionDependent] = &[
@@ -173,28 +179,13 @@ pub const VERSION_DEPENDENT: &[VersionDependent] = &[
     },
     VersionDependent {
         test: "caches_fill_from_a_streaming_list_and_from_pages_and_find_every_pod",
-        runs_on: Minors::Except((1, 33)),
+        runs_on: STREAMING_LISTS_SERVED,
         because: STREAMING,
     },
     VersionDependent {
         test: "leaked_scale_expectations_are_counted_per_cloneset",
         runs_on: Minors::From((1, 36)),
         because: MUTATING_POLICY,
-    },
-    VersionDependent {
-        test: "the_simulated_kubelet_runs_readiness_probes_as_the_real_one_does",
-        runs_on: Minors::From((1, 33)),
-        because: SIMULATED_KUBELET,
-    },
-    VersionDependent {
-        test: "the_simulated_kubelet_shows_an_in_place_update_as_the_real_one_does",
-        runs_on: Minors::From((1, 33)),
-        because: SIMULATED_KUBELET,
-    },
-    VersionDependent {
-        test: "the_simulated_kubelet_runs_a_crash_loop_as_the_real_one_does",
-        runs_on: Minors::From((1, 33)),
-        because: SIMULATED_KUBELET,
     },
 ];
 

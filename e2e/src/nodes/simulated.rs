@@ -72,6 +72,13 @@ impl SimConfig {
     pub fn reports_container_resources(&self) -> bool {
         crate::versions::minor_of(&self.kubelet_version).is_none_or(|minor| minor >= (1, 33))
     }
+
+    /// Whether the kubelet reports the sandbox ready (`PodReadyToStartContainers=True`) in a
+    /// status write of its own while the containers are still being created, as it does from
+    /// 1.34; an older one's next write after the sandbox's shows the containers started.
+    pub fn reports_sandbox_ready_alone(&self) -> bool {
+        crate::versions::minor_of(&self.kubelet_version).is_none_or(|minor| minor >= (1, 34))
+    }
 }
 
 impl Default for SimConfig {
@@ -211,7 +218,7 @@ pub fn desired_status(pod: &Pod, cfg: &SimConfig, node: &NodeSlot<'_>, memory: &
     // a status write of its own.
     let first_look = current.start_time.is_none();
     let sandbox_ready = !first_look && now >= started_at;
-    let creating = sandbox_ready && !condition_is_true(&current, "PodReadyToStartContainers");
+    let creating = sandbox_ready && !condition_is_true(&current, "PodReadyToStartContainers") && cfg.reports_sandbox_ready_alone();
     if first_look || creating {
         recheck_at(Duration::ZERO);
     } else if !sandbox_ready {
@@ -1154,9 +1161,9 @@ mod tests {
         }))
     }
 
-    /// The two status writes of a pod's start before its containers run.
+    /// The status writes of a pod's start before its containers run (two from 1.34, one before).
     fn start(p: &mut Pod, cfg: &SimConfig, memory: &mut RuntimeMemory, now: Timestamp) {
-        for _ in 0..2 {
+        for _ in 0..if cfg.reports_sandbox_ready_alone() { 2 } else { 1 } {
             let plan = desired_status(p, cfg, &NODE, memory, now);
             assert_eq!(plan.recheck_after, Some(Duration::ZERO), "a start step is followed at once by the next");
             apply(p, &plan);
@@ -1257,6 +1264,26 @@ mod tests {
             ("Pending", "True", "waiting:ContainerCreating"),
             ("Running", "True", "running"),
         ];
+        assert_eq!(seen, want.map(|(a, b, c)| (a.to_string(), b.to_string(), c.to_string())));
+        assert_eq!(desired_status(&p, &cfg, &NODE, &mut memory, now).status, None, "then stable");
+    }
+
+    /// A kubelet before 1.34 (seen on 1.33's and 1.32's) writes no sandbox-ready step of its own:
+    /// the write after the first shows the containers running.
+    #[test]
+    fn a_kubelet_before_1_34_starts_a_pod_in_two_steps() {
+        let cfg = SimConfig { kubelet_version: "v1.33.13".into(), ..SimConfig::default() };
+        let mut memory = RuntimeMemory::default();
+        let now = Timestamp::now();
+        let mut p = base_pod();
+        let mut seen = Vec::new();
+        for _ in 0..2 {
+            let plan = desired_status(&p, &cfg, &NODE, &mut memory, now);
+            apply(&mut p, &plan);
+            let status = p.status.as_ref().unwrap();
+            seen.push((status.phase.clone().unwrap(), cond(&p, "PodReadyToStartContainers").status.clone(), state_of(main_status(&p))));
+        }
+        let want = [("Pending", "False", "waiting:ContainerCreating"), ("Running", "True", "running")];
         assert_eq!(seen, want.map(|(a, b, c)| (a.to_string(), b.to_string(), c.to_string())));
         assert_eq!(desired_status(&p, &cfg, &NODE, &mut memory, now).status, None, "then stable");
     }
