@@ -235,3 +235,68 @@ fn the_chart_values_table_matches_the_schema() {
         );
     }
 }
+
+/// The quoted strings of a YAML flow list (`key: ["a", "b"]`) on `line`, if it sets `key`.
+fn flow_list(line: &str, key: &str) -> Option<Vec<String>> {
+    let list = line.trim().strip_prefix("- ").unwrap_or(line.trim()).strip_prefix(key)?.strip_prefix(": [")?.strip_suffix(']')?;
+    Some(list.split(", ").map(|s| s.trim_matches('"').to_string()).collect())
+}
+
+/// docs/operations.md's RBAC table grants each resource the verbs the chart's rbac.yaml does, and
+/// names no grant the chart lacks (a resource granted twice, as leases are, has two rows).
+#[test]
+fn the_rbac_table_matches_the_charts_rules() {
+    let mut granted: Vec<(String, Vec<String>)> = Vec::new();
+    let mut resources = Vec::new();
+    for line in page("charts/cloneset-operator/templates/rbac.yaml").lines() {
+        if let Some(r) = flow_list(line, "resources") {
+            resources = r;
+        } else if let Some(mut verbs) = flow_list(line, "verbs") {
+            verbs.sort();
+            granted.extend(std::mem::take(&mut resources).into_iter().map(|r| (r, verbs.clone())));
+        }
+    }
+    granted.sort();
+    let mut documented: Vec<(String, Vec<String>)> = Vec::new();
+    for row in table_rows(&page("docs/operations.md"), "### RBAC") {
+        // The backquoted names are resources, but for an API group in brackets and a name with a dot.
+        let cell = row[0].split(" (`").map(|part| part.split_once("`)").map_or(part, |(_, rest)| rest)).collect::<String>();
+        let names = cell.split('`').skip(1).step_by(2).filter(|n| !n.contains('.'));
+        let mut verbs: Vec<String> = row[1].split(", ").map(|v| v.split(' ').next().unwrap().to_string()).collect();
+        verbs.sort();
+        documented.extend(names.map(|n| (n.to_string(), verbs.clone())));
+    }
+    documented.sort();
+    assert_eq!(documented, granted, "docs/operations.md's RBAC table (left) against charts/cloneset-operator/templates/rbac.yaml");
+}
+
+/// The measured figures in `text`: a number before `MiB` or `s`, or one ending in `×`.
+fn figures(text: &str) -> Vec<String> {
+    let words: Vec<&str> = text.split_whitespace().map(|w| w.trim_matches(|c: char| "()*,;:|".contains(c))).collect();
+    let mut out = Vec::new();
+    for (i, w) in words.iter().enumerate() {
+        if !w.starts_with(|c: char| c.is_ascii_digit()) {
+            continue;
+        }
+        if w.ends_with('×') {
+            out.push(w.to_string());
+        } else if let Some(&unit @ ("MiB" | "s")) = words.get(i + 1) {
+            out.push(format!("{w} {unit}"));
+        }
+    }
+    out
+}
+
+/// The README's performance figures are docs/performance.md's, where each has its date, revision
+/// and command: a figure the README quotes is one the page states.
+#[test]
+fn the_readmes_figures_are_the_performance_pages() {
+    let readme = page("README.md");
+    let stated = figures(&page("docs/performance.md"));
+    let section =
+        |heading: &str| readme.split_once(heading).unwrap_or_else(|| panic!("no {heading:?}")).1.split("\n## ").next().unwrap().to_string();
+    let quoted: Vec<String> = ["## Why switch\n", "## Performance at a glance\n"].iter().flat_map(|h| figures(&section(h))).collect();
+    assert!(quoted.len() >= 10, "the figures found in the README: {quoted:?}");
+    let missing: Vec<&String> = quoted.iter().filter(|f| !stated.contains(f)).collect();
+    assert!(missing.is_empty(), "the README quotes figures docs/performance.md does not state: {missing:?}");
+}
