@@ -6,19 +6,23 @@
 #
 # Usage: test-matrix.sh [MINOR...]     (default: every supported minor; a leg not run keeps its
 #                                       last result in the table)
+#        test-matrix.sh --table        (no leg: the table from the results kept, as after a run
+#                                       that was stopped part-way)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source e2e/scripts/kubernetes-versions.sh
 
 out=target/test-matrix
 mkdir -p "$out"
+table_only=false
+if [ "${1:-}" = "--table" ]; then table_only=true; shift; fi
 minors=("$@")
-if [ ${#minors[@]} -eq 0 ]; then
+if ! $table_only && [ ${#minors[@]} -eq 0 ]; then
   mapfile -t minors < <(grep -v '^#' e2e/kubernetes-versions | awk 'NF {print $1}')
 fi
 
 rc=0
-for minor in "${minors[@]}"; do
+for minor in ${minors[@]+"${minors[@]}"}; do
   version=$(k8s_release "$minor") || exit 1
   log="$out/$minor.log"
   # The commit each leg builds (a change outside docs/ since it is said too).
