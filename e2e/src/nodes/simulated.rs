@@ -74,11 +74,11 @@ impl SimConfig {
     }
 
     /// Whether the kubelet reports the sandbox ready (`PodReadyToStartContainers=True`) in a
-    /// status write of its own while the containers are still being created, as it does from 1.35
+    /// status write of its own while the containers are still being created, as it does from 1.36
     /// (its `OnPodSandboxReady` callback, kubernetes/kubernetes#134660); an older one's next write
     /// after the sandbox's shows the containers started.
     pub fn reports_sandbox_ready_alone(&self) -> bool {
-        crate::versions::minor_of(&self.kubelet_version).is_none_or(|minor| minor >= (1, 35))
+        crate::versions::minor_of(&self.kubelet_version).is_none_or(|minor| minor >= (1, 36))
     }
 }
 
@@ -1162,7 +1162,7 @@ mod tests {
         }))
     }
 
-    /// The status writes of a pod's start before its containers run (two from 1.35, one before).
+    /// The status writes of a pod's start before its containers run (two from 1.36, one before).
     fn start(p: &mut Pod, cfg: &SimConfig, memory: &mut RuntimeMemory, now: Timestamp) {
         for _ in 0..if cfg.reports_sandbox_ready_alone() { 2 } else { 1 } {
             let plan = desired_status(p, cfg, &NODE, memory, now);
@@ -1269,11 +1269,11 @@ mod tests {
         assert_eq!(desired_status(&p, &cfg, &NODE, &mut memory, now).status, None, "then stable");
     }
 
-    /// A kubelet before 1.35 (seen on 1.34's and 1.33's) writes no sandbox-ready step of its own:
+    /// A kubelet before 1.36 (seen on 1.35's, 1.34's and 1.33's) writes no sandbox-ready step of its own:
     /// the write after the first shows the containers running.
     #[test]
-    fn a_kubelet_before_1_35_starts_a_pod_in_two_steps() {
-        let cfg = SimConfig { kubelet_version: "v1.34.4".into(), ..SimConfig::default() };
+    fn a_kubelet_before_1_36_starts_a_pod_in_two_steps() {
+        let cfg = SimConfig { kubelet_version: "v1.35.4".into(), ..SimConfig::default() };
         let mut memory = RuntimeMemory::default();
         let now = Timestamp::now();
         let mut p = base_pod();
