@@ -179,18 +179,25 @@ fn go_reference_regenerates_the_committed_files() {
 
 #[test]
 #[ignore = "needs Go 1.26 and k8s.io/api in the Go module cache (the newer-fields program); make test runs it"]
-fn newer_fields_list_matches_the_newest_kubernetes_types() {
+fn newer_fields_list_holds_the_newest_kubernetes_types() {
     let mut cmd = go_command(&root().join(NEWER_FIELDS_DIR));
     // The module cache only: a test never reaches off the machine.
     cmd.env("GOPROXY", "off").args(["run", ".", root().join(SCHEMA_FILE).to_str().unwrap()]);
-    let fresh =
-        String::from_utf8(run(cmd, "go run . (in e2e/revision-golden/newer-fields; `go mod download` there first if modules are missing)"))
-            .unwrap();
-    let committed = read(&root().join(NEWER_FIELDS_FILE));
+    let fresh: Value = serde_json::from_slice(&run(
+        cmd,
+        "go run . (in e2e/revision-golden/newer-fields; `go mod download` there first if modules are missing)",
+    ))
+    .unwrap();
+    let committed: Value = serde_json::from_str(&read(&root().join(NEWER_FIELDS_FILE))).unwrap();
+    let fields = |v: &Value| v["fields"].as_array().unwrap().iter().map(|f| f.as_str().unwrap().to_string()).collect::<Vec<_>>();
+    // The committed list is the union over every supported release (generate.sh); the older
+    // releases' own fields are held to their apiservers by the e2e suite on each one.
+    let listed = fields(&committed);
+    let missing: Vec<String> = fields(&fresh).into_iter().filter(|f| !listed.contains(f)).collect();
+    let newest = str_field(&fresh, "kubernetes");
     assert!(
-        fresh == committed,
-        "{NEWER_FIELDS_FILE} is out of date with the newest k8s.io/api;\n{}\nregenerate with: cd {NEWER_FIELDS_DIR} && \
-         GOTOOLCHAIN=local GOFLAGS=-mod=mod go run . ../../../{SCHEMA_FILE} > ../../../{NEWER_FIELDS_FILE}",
-        first_difference(&committed, &fresh)
+        missing.is_empty() && str_field(&committed, "kubernetes").split(' ').any(|v| v == newest),
+        "{NEWER_FIELDS_FILE} is out of date with k8s.io/api {newest} (it lacks {missing:?}); regenerate with \
+         {NEWER_FIELDS_DIR}/generate.sh"
     );
 }

@@ -2,8 +2,9 @@
 //! and the admission-policy validations that name them at `kubectl apply`.
 //!
 //! Revisions stay byte-identical to Kruise's, so such a field is not carried to revisions or pods
-//! (`core::gojson`). The list, `newer_pod_template_fields.json`, is generated from the newest
-//! `k8s.io/api` and the Go encoding schema by `e2e/revision-golden/newer-fields`; tests check it
+//! (`core::gojson`). The list, `newer_pod_template_fields.json`, is generated from the `k8s.io/api`
+//! of every supported release and the Go encoding schema by `e2e/revision-golden/newer-fields`
+//! (a field a later release removed can still be in a template written on an earlier one); tests check it
 //! against that program (`tests/revision_golden.rs`), the schema (`core::gojson`) and a running
 //! apiserver's OpenAPI (`e2e/tests/operator/api.rs`).
 
@@ -13,7 +14,7 @@ use serde_json::{Value, json};
 /// The committed list (see the module).
 #[derive(Debug, Deserialize)]
 pub struct NewerFields {
-    /// The `k8s.io/api` version the list was generated from, e.g. `v0.37.2`.
+    /// The `k8s.io/api` versions the list was generated from, e.g. `v0.36.3 v0.37.2`.
     pub kubernetes: String,
     /// Paths relative to the template: `.` between fields, `[]` after a list, `{}` after a map
     /// (`spec.containers[].restartPolicyRules`); the outermost new field of a subtree only.
@@ -115,7 +116,9 @@ mod tests {
     fn the_list_names_the_fields_of_the_issue() {
         let list = newer_fields();
         assert!(list.kubernetes.starts_with("v0."), "{}", list.kubernetes);
-        for f in ["spec.hostnameOverride", "spec.containers[].restartPolicyRules", "spec.containers[].lifecycle.stopSignal"] {
+        for f in
+            ["spec.hostnameOverride", "spec.workloadRef", "spec.containers[].restartPolicyRules", "spec.containers[].lifecycle.stopSignal"]
+        {
             assert!(list.fields.iter().any(|g| g == f), "{f} missing from {:?}", list.fields);
         }
         let mut sorted = list.fields.clone();
