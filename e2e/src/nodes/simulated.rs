@@ -1249,44 +1249,38 @@ mod tests {
     /// status writes (sandbox not ready, sandbox ready with the containers being created, running).
     #[test]
     fn a_pod_starts_as_the_kubelet_reports_it_in_three_steps() {
-        let cfg = SimConfig::default();
-        let mut memory = RuntimeMemory::default();
-        let now = Timestamp::now();
-        let mut p = base_pod();
-        let mut seen = Vec::new();
-        for _ in 0..3 {
-            let plan = desired_status(&p, &cfg, &NODE, &mut memory, now);
-            apply(&mut p, &plan);
-            let status = p.status.as_ref().unwrap();
-            seen.push((status.phase.clone().unwrap(), cond(&p, "PodReadyToStartContainers").status.clone(), state_of(main_status(&p))));
-        }
         let want = [
             ("Pending", "False", "waiting:ContainerCreating"),
             ("Pending", "True", "waiting:ContainerCreating"),
             ("Running", "True", "running"),
         ];
-        assert_eq!(seen, want.map(|(a, b, c)| (a.to_string(), b.to_string(), c.to_string())));
-        assert_eq!(desired_status(&p, &cfg, &NODE, &mut memory, now).status, None, "then stable");
+        assert_start_steps(&SimConfig::default(), &want);
     }
 
     /// A kubelet before 1.36 (seen on 1.35's, 1.34's and 1.33's) writes no sandbox-ready step of its own:
     /// the write after the first shows the containers running.
     #[test]
     fn a_kubelet_before_1_36_starts_a_pod_in_two_steps() {
-        let cfg = SimConfig { kubelet_version: "v1.35.4".into(), ..SimConfig::default() };
+        let want = [("Pending", "False", "waiting:ContainerCreating"), ("Running", "True", "running")];
+        assert_start_steps(&SimConfig { kubelet_version: "v1.35.4".into(), ..SimConfig::default() }, &want);
+    }
+
+    /// A new pod's status writes under `cfg` show `want` (phase, `PodReadyToStartContainers`, the
+    /// container's state), one a write, and then no more.
+    fn assert_start_steps(cfg: &SimConfig, want: &[(&str, &str, &str)]) {
         let mut memory = RuntimeMemory::default();
         let now = Timestamp::now();
         let mut p = base_pod();
         let mut seen = Vec::new();
-        for _ in 0..2 {
-            let plan = desired_status(&p, &cfg, &NODE, &mut memory, now);
+        for _ in want {
+            let plan = desired_status(&p, cfg, &NODE, &mut memory, now);
             apply(&mut p, &plan);
             let status = p.status.as_ref().unwrap();
             seen.push((status.phase.clone().unwrap(), cond(&p, "PodReadyToStartContainers").status.clone(), state_of(main_status(&p))));
         }
-        let want = [("Pending", "False", "waiting:ContainerCreating"), ("Running", "True", "running")];
-        assert_eq!(seen, want.map(|(a, b, c)| (a.to_string(), b.to_string(), c.to_string())));
-        assert_eq!(desired_status(&p, &cfg, &NODE, &mut memory, now).status, None, "then stable");
+        let want: Vec<_> = want.iter().map(|(a, b, c)| (a.to_string(), b.to_string(), c.to_string())).collect();
+        assert_eq!(seen, want);
+        assert_eq!(desired_status(&p, cfg, &NODE, &mut memory, now).status, None, "then stable");
     }
 
     /// Found by comparing with a real kubelet (e2e/tests/test_bed/kubelets.rs): a container whose process
