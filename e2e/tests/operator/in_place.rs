@@ -314,8 +314,7 @@ async fn vertical_scaling_gate_resizes_pods_in_place() {
         let uid = p.metadata.uid.clone().unwrap();
         assert!(before.contains_key(&uid), "pod {} is new: recreated instead of resized", p.name_any());
         assert_eq!(restart_count(p), 0, "{}: resized without a restart", p.name_any());
-        let spec_cpu = p.spec.as_ref().unwrap().containers[0].resources.as_ref().unwrap().requests.as_ref().unwrap()["cpu"].0.clone();
-        assert_eq!(spec_cpu, "200m");
+        assert_eq!(spec_cpu(p), "200m");
         assert_eq!(label(p, keys::CONTROLLER_REVISION_HASH), Some(update_revision.as_str()));
         let state: serde_json::Value = serde_json::from_str(&p.annotations()[keys::INPLACE_UPDATE_STATE]).unwrap();
         assert_eq!((&state["revision"], &state["updateResources"]), (&json!(update_revision), &json!(true)));
@@ -334,7 +333,16 @@ async fn without_the_vertical_scaling_gate_a_resources_change_recreates() {
     e.wait_status("web", "rolled out", |cs| rolled_out(cs, 2)).await;
     let pods = e.active_pods("web").await;
     assert!(pods.iter().all(|p| !old.contains(p.metadata.uid.as_ref().unwrap())), "every pod was recreated");
-    assert!(pods.iter().all(|p| reported_cpu(p).as_deref() == Some("200m")));
+    assert!(pods.iter().all(|p| spec_cpu(p) == "200m"), "every new pod asks for the new cpu");
+    // A cluster without pods/resize (its InPlacePodVerticalScaling gate off) drops the
+    // container resources a kubelet reports.
+    let reported = if resize_served().await { Some("200m") } else { None };
+    assert!(pods.iter().all(|p| reported_cpu(p).as_deref() == reported), "reported cpu: {reported:?}");
+}
+
+/// The cpu request container `main`'s spec asks for.
+fn spec_cpu(p: &Pod) -> String {
+    p.spec.as_ref().unwrap().containers[0].resources.as_ref().unwrap().requests.as_ref().unwrap()["cpu"].0.clone()
 }
 
 /// Whether the apiserver lists `pods/resize` in its discovery.
