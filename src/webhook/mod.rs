@@ -11,6 +11,7 @@
 pub mod ca_bundle;
 pub mod certs;
 pub mod review;
+mod rotation;
 
 use std::convert::Infallible;
 use std::path::PathBuf;
@@ -64,15 +65,8 @@ impl CertSlot {
 /// Serves conversions on `listener` and keeps its certificate current, until dropped.
 pub async fn run(listener: TcpListener, source: CertSource, client: kube::Client, health: Arc<Health>) {
     let slot = Arc::new(CertSlot::default());
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let config = ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .expect("ring supports TLS 1.2 and 1.3")
-        .with_no_client_auth()
-        .with_cert_resolver(slot.clone());
-    let acceptor = TlsAcceptor::from(Arc::new(config));
     health.set_conversion(Some("conversion webhook: no certificate yet".into()));
-    tokio::spawn(serve(listener, acceptor));
+    tokio::spawn(serve(listener, acceptor(slot.clone())));
     match source {
         CertSource::Files(dir) => watch_files(dir, slot, health).await,
         CertSource::SelfSigned { hosts, validity, crd, identity } => {
@@ -82,13 +76,20 @@ pub async fn run(listener: TcpListener, source: CertSource, client: kube::Client
     }
 }
 
+/// TLS with whatever certificate `slot` holds at each handshake.
+fn acceptor(slot: Arc<CertSlot>) -> TlsAcceptor {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("ring supports TLS 1.2 and 1.3")
+        .with_no_client_auth()
+        .with_cert_resolver(slot);
+    TlsAcceptor::from(Arc::new(config))
+}
+
 fn now() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64)
 }
-
-/// How long a new CA sits in the bundle before its certificate is served: the apiserver reads
-/// the CRD from its watch, a moment after our write.
-const BUNDLE_SETTLE: Duration = Duration::from_secs(5);
 
 async fn self_signed(
     hosts: Vec<String>,
@@ -99,19 +100,17 @@ async fn self_signed(
     health: Arc<Health>,
 ) {
     let check = (validity / 20).clamp(Duration::from_secs(1), Duration::from_secs(60));
-    let mut serving: Option<certs::Issued> = None;
-    let mut next: Option<(certs::Issued, Option<i64>)> = None;
+    let mut rotation = rotation::Rotation::default();
     let mut failures = 0u32;
     loop {
         let now = now();
-        if next.is_none() && serving.as_ref().is_none_or(|s| now >= s.renew_at()) {
+        if rotation.due(now) {
             match certs::issue(&hosts, now, validity, &identity) {
-                Ok(issued) => next = Some((issued, None)),
+                Ok(issued) => rotation.issued(issued),
                 Err(e) => tracing::error!(error = %e, "conversion webhook: cannot make a certificate"),
             }
         }
-        let ours: Vec<&str> = serving.iter().chain(next.as_ref().map(|(n, _)| n)).map(|c| c.ca_pem.as_str()).collect();
-        let result = bundle.ensure(&ours, now).await;
+        let result = bundle.ensure(&rotation.cas(), now).await;
         match &result {
             Ok(ca_bundle::Conversion::None) => {
                 // The CRD converts nothing through a webhook: no conversion waits on us.
@@ -124,40 +123,32 @@ async fn self_signed(
                 // Elsewhere: ready for `migrate` to send conversions here (Kruise's rule: a
                 // replica that can convert is ready, leader or not).
                 health.set_converting(true);
-                if let Some((issued, seen)) = next.as_mut()
-                    && certs::contains(current.as_bytes(), &issued.ca_pem)
-                {
-                    let seen_at = *seen.get_or_insert(now);
-                    // The first certificate is served at once: nothing is served before it.
-                    if serving.is_none() || now - seen_at >= BUNDLE_SETTLE.as_secs() as i64 {
-                        let issued = next.take().map(|(i, _)| i).expect("checked above");
-                        match slot.set(vec![issued.cert_der.clone()], &issued.key()) {
-                            Ok(()) => {
-                                tracing::info!(not_after = issued.not_after, "conversion webhook: serving a new certificate");
-                                serving = Some(issued);
-                            }
-                            Err(e) => tracing::error!(error = %e, "conversion webhook: cannot load its certificate"),
+                if let Some(issued) = rotation.take_to_serve(current.as_bytes(), now) {
+                    match slot.set(vec![issued.cert_der.clone()], &issued.key()) {
+                        Ok(()) => {
+                            tracing::info!(not_after = issued.not_after, "conversion webhook: serving a new certificate");
+                            rotation.serving(issued);
                         }
+                        Err(e) => tracing::error!(error = %e, "conversion webhook: cannot load its certificate"),
                     }
                 }
-                let trusted = serving.as_ref().is_some_and(|s| certs::contains(current.as_bytes(), &s.ca_pem));
                 let why = match conversion {
                     ca_bundle::Conversion::Elsewhere(_) => "its CA is not published on the CRD yet",
                     _ => "its CA is not in the CRD's caBundle yet",
                 };
-                health.set_conversion((!trusted).then(|| format!("conversion webhook: {why}")));
+                health.set_conversion((!rotation.trusted(current.as_bytes())).then(|| format!("conversion webhook: {why}")));
             }
             Err(e) => {
                 failures += 1;
                 tracing::warn!(error = %e, failures, "conversion webhook: cannot update the CRD's caBundle; retrying");
-                if serving.is_none() {
+                if !rotation.serves() {
                     health.set_conversion(Some(format!("conversion webhook: cannot update the CRD's caBundle: {e}")));
                 }
             }
         }
-        let wait = match (&result, &next) {
-            (Err(_), _) => Duration::from_millis(200 * 2u64.pow(failures.min(8))).min(check),
-            (Ok(ca_bundle::Conversion::Here(_) | ca_bundle::Conversion::Elsewhere(_)), Some(_)) => Duration::from_secs(1),
+        let wait = match &result {
+            Err(_) => Duration::from_millis(200 * 2u64.pow(failures.min(8))).min(check),
+            Ok(ca_bundle::Conversion::Here(_) | ca_bundle::Conversion::Elsewhere(_)) if rotation.waiting() => Duration::from_secs(1),
             _ => check,
         };
         tokio::time::sleep(wait).await;
@@ -228,7 +219,11 @@ async fn serve(listener: TcpListener, acceptor: TlsAcceptor) {
     }
 }
 
-async fn handle(req: Request<Incoming>) -> Response<Full<Bytes>> {
+async fn handle<B>(req: Request<B>) -> Response<Full<Bytes>>
+where
+    B: hyper::body::Body,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
     if req.method() != Method::POST || req.uri().path() != crate::api::crd::CONVERSION_PATH {
         return text(StatusCode::NOT_FOUND, PLAIN, "not found\n");
     }
@@ -242,5 +237,75 @@ async fn handle(req: Request<Incoming>) -> Response<Full<Bytes>> {
         Ok(Ok(review)) => text(StatusCode::OK, "application/json", serde_json::to_vec(&review).unwrap_or_default()),
         Ok(Err(message)) => text(StatusCode::BAD_REQUEST, PLAIN, format!("{message}\n")),
         Err(e) => text(StatusCode::INTERNAL_SERVER_ERROR, PLAIN, format!("conversion failed: {e}\n")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rustls_pki_types::pem::PemObject as _;
+    use serde_json::{Value, json};
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    use tokio_rustls::TlsConnector;
+
+    use super::*;
+
+    /// `POST path` with `body` over TLS, trusting only `ca_pem`: the status code and body, or the
+    /// handshake's error.
+    async fn post(addr: std::net::SocketAddr, ca_pem: &str, path: &str, body: &str) -> std::io::Result<(u16, String)> {
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(rustls_pki_types::CertificateDer::from_pem_slice(ca_pem.as_bytes()).unwrap()).unwrap();
+        let config = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let tcp = tokio::net::TcpStream::connect(addr).await?;
+        let name = rustls_pki_types::ServerName::IpAddress(addr.ip().into());
+        let mut tls = TlsConnector::from(Arc::new(config)).connect(name, tcp).await?;
+        let request = format!(
+            "POST {path} HTTP/1.1\r\nHost: webhook\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        tls.write_all(request.as_bytes()).await?;
+        let mut answer = String::new();
+        tls.read_to_string(&mut answer).await?;
+        let (head, body) = answer.split_once("\r\n\r\n").unwrap_or((&answer, ""));
+        let code = head.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+        Ok((code, body.to_string()))
+    }
+
+    fn issue(name: &str) -> certs::Issued {
+        certs::issue(&["127.0.0.1".into()], now(), Duration::from_secs(3_600), name).unwrap()
+    }
+
+    /// The server converts a review over TLS with the certificate in its slot, answers 404 and
+    /// 400 for what is not a review, and serves a certificate swapped into the slot at the next
+    /// handshake: a client that trusts only the old CA is then refused, without a restart.
+    #[tokio::test]
+    async fn conversions_are_served_over_tls_with_the_certificate_in_the_slot() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let slot = Arc::new(CertSlot::default());
+        tokio::spawn(serve(listener, acceptor(slot.clone())));
+        let first = issue("first");
+        slot.set(vec![first.cert_der.clone()], &first.key()).unwrap();
+
+        let review = json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "ConversionReview", "request": {
+            "uid": "7e1", "desiredAPIVersion": "apps.kruise.io/v1beta1",
+            "objects": [{"apiVersion": "apps.kruise.io/v1alpha1", "kind": "CloneSet", "metadata": {"name": "a"}, "spec": {}}]}});
+        let path = crate::api::crd::CONVERSION_PATH;
+        let (code, body) = post(addr, &first.ca_pem, path, &review.to_string()).await.unwrap();
+        assert_eq!(code, 200, "{body}");
+        let answer: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(answer["response"]["uid"], "7e1");
+        assert_eq!(answer["response"]["convertedObjects"][0]["apiVersion"], "apps.kruise.io/v1beta1");
+        assert_eq!(post(addr, &first.ca_pem, "/other", "{}").await.unwrap().0, 404);
+        let (code, body) = post(addr, &first.ca_pem, path, "not json").await.unwrap();
+        assert!(code == 400 && body.contains("not a ConversionReview"), "{code} {body}");
+
+        let second = issue("second");
+        slot.set(vec![second.cert_der.clone()], &second.key()).unwrap();
+        assert!(post(addr, &first.ca_pem, path, &review.to_string()).await.is_err(), "the old CA no longer verifies");
+        assert_eq!(post(addr, &second.ca_pem, path, &review.to_string()).await.unwrap().0, 200);
     }
 }
