@@ -7,7 +7,7 @@ pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
 /// The commit it was built from (`git describe --always --dirty`, which the Makefile passes in
 /// `CLONESET_OPERATOR_REVISION`), or `unknown` for a build outside `make`.
-pub const REVISION: &str = match option_env!("CLONESET_OPERATOR_REVISION") {
+pub(crate) const REVISION: &str = match option_env!("CLONESET_OPERATOR_REVISION") {
     Some(r) if !r.is_empty() => r,
     _ => "unknown",
 };

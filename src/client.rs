@@ -87,7 +87,7 @@ impl RateLimit {
 /// the next token and waits for it, so waiting requests are served in arrival order and, over
 /// any interval of length `t`, at most `burst + qps * t` requests start.
 #[derive(Debug)]
-pub struct TokenBucket {
+pub(crate) struct TokenBucket {
     limit: RateLimit,
     state: Mutex<BucketState>,
 }
@@ -100,13 +100,13 @@ struct BucketState {
 }
 
 impl TokenBucket {
-    pub fn new(limit: RateLimit) -> Self {
+    pub(crate) fn new(limit: RateLimit) -> Self {
         let limit = RateLimit { qps: limit.qps.max(f64::MIN_POSITIVE), burst: limit.burst.max(1) };
         Self { limit, state: Mutex::new(BucketState { tokens: f64::from(limit.burst), last: Instant::now() }) }
     }
 
     /// Takes one token at `now`, returning how long to wait before it may be used.
-    pub fn reserve(&self, now: Instant) -> Duration {
+    pub(crate) fn reserve(&self, now: Instant) -> Duration {
         let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
         // Callers read the clock before taking the lock, so `now` may be a hair behind `last`:
         // the bucket's time never goes back, and such a caller waits the difference too.
@@ -119,7 +119,7 @@ impl TokenBucket {
     }
 
     /// Waits for a token.
-    pub async fn acquire(&self) {
+    pub(crate) async fn acquire(&self) {
         let wait = self.reserve(Instant::now());
         if !wait.is_zero() {
             tokio::time::sleep(wait).await;
@@ -130,12 +130,12 @@ impl TokenBucket {
 /// The User-Agent of every request, `<binary>/<version>` as client-go starts its own. The
 /// apiserver names the field manager of every non-apply write after its first segment, so
 /// managedFields show `cloneset-operator` (not `unknown`), as do audit logs.
-pub const USER_AGENT: &str = concat!("cloneset-operator/", env!("CARGO_PKG_VERSION"));
+pub(crate) const USER_AGENT: &str = concat!("cloneset-operator/", env!("CARGO_PKG_VERSION"));
 
 /// A [`Layer`] that makes every request wait for a token (when there is a bucket) and counts it
 /// in `rest_client_requests_total`.
 #[derive(Clone)]
-pub struct ThrottleLayer {
+pub(crate) struct ThrottleLayer {
     bucket: Option<Arc<TokenBucket>>,
     metrics: Arc<Metrics>,
     /// The apiserver's `host:port` (requests here carry only a path; kube adds the host below).
@@ -143,7 +143,7 @@ pub struct ThrottleLayer {
 }
 
 impl ThrottleLayer {
-    pub fn new(limit: Option<RateLimit>, metrics: Arc<Metrics>, host: &str) -> Self {
+    pub(crate) fn new(limit: Option<RateLimit>, metrics: Arc<Metrics>, host: &str) -> Self {
         Self { bucket: limit.map(|l| Arc::new(TokenBucket::new(l))), metrics, host: host.into() }
     }
 }
@@ -158,7 +158,7 @@ impl<S> Layer<S> for ThrottleLayer {
 
 /// The service [`ThrottleLayer`] builds. `inner` must be cheap to clone (a `Buffer`).
 #[derive(Clone)]
-pub struct Throttle<S> {
+pub(crate) struct Throttle<S> {
     inner: S,
     bucket: Option<Arc<TokenBucket>>,
     metrics: Arc<Metrics>,
@@ -207,7 +207,7 @@ where
 /// few enough that one slow-start batch of pod creations cannot flood it (over HTTP/1.1, where an
 /// apiserver offers no HTTP/2, each would also hold a pooled connection with its buffers). A
 /// watch holds its slot only until its response starts streaming.
-pub const MAX_REQUESTS_IN_FLIGHT: usize = 32;
+pub(crate) const MAX_REQUESTS_IN_FLIGHT: usize = 32;
 
 /// Builds a client for `config` whose requests all pass through its own token bucket, if
 /// `limit` is set. With `protobuf_pods`, the pod cache's own lists and watches and the answers to

@@ -14,11 +14,11 @@ pub type Allocator = tikv_jemallocator::Jemalloc;
 
 /// How often the heap is purged: rarely enough to cost nothing, often enough that RSS follows
 /// the caches, not the peaks.
-pub const TRIM_EVERY: Duration = Duration::from_secs(10);
+pub(crate) const TRIM_EVERY: Duration = Duration::from_secs(10);
 
 /// Returns the free pages of every arena to the kernel now (jemalloc would otherwise give them
 /// back only as it allocates again, after its decay time); whether the call succeeded.
-pub fn trim() -> bool {
+pub(crate) fn trim() -> bool {
     // "arena.<MALLCTL_ARENAS_ALL>.purge", MALLCTL_ARENAS_ALL being 4096: a call that takes and
     // returns nothing, so it goes through mallctl itself (tikv-jemalloc-ctl writes a value).
     const PURGE_ALL: &[u8] = b"arena.4096.purge\0";
@@ -32,13 +32,13 @@ pub fn trim() -> bool {
 /// beyond them (free space in its pages, pages not yet purged, its own metadata). When RSS grows
 /// while `in_use` stays flat, the growth is fragmentation, not a leak.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Usage {
+pub(crate) struct Usage {
     pub in_use: u64,
     pub free: u64,
 }
 
 /// jemalloc's counts over all its arenas; `None` if it cannot tell.
-pub fn usage() -> Option<Usage> {
+pub(crate) fn usage() -> Option<Usage> {
     use tikv_jemalloc_ctl::{epoch, stats};
     // The statistics are a snapshot taken when the epoch advances.
     epoch::advance().ok()?;

@@ -17,13 +17,14 @@ use k8s_openapi::jiff::Timestamp;
 use kube::{Api, Client};
 use tokio::time::Instant;
 
-/// Kruise's default `--leader-election-namespace` and `--leader-election-id`.
-pub const KRUISE_LEASE_NAMESPACE: &str = "kruise-system";
-pub const KRUISE_LEASE_NAME: &str = "kruise-manager";
+/// Kruise's leader-election Lease: `--leader-election-namespace` and `--leader-election-id`
+/// defaults in Kruise's `main.go`, which its chart keeps.
+pub(crate) const KRUISE_LEASE_NAMESPACE: &str = "kruise-system";
+pub(crate) const KRUISE_LEASE_NAME: &str = "kruise-manager";
 
 /// What the Kruise manager's Lease shows.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum KruiseState {
+pub(crate) enum KruiseState {
     /// No such Lease (or it may not be read; see [`KruiseGuard::check`]).
     Absent,
     /// Held and renewed within its duration: Kruise's CloneSet controller may be acting.
@@ -42,7 +43,7 @@ struct Seen {
 
 /// The pure part: judges successive reads of the Lease.
 #[derive(Debug, Default)]
-pub struct LeaseJudge {
+pub(crate) struct LeaseJudge {
     seen: Option<Seen>,
 }
 
@@ -50,7 +51,7 @@ impl LeaseJudge {
     /// Judges one read of the Lease at `now` (monotonic) and `wall` (for the stale check only).
     /// `own_identity`: a holder that is this process is not Kruise (a user may point
     /// `--leader-election-id` at Kruise's Lease to share it).
-    pub fn judge(&mut self, lease: Option<&Lease>, now: Instant, wall: Timestamp, own_identity: &str) -> KruiseState {
+    pub(crate) fn judge(&mut self, lease: Option<&Lease>, now: Instant, wall: Timestamp, own_identity: &str) -> KruiseState {
         let Some(lease) = lease else {
             self.seen = None;
             return KruiseState::Absent;
@@ -102,14 +103,14 @@ impl KruiseGuard {
     }
 
     /// `<namespace>/<name>` of the Lease watched.
-    pub fn lease_ref(&self) -> String {
+    pub(crate) fn lease_ref(&self) -> String {
         format!("{}/{}", self.namespace, self.name)
     }
 
     /// Reads the Lease once. Errors are values: a read that fails is reported as `Err` and the
     /// caller keeps its current state; a 403 (no RBAC to read the Lease) is logged once and
     /// treated as absent, since the operator cannot tell and must not stop for it.
-    pub async fn check(&mut self) -> Result<KruiseState, kube::Error> {
+    pub(crate) async fn check(&mut self) -> Result<KruiseState, kube::Error> {
         let lease = match self.api.get_opt(&self.name).await {
             Ok(lease) => lease,
             Err(kube::Error::Api(e)) if e.code == 403 => {

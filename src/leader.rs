@@ -34,7 +34,7 @@ pub const LEASE_NAME: &str = "cloneset-operator-leader";
 
 /// Namespace of the Lease when `--leader-election-namespace` is empty and the operator does not
 /// run in a pod: Kruise's flag falls back to the in-cluster namespace, which only exists in a pod.
-pub const FALLBACK_NAMESPACE: &str = "kube-system";
+pub(crate) const FALLBACK_NAMESPACE: &str = "kube-system";
 
 /// Where and how to elect.
 #[derive(Clone, Debug)]
@@ -86,7 +86,7 @@ impl ElectionConfig {
 
     /// How long one attempt (a read and a write of the Lease) may take before it is abandoned:
     /// short enough to leave a fresh connection most of the renew deadline.
-    pub fn attempt_timeout(&self) -> Duration {
+    pub(crate) fn attempt_timeout(&self) -> Duration {
         self.renew_deadline / 3
     }
 }
@@ -132,7 +132,7 @@ fn random_u64() -> u64 {
 
 /// Why this process stopped leading.
 #[derive(Debug, thiserror::Error)]
-pub enum Lost {
+pub(crate) enum Lost {
     #[error("the lease {0} is now held by {1:?}")]
     TakenBy(String, String),
     #[error("could not renew the lease {0} within the renew deadline ({1:?}){2}")]
@@ -192,7 +192,7 @@ impl LeaderElector {
         }
     }
 
-    pub fn config(&self) -> &ElectionConfig {
+    pub(crate) fn config(&self) -> &ElectionConfig {
         &self.cfg
     }
 
@@ -211,7 +211,7 @@ impl LeaderElector {
     }
 
     /// Returns once this process holds the Lease; keeps trying (every retry period) forever.
-    pub async fn acquire(&mut self) {
+    pub(crate) async fn acquire(&mut self) {
         let mut last_holder: Option<String> = None;
         loop {
             // An attempt stuck longer than its timeout is abandoned and retried on a new client.
@@ -239,7 +239,7 @@ impl LeaderElector {
     }
 
     /// Keeps renewing the Lease every retry period; returns only when leadership is lost.
-    pub async fn hold(&mut self) -> Lost {
+    pub(crate) async fn hold(&mut self) -> Lost {
         let mut last_error = String::new();
         loop {
             tokio::time::sleep(self.cfg.retry_period).await;
@@ -276,7 +276,7 @@ impl LeaderElector {
 
     /// Gives the Lease up if this process still holds it (on a clean shutdown), so a standby
     /// can take over at its next retry instead of after expiry.
-    pub async fn release(&mut self) {
+    pub(crate) async fn release(&mut self) {
         let release = async {
             let Some(mut lease) = self.api.get_opt(&self.cfg.lease_name).await? else { return Ok(()) };
             let spec = lease.spec.get_or_insert_with(Default::default);

@@ -21,30 +21,30 @@ use std::sync::atomic::AtomicU64;
 use crate::procfs::ProcessCollector;
 
 /// The `controller` label value (controller-runtime uses the controller's name; Kruise's is `cloneset`).
-pub const CONTROLLER: &str = "cloneset";
+pub(crate) const CONTROLLER: &str = "cloneset";
 
 /// The Content-Type of [`Metrics::encode`]'s output.
-pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+pub(crate) const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ControllerLabels {
+pub(crate) struct ControllerLabels {
     pub controller: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ResultLabels {
+pub(crate) struct ResultLabels {
     pub controller: &'static str,
     pub result: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct QueueLabels {
+pub(crate) struct QueueLabels {
     pub name: &'static str,
     pub controller: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct RequestLabels {
+pub(crate) struct RequestLabels {
     pub code: String,
     /// The apiserver's `host:port`.
     pub host: String,
@@ -56,31 +56,31 @@ pub struct RequestLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct NameLabels {
+pub(crate) struct NameLabels {
     pub name: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ObjectLabels {
+pub(crate) struct ObjectLabels {
     pub namespace: String,
     pub name: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct BuildLabels {
+pub(crate) struct BuildLabels {
     pub version: &'static str,
     pub revision: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct StatusLabels {
+pub(crate) struct StatusLabels {
     pub namespace: String,
     pub name: String,
     pub state: &'static str,
 }
 
 /// The status counts `cloneset_status_replicas` publishes, by its `state` label.
-pub const STATUS_STATES: [&str; 6] = ["replicas", "ready", "available", "updated", "updated_ready", "expected_updated"];
+pub(crate) const STATUS_STATES: [&str; 6] = ["replicas", "ready", "available", "updated", "updated_ready", "expected_updated"];
 
 /// How one reconcile ended, as controller-runtime labels it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -137,7 +137,7 @@ pub struct QueueMetrics {
 }
 
 /// A gauge of seconds (a float).
-pub type SecondsGauge = Gauge<f64, AtomicU64>;
+pub(crate) type SecondsGauge = Gauge<f64, AtomicU64>;
 
 impl Default for QueueMetrics {
     fn default() -> Self {
@@ -394,7 +394,7 @@ impl Metrics {
     }
 
     /// Drops a deleted CloneSet's status series.
-    pub fn forget_status(&self, namespace: &str, name: &str) {
+    pub(crate) fn forget_status(&self, namespace: &str, name: &str) {
         for state in STATUS_STATES {
             self.status_replicas.remove(&StatusLabels { namespace: namespace.to_string(), name: name.to_string(), state });
         }
@@ -414,11 +414,11 @@ impl Metrics {
         }
     }
 
-    pub fn set_standing_by_for_kruise(&self, standing_by: bool) {
+    pub(crate) fn set_standing_by_for_kruise(&self, standing_by: bool) {
         self.standing_by_for_kruise.set(i64::from(standing_by));
     }
 
-    pub fn pod_update_unread(&self) {
+    pub(crate) fn pod_update_unread(&self) {
         self.pod_updates_unread.inc();
     }
 }
@@ -426,7 +426,7 @@ impl Metrics {
 /// The resource and subresource a Kubernetes API path addresses:
 /// `/api/v1/namespaces/ns/pods/p/status` → (`pods`, `status`), `/apis/g/v/clonesets` →
 /// (`clonesets`, `""`), `/api/v1/namespaces/ns` → (`namespaces`, `""`). Other paths → (`""`, `""`).
-pub fn resource_of(path: &str) -> (&str, &str) {
+pub(crate) fn resource_of(path: &str) -> (&str, &str) {
     let path = path.split('?').next().unwrap_or_default();
     let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
     let rest = match parts.as_slice() {

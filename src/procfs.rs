@@ -12,7 +12,7 @@ const USER_HZ: f64 = 100.0;
 
 /// What `/proc/self/stat` says that the collector reports.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Stat {
+pub(crate) struct Stat {
     /// User plus system CPU time, in seconds.
     pub cpu_seconds: f64,
     /// Start time after boot, in seconds.
@@ -22,7 +22,7 @@ pub struct Stat {
 
 /// Parses `/proc/<pid>/stat` (the command name may contain spaces and parentheses: fields are
 /// counted from the last `)`).
-pub fn parse_stat(text: &str) -> Option<Stat> {
+pub(crate) fn parse_stat(text: &str) -> Option<Stat> {
     let rest = &text[text.rfind(')')? + 1..];
     let fields: Vec<&str> = rest.split_whitespace().collect();
     // `fields[0]` is field 3 (state) of proc(5).
@@ -31,19 +31,19 @@ pub fn parse_stat(text: &str) -> Option<Stat> {
 }
 
 /// `VmRSS` of `/proc/<pid>/status`, in bytes.
-pub fn parse_resident_bytes(status: &str) -> Option<f64> {
+pub(crate) fn parse_resident_bytes(status: &str) -> Option<f64> {
     let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
     let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kib * 1024.0)
 }
 
 /// `btime` of `/proc/stat`: the boot time, in seconds since the epoch.
-pub fn parse_boot_time(stat: &str) -> Option<f64> {
+pub(crate) fn parse_boot_time(stat: &str) -> Option<f64> {
     stat.lines().find_map(|l| l.strip_prefix("btime "))?.trim().parse().ok()
 }
 
 /// The soft limit of a `/proc/<pid>/limits` row (`unlimited` as client_golang reports it, 2^64−1).
-pub fn parse_soft_limit(limits: &str, row: &str) -> Option<f64> {
+pub(crate) fn parse_soft_limit(limits: &str, row: &str) -> Option<f64> {
     let rest = limits.lines().find_map(|l| l.strip_prefix(row))?;
     match rest.split_whitespace().next()? {
         "unlimited" => Some(u64::MAX as f64),
@@ -54,7 +54,7 @@ pub fn parse_soft_limit(limits: &str, row: &str) -> Option<f64> {
 /// Encodes the `process_*` metrics of this process on each scrape; a file that cannot be read
 /// leaves its metrics out of that scrape.
 #[derive(Debug)]
-pub struct ProcessCollector;
+pub(crate) struct ProcessCollector;
 
 impl Collector for ProcessCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {

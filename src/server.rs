@@ -46,27 +46,27 @@ pub struct Health {
 }
 
 impl Health {
-    pub fn set_caches_synced(&self, synced: bool) {
+    pub(crate) fn set_caches_synced(&self, synced: bool) {
         self.caches_synced.store(synced, Ordering::Release);
     }
 
     /// Marks the operator as standing by (`Some(why)`) or not (`None`).
-    pub fn set_standing_by(&self, why: Option<String>) {
+    pub(crate) fn set_standing_by(&self, why: Option<String>) {
         *self.standing_by.lock().unwrap_or_else(|e| e.into_inner()) = why;
     }
 
     /// Marks the conversion webhook as unable to convert (`Some(why)`) or able (`None`).
-    pub fn set_conversion(&self, why: Option<String>) {
+    pub(crate) fn set_conversion(&self, why: Option<String>) {
         *self.conversion.lock().unwrap_or_else(|e| e.into_inner()) = why;
     }
 
     /// Marks whether the apiserver sends conversions to this operator's webhook.
-    pub fn set_converting(&self, converting: bool) {
+    pub(crate) fn set_converting(&self, converting: bool) {
         self.converting.store(converting, Ordering::Release);
     }
 
     /// `Ok` when ready, else why not.
-    pub fn readiness(&self) -> Result<(), String> {
+    pub(crate) fn readiness(&self) -> Result<(), String> {
         if let Some(why) = self.conversion.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
             return Err(why.clone());
         }
@@ -77,10 +77,6 @@ impl Health {
             return Err("caches not synced".into());
         }
         self.standing_by.lock().unwrap_or_else(|e| e.into_inner()).clone().map_or(Ok(()), Err)
-    }
-
-    pub fn ready(&self) -> bool {
-        self.readiness().is_ok()
     }
 }
 

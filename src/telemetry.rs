@@ -34,7 +34,7 @@ pub fn init(format: LogFormat, default_level: &str) {
 const KUBE_CLIENT_TARGET: &str = "kube_client::client";
 
 /// Drops kube's response-body log lines (see [`KUBE_CLIENT_TARGET`]); every other line passes.
-pub struct DropResponseBodies;
+pub(crate) struct DropResponseBodies;
 
 impl<S: Subscriber> Layer<S> for DropResponseBodies {
     fn event_enabled(&self, event: &Event<'_>, _ctx: Context<'_, S>) -> bool {

@@ -22,16 +22,16 @@ use tower::util::BoxService;
 use tower::{BoxError, ServiceBuilder, ServiceExt as _};
 
 /// How long a connection may read nothing before it is pinged (client-go's `ReadIdleTimeout`).
-pub const PING_AFTER: Duration = Duration::from_secs(30);
+pub(crate) const PING_AFTER: Duration = Duration::from_secs(30);
 /// How long a ping may go unanswered before the connection is closed (client-go's `PingTimeout`).
-pub const PING_TIMEOUT: Duration = Duration::from_secs(15);
+pub(crate) const PING_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// kube's `GenericService`: what a [`ClientBuilder`] starts from.
-pub type BaseService = BoxService<Request<Body>, Response<Box<DynBody>>, BoxError>;
+pub(crate) type BaseService = BoxService<Request<Body>, Response<Box<DynBody>>, BoxError>;
 
 /// The base of the client's stack: TLS (HTTP/2 preferred), kube's timeouts, the cluster URL,
 /// authentication and extra headers; no retry (the caller adds its own).
-pub fn client_builder(config: &kube::Config) -> kube::Result<ClientBuilder<BaseService>> {
+pub(crate) fn client_builder(config: &kube::Config) -> kube::Result<ClientBuilder<BaseService>> {
     if let Some(proxy) = &config.proxy_url {
         return Err(kube::Error::ProxyProtocolUnsupported { proxy_url: Box::new(proxy.clone()) });
     }

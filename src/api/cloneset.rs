@@ -221,14 +221,14 @@ pub mod update_type {
     pub const IN_PLACE_ONLY: &str = "InPlaceOnly";
     /// Only through v1beta1 (v1alpha1 refuses it at create, as Kruise's webhook does): pods move
     /// to the update revision only when deleted and recreated.
-    pub const ON_DELETE: &str = "OnDelete";
+    pub(crate) const ON_DELETE: &str = "OnDelete";
 }
 
 /// Condition types and Progressing reasons.
 pub mod condition {
-    pub const FAILED_SCALE: &str = "FailedScale";
+    pub(crate) const FAILED_SCALE: &str = "FailedScale";
     pub const FAILED_UPDATE: &str = "FailedUpdate";
-    pub const PROGRESSING: &str = "Progressing";
+    pub(crate) const PROGRESSING: &str = "Progressing";
 }
 
 fn is_zero(v: &i32) -> bool {

@@ -18,7 +18,7 @@ use serde_json::{Map, Value, json};
 
 use super::keys;
 
-pub const GROUP: &str = "apps.kruise.io";
+pub(crate) const GROUP: &str = "apps.kruise.io";
 pub const V1ALPHA1: &str = "apps.kruise.io/v1alpha1";
 pub const V1BETA1: &str = "apps.kruise.io/v1beta1";
 

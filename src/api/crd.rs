@@ -26,13 +26,13 @@ pub const TEMPLATE_FIELDS_POLICY_NAME: &str = "template-fields.clonesets.apps.kr
 
 /// Where the apiserver sends conversion requests unless the installer says otherwise: the
 /// chart's webhook Service in its default namespace.
-pub const WEBHOOK_SERVICE_NAMESPACE: &str = "cloneset-system";
-pub const WEBHOOK_SERVICE_NAME: &str = "cloneset-operator-webhook";
+pub(crate) const WEBHOOK_SERVICE_NAMESPACE: &str = "cloneset-system";
+pub(crate) const WEBHOOK_SERVICE_NAME: &str = "cloneset-operator-webhook";
 /// The version CloneSets are stored in, in every CRD this operator installs: what Kruise 1.x
 /// stores and what the operator watches.
-pub const STORAGE_VERSION: &str = "v1alpha1";
+pub(crate) const STORAGE_VERSION: &str = "v1alpha1";
 /// The path the operator serves ConversionReviews on.
-pub const CONVERSION_PATH: &str = "/convert";
+pub(crate) const CONVERSION_PATH: &str = "/convert";
 
 /// The CloneSet CRD, shaped like Kruise's: no nullable fields, atomic selectors, the status and
 /// scale subresources, and Kruise's printer columns in Kruise's order. Serves v1alpha1 only: the
@@ -244,7 +244,7 @@ fn template_rules() -> Vec<TemplateRule> {
 }
 
 /// The admission policy for the template rules, and its binding (cluster-wide, Deny).
-pub fn admission_policy() -> (ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding) {
+pub(crate) fn admission_policy() -> (ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding) {
     let validations: Vec<Value> = template_rules()
         .into_iter()
         .map(|r| {
@@ -282,7 +282,7 @@ const POD_SPEC_VARIABLE: &str = "'spec' in variables.template && variables.templ
 /// The policy that warns, at `kubectl apply`, about each template field newer than Kubernetes
 /// 1.32 (`template_fields`), and its cluster-wide binding (Warn). `failurePolicy: Ignore`: a
 /// policy that only warns must never refuse a write, not even when it cannot be evaluated.
-pub fn template_fields_policy() -> (ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding) {
+pub(crate) fn template_fields_policy() -> (ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding) {
     let spec = json!({
         "failurePolicy": "Ignore",
         "variables": [
@@ -364,7 +364,7 @@ pub fn to_yaml<T: serde::Serialize>(obj: &T) -> Result<String, serde_saphyr::ser
 }
 
 /// The admission policies and their bindings ([`admission_policies`]) as one multi-document YAML file.
-pub fn admission_policy_yaml() -> Result<String, serde_saphyr::ser::Error> {
+pub(crate) fn admission_policy_yaml() -> Result<String, serde_saphyr::ser::Error> {
     let mut documents = Vec::new();
     for (policy, binding) in admission_policies() {
         documents.push(to_yaml(&policy)?);
@@ -380,7 +380,7 @@ pub fn generated_deletion_protection_file() -> Result<String, serde_saphyr::ser:
 }
 
 /// Header written at the top of generated files.
-pub const GENERATED_HEADER: &str = "# Generated from src/api by `make crds`; do not edit.\n";
+pub(crate) const GENERATED_HEADER: &str = "# Generated from src/api by `make crds`; do not edit.\n";
 
 /// Where the generated files live, relative to the repository root; a test checks each one.
 pub const CRD_FILES: [&str; 2] = ["crds/apps.kruise.io_clonesets.yaml", "charts/cloneset-operator/files/apps.kruise.io_clonesets.yaml"];

@@ -19,27 +19,27 @@ pub const LIFECYCLE_TIMESTAMP: &str = "lifecycle.apps.kruise.io/timestamp";
 /// JSON `InPlaceUpdateState`.
 pub const INPLACE_UPDATE_STATE: &str = "apps.kruise.io/inplace-update-state";
 /// Legacy key of the same, read as a fallback and removed on write.
-pub const INPLACE_UPDATE_STATE_LEGACY: &str = "inplace-update-state";
+pub(crate) const INPLACE_UPDATE_STATE_LEGACY: &str = "inplace-update-state";
 /// JSON `UpdateSpec` held during an in-place grace period.
 pub const INPLACE_UPDATE_GRACE: &str = "apps.kruise.io/inplace-update-grace";
 /// Legacy key of the same.
-pub const INPLACE_UPDATE_GRACE_LEGACY: &str = "inplace-update-grace";
+pub(crate) const INPLACE_UPDATE_GRACE_LEGACY: &str = "inplace-update-grace";
 /// Written by kruise-daemon; read to detect in-place completion.
 pub const RUNTIME_CONTAINERS_META: &str = "apps.kruise.io/runtime-containers-meta";
 /// Lower cost is deleted first on scale-down (user-set, int32).
 pub const POD_DELETION_COST: &str = "controller.kubernetes.io/pod-deletion-cost";
 /// Pod annotation that orders in-place container updates.
-pub const CONTAINER_LAUNCH_PRIORITY: &str = "apps.kruise.io/container-launch-priority";
+pub(crate) const CONTAINER_LAUNCH_PRIORITY: &str = "apps.kruise.io/container-launch-priority";
 /// Container env var carrying a container's launch priority.
 pub const CONTAINER_PRIORITY_ENV: &str = "KRUISE_CONTAINER_PRIORITY";
 /// The env Kruise's pod webhook injects into every container of a prioritised pod: a
 /// ConfigMap key reference whose key is `p_<priority>`.
-pub const CONTAINER_BARRIER_ENV: &str = "KRUISE_CONTAINER_BARRIER";
+pub(crate) const CONTAINER_BARRIER_ENV: &str = "KRUISE_CONTAINER_BARRIER";
 
 /// Every pod annotation above: the only ones a decision reads (`PodRead::annotation` checks this
 /// in debug builds). A pod update that changes other annotations, its resourceVersion, and
 /// nothing else the cache keeps queues no reconcile (`CompactPod::reads_as`).
-pub const READ_POD_ANNOTATIONS: [&str; 8] = [
+pub(crate) const READ_POD_ANNOTATIONS: [&str; 8] = [
     LIFECYCLE_TIMESTAMP,
     INPLACE_UPDATE_STATE,
     INPLACE_UPDATE_STATE_LEGACY,
@@ -51,7 +51,7 @@ pub const READ_POD_ANNOTATIONS: [&str; 8] = [
 ];
 
 /// Whether a decision can read the pod annotation `key` ([`READ_POD_ANNOTATIONS`]).
-pub fn is_read_pod_annotation(key: &str) -> bool {
+pub(crate) fn is_read_pod_annotation(key: &str) -> bool {
     READ_POD_ANNOTATIONS.contains(&key)
 }
 
@@ -65,10 +65,10 @@ pub const REASON_START_INPLACE_UPDATE: &str = "StartInPlaceUpdate";
 
 // ---- CloneSet labels and annotations
 /// `"true"`: PreparingDelete pods do not count as replicas for this CloneSet.
-pub const SCALING_EXCLUDE_PREPARING_DELETE: &str = "apps.kruise.io/cloneset-scaling-exclude-preparing-delete";
-pub const IMAGE_PREDOWNLOAD_PARALLELISM: &str = "apps.kruise.io/image-predownload-parallelism";
-pub const IMAGE_PREDOWNLOAD_TIMEOUT_SECONDS: &str = "apps.kruise.io/image-predownload-timeout-seconds";
-pub const IMAGE_PREDOWNLOAD_MIN_UPDATED_READY_PODS: &str = "apps.kruise.io/image-predownload-min-updated-ready-pods";
+pub(crate) const SCALING_EXCLUDE_PREPARING_DELETE: &str = "apps.kruise.io/cloneset-scaling-exclude-preparing-delete";
+pub(crate) const IMAGE_PREDOWNLOAD_PARALLELISM: &str = "apps.kruise.io/image-predownload-parallelism";
+pub(crate) const IMAGE_PREDOWNLOAD_TIMEOUT_SECONDS: &str = "apps.kruise.io/image-predownload-timeout-seconds";
+pub(crate) const IMAGE_PREDOWNLOAD_MIN_UPDATED_READY_PODS: &str = "apps.kruise.io/image-predownload-min-updated-ready-pods";
 /// `Always` or `Cascading` deletion protection.
 pub const DELETE_PROTECTION: &str = "policy.kruise.io/delete-protection";
 /// Template annotation written by `kubectl kruise rollout restart`.
@@ -81,7 +81,3 @@ pub const CONTROLLER_REVISION_HASH_LABEL: &str = "controller.kubernetes.io/hash"
 pub const VOLUME_CLAIM_TEMPLATE_HASH: &str = "kruise.io/cloneset-volumeclaimtemplate-hash";
 /// Change cause shown by `kubectl kruise rollout history`, copied from the CloneSet.
 pub const CHANGE_CAUSE: &str = "kubernetes.io/change-cause";
-
-// ---- Directives that can arrive inside the schemaless template
-/// Strategic-merge directive `kubectl kruise rollout undo` sends inside a JSON merge patch.
-pub const PATCH_DIRECTIVE: &str = "$patch";

@@ -92,7 +92,7 @@ fn is_zero(v: &i32) -> bool {
 /// controller must be readable and re-writable by the other).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct InPlaceUpdateState {
+pub(crate) struct InPlaceUpdateState {
     pub revision: String,
     pub update_timestamp: Option<Time>,
     /// Container name → the imageID it had before the update. Go writes `null` for nil.
@@ -131,13 +131,13 @@ pub struct RefMetadata {
 /// kruise-daemon's report on a pod's containers (`apps.kruise.io/runtime-containers-meta`), as
 /// far as the operator reads it.
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]
-pub struct RuntimeContainerMetaSet {
+pub(crate) struct RuntimeContainerMetaSet {
     #[serde(default)]
     pub containers: Vec<RuntimeContainerMeta>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]
-pub struct RuntimeContainerMeta {
+pub(crate) struct RuntimeContainerMeta {
     pub name: String,
     #[serde(rename = "containerID")]
     pub container_id: String,
@@ -147,7 +147,7 @@ pub struct RuntimeContainerMeta {
 
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct RuntimeContainerHashes {
+pub(crate) struct RuntimeContainerHashes {
     /// The hash of the values the container's env really read from metadata.
     #[serde(default)]
     pub extracted_env_from_metadata_hash: u64,
@@ -155,27 +155,27 @@ pub struct RuntimeContainerHashes {
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct InPlaceUpdateContainerStatus {
+pub(crate) struct InPlaceUpdateContainerStatus {
     #[serde(rename = "imageID", default, skip_serializing_if = "String::is_empty")]
     pub image_id: String,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct InPlaceUpdatePreCheckBeforeNext {
+pub(crate) struct InPlaceUpdatePreCheckBeforeNext {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub containers_required_ready: Vec<String>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct InPlaceUpdateContainerBatch {
+pub(crate) struct InPlaceUpdateContainerBatch {
     pub timestamp: Option<Time>,
     pub containers: Vec<String>,
 }
 
 /// Lifecycle states written to the `lifecycle.apps.kruise.io/state` label.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum LifecycleState {
+pub(crate) enum LifecycleState {
     PreparingNormal,
     Normal,
     PreparingUpdate,
@@ -185,7 +185,7 @@ pub enum LifecycleState {
 }
 
 impl LifecycleState {
-    pub const fn as_str(self) -> &'static str {
+    pub(crate) const fn as_str(self) -> &'static str {
         match self {
             Self::PreparingNormal => "PreparingNormal",
             Self::Normal => "Normal",
@@ -196,7 +196,7 @@ impl LifecycleState {
         }
     }
 
-    pub fn parse(s: &str) -> Option<Self> {
+    pub(crate) fn parse(s: &str) -> Option<Self> {
         [Self::PreparingNormal, Self::Normal, Self::PreparingUpdate, Self::Updating, Self::Updated, Self::PreparingDelete]
             .into_iter()
             .find(|v| v.as_str() == s)

@@ -32,7 +32,7 @@ pub const NOT_CARRIED: &str =
 /// One validation per newer field, failing (so warning) when the template sets it; the message
 /// names the field, with `[*]` for any list item or map value. The expressions read the policy's
 /// variables `template` and `podSpec` (the template and its `spec`, as `dyn`).
-pub fn warning_validations() -> Vec<Value> {
+pub(crate) fn warning_validations() -> Vec<Value> {
     newer_fields()
         .fields
         .iter()

@@ -192,12 +192,6 @@ pub struct InPlaceUpdateStrategy {
     pub image_pre_download_min_updated_ready_pods: Option<i32>,
 }
 
-/// `updateStrategy.type` values.
-pub mod update_type {
-    pub const ROLLING_UPDATE: &str = "RollingUpdate";
-    pub const ON_DELETE: &str = "OnDelete";
-}
-
 fn is_zero(v: &i32) -> bool {
     *v == 0
 }

@@ -27,9 +27,9 @@ use super::reconcile::ReconcileError;
 use crate::api::CloneSet;
 
 /// The condition an undecodable CloneSet carries until it decodes again (also the event reason).
-pub const FAILED_DECODE: &str = "FailedDecode";
+pub(crate) const FAILED_DECODE: &str = "FailedDecode";
 /// The condition's reason.
-pub const DECODE_ERROR_REASON: &str = "DecodeError";
+pub(crate) const DECODE_ERROR_REASON: &str = "DecodeError";
 /// Longest decode error kept: the error quotes the offending value, which may be large.
 const MAX_ERROR_LEN: usize = 300;
 
@@ -59,7 +59,7 @@ pub struct CompactCloneSet {
 }
 
 impl CompactCloneSet {
-    pub fn new(mut cloneset: CloneSet) -> Self {
+    pub(crate) fn new(mut cloneset: CloneSet) -> Self {
         let template = serde_json::to_string(&cloneset.spec.template).expect("a decoded template encodes as JSON");
         let spread = cloneset.spec.template.spec.take().and_then(|s| s.topology_spread_constraints);
         cloneset.spec.template.spec = spread.map(|t| PodSpec { topology_spread_constraints: Some(t), ..Default::default() });
@@ -79,7 +79,7 @@ pub struct Undecodable {
 
 impl CachedCloneSet {
     /// Decodes `value`; never fails.
-    pub fn from_value(value: Value) -> Self {
+    pub(crate) fn from_value(value: Value) -> Self {
         match serde_path_to_error::deserialize::<_, CloneSet>(&value) {
             Ok(cs) => {
                 let template = value.pointer("/spec/template").unwrap_or(&Value::Null);
@@ -166,7 +166,7 @@ impl Resource for CachedCloneSet {
 /// Runs before every reconcile of `key`. Handles an undecodable CloneSet (`Some`: the reconcile
 /// is skipped), and clears [`FAILED_DECODE`] from one that decodes again (`Some` too: the write's
 /// watch event queues it again, and the reconcile must not copy the stale condition back).
-pub async fn before_reconcile(ctx: &Context, key: &str) -> Option<Result<Option<Duration>, ReconcileError>> {
+pub(crate) async fn before_reconcile(ctx: &Context, key: &str) -> Option<Result<Option<Duration>, ReconcileError>> {
     let (ns, name) = key.split_once('/').unwrap_or(("", key));
     match super::cached(&ctx.stores.clonesets, ns, name)?.as_ref() {
         CachedCloneSet::Undecodable(u) => Some(report(ctx, u).await),

@@ -11,12 +11,12 @@ use super::Context;
 use crate::api::CloneSet;
 
 /// The event's reason.
-pub const TEMPLATE_FIELDS_DROPPED: &str = "TemplateFieldsDropped";
+pub(crate) const TEMPLATE_FIELDS_DROPPED: &str = "TemplateFieldsDropped";
 
 /// Per CloneSet key, what it was last warned about. An entry goes with its CloneSet, or when its
 /// template no longer drops anything; the operator warns again after it restarts.
 #[derive(Default)]
-pub struct DroppedFieldWarnings(Mutex<HashMap<String, Warned>>);
+pub(crate) struct DroppedFieldWarnings(Mutex<HashMap<String, Warned>>);
 
 struct Warned {
     uid: String,
@@ -41,14 +41,14 @@ impl DroppedFieldWarnings {
         true
     }
 
-    pub fn forget(&self, key: &str) {
+    pub(crate) fn forget(&self, key: &str) {
         self.0.lock().unwrap_or_else(|e| e.into_inner()).remove(key);
     }
 }
 
 /// Records the Warning event when the fields `cs` drops from its template are news (see
 /// [`DroppedFieldWarnings::is_news`]).
-pub async fn warn(ctx: &Context, key: &str, cs: &CloneSet, fields: &[String], revision: &str) {
+pub(crate) async fn warn(ctx: &Context, key: &str, cs: &CloneSet, fields: &[String], revision: &str) {
     let uid = cs.metadata.uid.as_deref().unwrap_or_default();
     if ctx.dropped_field_warnings.is_news(key, uid, revision, fields) {
         ctx.events.record(cs, EventType::Warning, TEMPLATE_FIELDS_DROPPED, note(fields)).await;

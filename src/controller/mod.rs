@@ -51,7 +51,7 @@ use watches::*;
 
 /// The caches a reconcile reads. Every one has finished its first list before any reconcile.
 #[derive(Clone)]
-pub struct Stores {
+pub(crate) struct Stores {
     /// Decoded or not: one undecodable CloneSet must not fail the list of all of them.
     pub clonesets: Store<CachedCloneSet>,
     /// Indexed by owner: a reconcile reads its own pods and PVCs, not every cached one. Pods
@@ -65,7 +65,7 @@ pub struct Stores {
 
 impl Stores {
     /// The CloneSet `ns/name` if it is cached and decodes (the worker handles one that does not).
-    pub fn cloneset(&self, ns: &str, name: &str) -> Option<Arc<CompactCloneSet>> {
+    pub(crate) fn cloneset(&self, ns: &str, name: &str) -> Option<Arc<CompactCloneSet>> {
         match cached(&self.clonesets, ns, name)?.as_ref() {
             CachedCloneSet::Decoded(cs) => Some(cs.clone()),
             CachedCloneSet::Undecodable(_) => None,
@@ -74,7 +74,7 @@ impl Stores {
 }
 
 /// Everything a reconcile needs, passed explicitly (no globals).
-pub struct Context {
+pub(crate) struct Context {
     pub client: Client,
     pub config: ControllerConfig,
     pub stores: Stores,
@@ -102,7 +102,7 @@ impl Context {
     }
 
     /// Counts a scale-expectation timeout of CloneSet `key` (`cloneset_scale_expectation_leakage`).
-    pub fn record_leak(&self, key: &str) {
+    pub(crate) fn record_leak(&self, key: &str) {
         self.metrics.expectation_leaked(key);
     }
 

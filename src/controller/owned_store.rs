@@ -21,7 +21,7 @@ use kube::runtime::watcher::Event;
 use crate::pod_cache::compact::CompactPod;
 
 /// An object's namespace and name.
-pub type Key = (Arc<str>, Arc<str>);
+pub(crate) type Key = (Arc<str>, Arc<str>);
 
 /// One owner reference, as the index reads it.
 pub struct OwnerView<'a> {
@@ -34,7 +34,7 @@ pub struct OwnerView<'a> {
 
 impl OwnerView<'_> {
     /// Whether the owner is a CloneSet (`apps.kruise.io`, any version).
-    pub fn is_cloneset(&self) -> bool {
+    pub(crate) fn is_cloneset(&self) -> bool {
         self.kind == "CloneSet" && self.api_version.split('/').next() == Some("apps.kruise.io")
     }
 }
@@ -84,7 +84,7 @@ impl<K: Resource + Send + Sync + 'static> Held for K {
 
 /// The UIDs of the CloneSets that own `obj`, as controller or not (a reconcile counts both, as
 /// Kruise lists by owner UID).
-pub fn cloneset_owners<H: Held>(obj: &H) -> impl Iterator<Item = &str> {
+pub(crate) fn cloneset_owners<H: Held>(obj: &H) -> impl Iterator<Item = &str> {
     obj.owners().filter(OwnerView::is_cloneset).map(|o| o.uid)
 }
 
@@ -93,7 +93,7 @@ fn has_controller<H: Held>(obj: &H) -> bool {
 }
 
 /// The CloneSet that controls `obj`, as a queue key.
-pub fn owner_key<H: Held>(obj: &H) -> Option<String> {
+pub(crate) fn owner_key<H: Held>(obj: &H) -> Option<String> {
     let owner = obj.owners().find(|o| o.controller)?;
     owner.is_cloneset().then(|| format!("{}/{}", obj.key().0, owner.name))
 }
@@ -236,7 +236,7 @@ impl<K: Held> OwnedStore<K> {
         self.shared.state.read().unwrap_or_else(|e| e.into_inner())
     }
 
-    pub fn get(&self, namespace: &str, name: &str) -> Option<Arc<K>> {
+    pub(crate) fn get(&self, namespace: &str, name: &str) -> Option<Arc<K>> {
         self.read().objects.get(&(Arc::from(namespace), Arc::from(name))).cloned()
     }
 
@@ -247,13 +247,13 @@ impl<K: Held> OwnedStore<K> {
     }
 
     /// The objects in `namespace` that no controller owns, in name order.
-    pub fn orphans_in(&self, namespace: &str) -> Vec<Arc<K>> {
+    pub(crate) fn orphans_in(&self, namespace: &str) -> Vec<Arc<K>> {
         let state = self.read();
         state.orphans.get(namespace).map_or_else(Vec::new, |e| e.values().cloned().collect())
     }
 
     /// Returns once the first list has been applied.
-    pub async fn wait_until_ready(&self) {
+    pub(crate) async fn wait_until_ready(&self) {
         let mut ready = self.shared.ready.subscribe();
         // The sender lives as long as this store, so the wait ends only when ready.
         let _ = ready.wait_for(|r| *r).await;
@@ -263,7 +263,7 @@ impl<K: Held> OwnedStore<K> {
 impl<K: Held> OwnedStoreWriter<K> {
     /// Applies one watcher event of objects held as is.
     #[cfg(test)]
-    pub fn apply(&mut self, event: Event<K>) -> Vec<Arc<K>>
+    pub(crate) fn apply(&mut self, event: Event<K>) -> Vec<Arc<K>>
     where
         K: Resource,
     {

@@ -61,7 +61,7 @@ pub enum PodWatchError {
 
 /// One event of a pod watch, decoded.
 #[derive(Debug, PartialEq)]
-pub enum PodWatchEvent {
+pub(crate) enum PodWatchEvent {
     Added(WirePod),
     Modified(WirePod),
     Deleted(WirePod),
@@ -71,7 +71,7 @@ pub enum PodWatchEvent {
 
 /// A page of a pod list.
 #[derive(Debug, Default, PartialEq)]
-pub struct PodPage {
+pub(crate) struct PodPage {
     pub items: Vec<WirePod>,
     pub resource_version: Option<String>,
     pub continue_token: Option<String>,
@@ -79,7 +79,7 @@ pub struct PodPage {
 
 /// What the watcher does next.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Next {
+pub(crate) enum Next {
     /// List a page (the first when `continue_token` is `None`).
     List { continue_token: Option<String> },
     /// Open a watch from `resource_version`; `initial_events`: a streaming list.
@@ -105,7 +105,7 @@ enum Phase {
 /// The watcher's states, without I/O: [`PodWatch::next`] says what to request, and the
 /// `on_*` methods take what came back and give the events to yield.
 #[derive(Debug)]
-pub struct PodWatch {
+pub(crate) struct PodWatch {
     streaming: bool,
     phase: Phase,
 }
@@ -116,7 +116,7 @@ type Item = Result<Event<WirePod>, PodWatchError>;
 /// 2.3 KB inline), or a page's events in order.
 #[derive(Debug)]
 #[expect(clippy::large_enum_variant, reason = "inline is the point: boxing the event is the allocation this avoids")]
-pub enum Yielded {
+pub(crate) enum Yielded {
     Nothing,
     One(Item),
     /// A page of a list: `Init` first when it starts the list, its pods, `InitDone` last when it
@@ -152,11 +152,11 @@ impl Iterator for Yielded {
 }
 
 impl PodWatch {
-    pub fn new(streaming: bool) -> Self {
+    pub(crate) fn new(streaming: bool) -> Self {
         Self { streaming, phase: Phase::Empty }
     }
 
-    pub fn next(&self) -> Next {
+    pub(crate) fn next(&self) -> Next {
         match &self.phase {
             Phase::Empty if self.streaming => Next::Watch { resource_version: "0".into(), initial_events: true },
             Phase::Empty => Next::List { continue_token: None },
@@ -167,7 +167,7 @@ impl PodWatch {
     }
 
     /// A page arrived: the first starts a relist (`Init`), the last ends it (`InitDone`).
-    pub fn on_page(&mut self, page: PodPage) -> Yielded {
+    pub(crate) fn on_page(&mut self, page: PodPage) -> Yielded {
         let first = matches!(self.phase, Phase::Empty);
         let PodPage { items, resource_version, continue_token } = page;
         let resource_version = resource_version.filter(|v| !v.is_empty());
@@ -191,13 +191,13 @@ impl PodWatch {
     }
 
     /// A list failed: the next step lists from the start (kube's watcher does the same).
-    pub fn on_list_failed(&mut self, error: PodWatchError) -> Yielded {
+    pub(crate) fn on_list_failed(&mut self, error: PodWatchError) -> Yielded {
         self.phase = Phase::Empty;
         Yielded::One(Err(error))
     }
 
     /// A watch was opened as [`Next::Watch`] asked.
-    pub fn on_watch_opened(&mut self) -> Yielded {
+    pub(crate) fn on_watch_opened(&mut self) -> Yielded {
         match std::mem::replace(&mut self.phase, Phase::Empty) {
             Phase::Empty => {
                 self.phase = Phase::InitialEvents;
@@ -213,7 +213,7 @@ impl PodWatch {
 
     /// A watch could not be opened: a streaming list starts again, a watch is opened again
     /// from the same resourceVersion, unless it is gone (410), when the next step lists again.
-    pub fn on_watch_failed(&mut self, error: PodWatchError) -> Yielded {
+    pub(crate) fn on_watch_failed(&mut self, error: PodWatchError) -> Yielded {
         if matches!(error, PodWatchError::Api { code: 410, .. }) {
             self.phase = Phase::Empty;
         }
@@ -221,7 +221,7 @@ impl PodWatch {
     }
 
     /// An event of the open watch.
-    pub fn on_event(&mut self, event: PodWatchEvent) -> Yielded {
+    pub(crate) fn on_event(&mut self, event: PodWatchEvent) -> Yielded {
         let initial = matches!(self.phase, Phase::InitialEvents);
         match event {
             PodWatchEvent::Added(pod) | PodWatchEvent::Modified(pod) if initial => Yielded::One(Ok(Event::InitApply(pod))),
@@ -271,7 +271,7 @@ impl PodWatch {
     /// The open watch ended (the server's timeout, a closed connection, an error reading it):
     /// a streaming list not yet complete starts again; a watch resumes from the last
     /// resourceVersion seen.
-    pub fn on_watch_ended(&mut self) {
+    pub(crate) fn on_watch_ended(&mut self) {
         self.phase = match std::mem::replace(&mut self.phase, Phase::Empty) {
             Phase::Watching { resource_version } => Phase::Listed { resource_version },
             Phase::InitialEvents => Phase::Empty,
@@ -376,7 +376,7 @@ fn decode_line(line: &[u8]) -> Result<PodWatchEvent, PodWatchError> {
 /// Splits a watch body into events as its bytes arrive: protobuf frames (a 4-byte big-endian
 /// length, then that many bytes) or JSON lines.
 #[derive(Debug)]
-pub struct WatchDecoder {
+pub(crate) struct WatchDecoder {
     encoding: Encoding,
     buffered: BytesMut,
 }

@@ -14,9 +14,10 @@ use tokio::time::Instant;
 use crate::config::RetryLimits;
 use crate::metrics::QueueMetrics;
 
-/// Counters the metrics endpoint reads.
+/// Counters the tests read (the metrics are kept by `QueueMetrics`).
+#[cfg(test)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct QueueStats {
+pub(crate) struct QueueStats {
     pub depth: usize,
     /// Keys that became pending (an add of a key already waiting is not counted, as in client-go).
     pub adds: u64,
@@ -43,17 +44,16 @@ struct State {
     shut_down: bool,
 }
 
-pub struct WorkQueue {
+pub(crate) struct WorkQueue {
     state: Mutex<State>,
     wake: Notify,
     metrics: QueueMetrics,
     limits: RetryLimits,
 }
 
-/// A key handed to a worker, with how long it waited in the queue.
-pub struct Item {
+/// A key handed to a worker.
+pub(crate) struct Item {
     pub key: String,
-    pub waited: Duration,
 }
 
 /// A token bucket that hands out reservations, as `golang.org/x/time/rate` does: a retry past
@@ -95,12 +95,12 @@ impl Default for WorkQueue {
 
 impl WorkQueue {
     /// A queue with Kruise's default retry limits and unregistered metrics.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self::with_limits(RetryLimits::default(), QueueMetrics::default())
     }
 
     /// A queue that retries failed keys within `limits` and reports into `metrics`.
-    pub fn with_limits(limits: RetryLimits, metrics: QueueMetrics) -> Self {
+    pub(crate) fn with_limits(limits: RetryLimits, metrics: QueueMetrics) -> Self {
         let state = State { retry_bucket: RetryBucket::new(&limits), ..State::default() };
         Self { state: Mutex::new(state), wake: Notify::new(), metrics, limits }
     }
@@ -130,7 +130,7 @@ impl WorkQueue {
     }
 
     /// Queues `key` now.
-    pub fn add(&self, key: &str) {
+    pub(crate) fn add(&self, key: &str) {
         let mut s = self.lock();
         if s.shut_down {
             return;
@@ -143,7 +143,7 @@ impl WorkQueue {
     }
 
     /// Queues `key` after `delay` (keeping an earlier pending time if there is one).
-    pub fn add_after(&self, key: &str, delay: Duration) {
+    pub(crate) fn add_after(&self, key: &str, delay: Duration) {
         if delay.is_zero() {
             return self.add(key);
         }
@@ -160,7 +160,7 @@ impl WorkQueue {
 
     /// Queues `key` after its next backoff step: the larger of its own exponential backoff and
     /// the overall retry bucket's wait.
-    pub fn add_rate_limited(&self, key: &str) {
+    pub(crate) fn add_rate_limited(&self, key: &str) {
         let delay = {
             let mut s = self.lock();
             s.retries += 1;
@@ -174,12 +174,12 @@ impl WorkQueue {
     }
 
     /// Clears a key's failure history after a success.
-    pub fn forget(&self, key: &str) {
+    pub(crate) fn forget(&self, key: &str) {
         self.lock().failures.remove(key);
     }
 
     /// Waits for the next key; `None` once shut down.
-    pub async fn get(&self) -> Option<Item> {
+    pub(crate) async fn get(&self) -> Option<Item> {
         loop {
             let notified = self.wake.notified();
             let next_due = {
@@ -199,7 +199,7 @@ impl WorkQueue {
                     let waited = s.queued_at.remove(&key).map_or(Duration::ZERO, |t| now.saturating_duration_since(t));
                     self.publish_depth(&s);
                     self.metrics.queue_duration.observe(waited.as_secs_f64());
-                    return Some(Item { key, waited });
+                    return Some(Item { key });
                 }
                 self.publish_depth(&s);
                 s.delayed.values().min().copied()
@@ -217,7 +217,7 @@ impl WorkQueue {
     }
 
     /// Marks `key` processed; if it was added meanwhile it is queued again.
-    pub fn done(&self, key: &str) {
+    pub(crate) fn done(&self, key: &str) {
         let mut s = self.lock();
         let now = Instant::now();
         if let Some(started) = s.processing.remove(key) {
@@ -234,7 +234,7 @@ impl WorkQueue {
 
     /// Sets client-go's unfinished-work gauges: the seconds every key being processed has spent
     /// so far, summed, and the longest of them (client-go refreshes them every 500 ms).
-    pub fn publish_unfinished_work(&self) {
+    pub(crate) fn publish_unfinished_work(&self) {
         let s = self.lock();
         let now = Instant::now();
         let (total, longest) = s.processing.values().fold((0.0f64, 0.0f64), |(total, longest), started| {
@@ -246,12 +246,13 @@ impl WorkQueue {
     }
 
     /// Stops handing out keys; waiting workers return `None`.
-    pub fn shut_down(&self) {
+    pub(crate) fn shut_down(&self) {
         self.lock().shut_down = true;
         self.wake.notify_waiters();
     }
 
-    pub fn stats(&self) -> QueueStats {
+    #[cfg(test)]
+    pub(crate) fn stats(&self) -> QueueStats {
         let s = self.lock();
         QueueStats { depth: s.ready.len(), adds: s.adds, retries: s.retries, processing: s.processing.len() }
     }

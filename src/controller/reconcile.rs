@@ -31,7 +31,7 @@ use crate::pod_cache::compact::ReadPod;
 
 /// Why a reconcile failed; the worker retries with backoff.
 #[derive(Debug, thiserror::Error)]
-pub enum ReconcileError {
+pub(crate) enum ReconcileError {
     #[error(transparent)]
     Write(#[from] WriteError),
     #[error(transparent)]
@@ -42,7 +42,7 @@ pub enum ReconcileError {
 
 impl ReconcileError {
     /// An optimistic-concurrency conflict: our cache was behind; retrying soon is routine.
-    pub fn is_conflict(&self) -> bool {
+    pub(crate) fn is_conflict(&self) -> bool {
         let api = match self {
             Self::Write(WriteError::Api(kube::Error::Api(e))) | Self::Kube(kube::Error::Api(e)) => Some(e.code),
             _ => None,
@@ -54,7 +54,7 @@ impl ReconcileError {
 /// After a leak with `ForceDeleteTimeoutExpectationGate`, look again this soon.
 const AFTER_FORCED_EXPECTATIONS: Duration = Duration::from_secs(10);
 
-pub async fn reconcile(ctx: &Arc<Context>, key: &str) -> Result<Option<Duration>, ReconcileError> {
+pub(crate) async fn reconcile(ctx: &Arc<Context>, key: &str) -> Result<Option<Duration>, ReconcileError> {
     let (ns, name) = key.split_once('/').unwrap_or(("", key));
     let Some(cached) = ctx.stores.cloneset(ns, name) else {
         ctx.metrics.forget_status(ns, name);
@@ -268,7 +268,7 @@ fn failed(type_: &str, message: &str, now: Timestamp) -> CloneSetCondition {
 // Revisions
 
 /// The revisions this reconcile works with.
-pub struct Revisions {
+pub(crate) struct Revisions {
     pub update: String,
     pub current: String,
     pub collision_count: i32,
@@ -307,7 +307,7 @@ struct NewPodTemplates<'a> {
 /// ([`TemplateRevisionCache`]): serializing, defaulting and encoding the template as Go does
 /// cost a third as much as the decisions themselves on every pass.
 #[derive(Debug, PartialEq)]
-pub struct TemplateRevisionData {
+pub(crate) struct TemplateRevisionData {
     uid: String,
     generation: i64,
     /// The revision data of the template as stored.
@@ -347,11 +347,11 @@ impl TemplateRevisionData {
 /// the same uid and generation has the same template. One without a generation (never from the
 /// apiserver) is computed every pass. An entry is dropped when its CloneSet leaves the cache.
 #[derive(Default)]
-pub struct TemplateRevisionCache(Mutex<HashMap<String, Arc<TemplateRevisionData>>>);
+pub(crate) struct TemplateRevisionCache(Mutex<HashMap<String, Arc<TemplateRevisionData>>>);
 
 impl TemplateRevisionCache {
     /// `template`: `cs.spec.template` as JSON.
-    pub fn get(
+    pub(crate) fn get(
         &self,
         key: &str,
         cs: &CloneSet,
@@ -371,7 +371,7 @@ impl TemplateRevisionCache {
         Ok(data)
     }
 
-    pub fn forget(&self, key: &str) {
+    pub(crate) fn forget(&self, key: &str) {
         self.lock().remove(key);
     }
 

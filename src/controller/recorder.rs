@@ -17,7 +17,7 @@ use crate::api::CloneSet;
 use crate::core::events::{self, EventCorrelator};
 
 /// Records the events of one operator (see the module).
-pub struct Recorder {
+pub(crate) struct Recorder {
     client: kube::Client,
     correlator: Mutex<EventCorrelator>,
     /// Per CloneSet UID and event type: its spam-filter bucket.
@@ -27,7 +27,7 @@ pub struct Recorder {
 }
 
 impl Recorder {
-    pub fn new(client: kube::Client) -> Self {
+    pub(crate) fn new(client: kube::Client) -> Self {
         Self { client, correlator: Mutex::default(), budgets: Mutex::default(), queue: EventQueue::default() }
     }
 
@@ -41,7 +41,7 @@ impl Recorder {
     /// writes for the client's tokens). At most [`EVENTS_IN_FLIGHT`] are being sent at once, and at
     /// most [`MAX_QUEUED_EVENTS`] wait: like client-go's broadcaster, which drops an event when its
     /// queue is full, an event beyond them is dropped before the spam filter and the correlator see it.
-    pub async fn record(&self, cs: &CloneSet, type_: EventType, reason: &str, note: String) {
+    pub(crate) async fn record(&self, cs: &CloneSet, type_: EventType, reason: &str, note: String) {
         let Some(queued) = self.queue.enter() else {
             tracing::debug!(reason, note, "event dropped: {MAX_QUEUED_EVENTS} events are waiting to be sent");
             return;
@@ -122,7 +122,7 @@ fn within_note_limit(mut note: String) -> String {
 }
 
 /// client-go's `EventSource.Component` of Kruise's CloneSet recorder.
-pub const EVENT_SOURCE: &str = "cloneset-controller";
+pub(crate) const EVENT_SOURCE: &str = "cloneset-controller";
 
 /// The core/v1 Event client-go's recorder writes (`makeEvent` + `generateEvent`).
 fn core_event(involved: &ObjectReference, type_: &str, reason: &str, o: &events::Occurrence) -> CoreEvent {
@@ -171,7 +171,7 @@ const EVENTS_IN_FLIGHT: usize = 16;
 /// client-go's `maxQueuedEvents`: events waiting to be sent. Unbounded, a mass creation of pods
 /// left thousands of tasks alive, nearly all of them events waiting in their own tasks, each
 /// holding its Event.
-pub const MAX_QUEUED_EVENTS: usize = 1000;
+pub(crate) const MAX_QUEUED_EVENTS: usize = 1000;
 
 /// Per event name, the latest send not yet finished: its turn's id, and what ends when it ends.
 type SendsInFlight = std::sync::Arc<std::sync::Mutex<HashMap<String, (u64, tokio::sync::oneshot::Receiver<()>)>>>;
@@ -179,7 +179,7 @@ type SendsInFlight = std::sync::Arc<std::sync::Mutex<HashMap<String, (u64, tokio
 /// The events [`Recorder::record`] has queued: at most [`MAX_QUEUED_EVENTS`] waiting, at most
 /// [`EVENTS_IN_FLIGHT`] of them being sent. One per recorder.
 #[derive(Debug)]
-pub struct EventQueue {
+pub(crate) struct EventQueue {
     waiting: std::sync::Arc<tokio::sync::Semaphore>,
     sending: std::sync::Arc<tokio::sync::Semaphore>,
     /// The latest send of each event name not yet finished. A repeat (a patch of `count`) waits
@@ -203,7 +203,7 @@ impl Default for EventQueue {
 }
 
 /// An event's place after the earlier sends of its name ([`EventQueue::turn`]).
-pub struct Turn {
+pub(crate) struct Turn {
     after: Option<tokio::sync::oneshot::Receiver<()>>,
     done: TurnDone,
 }
@@ -211,7 +211,7 @@ pub struct Turn {
 impl Turn {
     /// Waits until the send before this one (of the same name) has finished; the send after
     /// this one waits until what this returns is dropped.
-    pub async fn wait(self) -> TurnDone {
+    pub(crate) async fn wait(self) -> TurnDone {
         if let Some(earlier) = self.after {
             // Its sender is dropped when that send ends, however it ends.
             let _ = earlier.await;
@@ -221,7 +221,7 @@ impl Turn {
 }
 
 /// Held while an event is sent; dropped, it lets the next send of the name go.
-pub struct TurnDone {
+pub(crate) struct TurnDone {
     name: String,
     id: u64,
     _next_may_go: tokio::sync::oneshot::Sender<()>,
@@ -245,7 +245,7 @@ impl EventQueue {
     }
 
     /// This send's turn among the sends of the event `name`, in the order they are asked for.
-    pub fn turn(&self, name: &str) -> Turn {
+    pub(crate) fn turn(&self, name: &str) -> Turn {
         let id = self.turns.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let (next_may_go, this_is_done) = tokio::sync::oneshot::channel();
         let after = self.in_flight.lock().unwrap_or_else(|e| e.into_inner()).insert(name.to_string(), (id, this_is_done));
@@ -256,34 +256,36 @@ impl EventQueue {
     }
 
     /// Events queued and not yet sent.
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
         MAX_QUEUED_EVENTS - self.waiting.available_permits()
     }
 
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
         self.len() == 0
     }
 }
 
 /// client-go's `defaultSpamBurst`.
-pub const EVENT_BURST: f64 = 25.0;
+pub(crate) const EVENT_BURST: f64 = 25.0;
 /// client-go's `defaultSpamQPS` (1/300): one more event per 5 minutes.
-pub const EVENT_REFILL: std::time::Duration = std::time::Duration::from_secs(300);
+pub(crate) const EVENT_REFILL: std::time::Duration = std::time::Duration::from_secs(300);
 
 /// One CloneSet's event token bucket (client-go's spam filter).
 #[derive(Clone, Copy, Debug)]
-pub struct EventBudget {
+pub(crate) struct EventBudget {
     tokens: f64,
     last: std::time::Instant,
 }
 
 impl EventBudget {
-    pub fn new(now: std::time::Instant) -> Self {
+    pub(crate) fn new(now: std::time::Instant) -> Self {
         Self { tokens: EVENT_BURST, last: now }
     }
 
     /// Takes a token if there is one.
-    pub fn take(&mut self, now: std::time::Instant) -> bool {
+    pub(crate) fn take(&mut self, now: std::time::Instant) -> bool {
         let refill = now.saturating_duration_since(self.last).as_secs_f64() / EVENT_REFILL.as_secs_f64();
         self.tokens = (self.tokens + refill).min(EVENT_BURST);
         self.last = now.max(self.last);
@@ -296,7 +298,7 @@ impl EventBudget {
     }
 
     /// When the bucket is full again (`None`: it is full): after that it can be forgotten.
-    pub fn full_at(&self, _now: std::time::Instant) -> Option<std::time::Instant> {
+    pub(crate) fn full_at(&self, _now: std::time::Instant) -> Option<std::time::Instant> {
         (self.tokens < EVENT_BURST).then(|| self.last + EVENT_REFILL.mul_f64(EVENT_BURST - self.tokens))
     }
 }

@@ -15,20 +15,20 @@ const REFUSED: u8 = 2;
 
 /// The apiserver's answers so far.
 #[derive(Debug)]
-pub struct ResizeAnswers {
+pub(crate) struct ResizeAnswers {
     served: bool,
     memory_limit_decrease: AtomicU8,
 }
 
 impl ResizeAnswers {
     /// With `pods/resize` served or not; nothing known yet of memory limits.
-    pub fn new(served: bool) -> Self {
+    pub(crate) fn new(served: bool) -> Self {
         Self { served, memory_limit_decrease: AtomicU8::new(UNKNOWN) }
     }
 
     /// Asks discovery whether `pods/resize` is served, when InPlaceWorkloadVerticalScaling
     /// (`gate`) needs it; said in the log when it is not.
-    pub async fn discover(client: &Client, gate: bool) -> Result<Self, kube::Error> {
+    pub(crate) async fn discover(client: &Client, gate: bool) -> Result<Self, kube::Error> {
         if !gate {
             return Ok(Self::new(true));
         }
@@ -44,17 +44,17 @@ impl ResizeAnswers {
 
     /// What the plan may count on now; a memory limit decrease not yet asked about counts as
     /// allowed (the update asks before its first write: [`Self::must_ask_memory_limit_decrease`]).
-    pub fn support(&self) -> ResizeSupport {
+    pub(crate) fn support(&self) -> ResizeSupport {
         ResizeSupport { served: self.served, memory_limit_decrease: self.memory_limit_decrease.load(Ordering::Acquire) != REFUSED }
     }
 
     /// Whether the apiserver has not yet said if it lowers memory limits in place.
-    pub fn must_ask_memory_limit_decrease(&self) -> bool {
+    pub(crate) fn must_ask_memory_limit_decrease(&self) -> bool {
         self.memory_limit_decrease.load(Ordering::Acquire) == UNKNOWN
     }
 
     /// Records the apiserver's answer to a dry-run resize that lowers a memory limit.
-    pub fn record_memory_limit_decrease(&self, allowed: bool) {
+    pub(crate) fn record_memory_limit_decrease(&self, allowed: bool) {
         self.memory_limit_decrease.store(if allowed { ALLOWED } else { REFUSED }, Ordering::Release);
         if !allowed {
             tracing::warn!(
@@ -67,7 +67,7 @@ impl ResizeAnswers {
 /// Whether an apiserver's refusal of a resize is its refusal to lower a memory limit in place
 /// (Kubernetes 1.33: "memory limits cannot be decreased unless resizePolicy is RestartContainer",
 /// or "cannot be added" for a container without one).
-pub fn refuses_memory_limit_decrease(e: &kube::Error) -> bool {
+pub(crate) fn refuses_memory_limit_decrease(e: &kube::Error) -> bool {
     let refusal = |m: &str| m.contains("memory limits cannot be decreased") || m.contains("memory limits cannot be added");
     matches!(e, kube::Error::Api(s) if s.code == 422 && refusal(&s.message))
 }

@@ -18,7 +18,7 @@ use crate::pod_cache::wire::WirePod;
 
 /// Why a write failed, in terms of what the caller must do.
 #[derive(Debug, thiserror::Error)]
-pub enum WriteError {
+pub(crate) enum WriteError {
     #[error(transparent)]
     Api(#[from] kube::Error),
     /// The asked-for change cannot be made (e.g. InPlaceOnly without an in-place path).
@@ -30,21 +30,21 @@ pub enum WriteError {
 
 /// The error as Kruise shows it in events and conditions: the apiserver's own message (Go's
 /// `StatusError.Error()`), not a debug dump of the response.
-pub fn plain_message(e: &WriteError) -> String {
+pub(crate) fn plain_message(e: &WriteError) -> String {
     match e {
         WriteError::Api(err) => plain_kube_message(err),
         other => other.to_string(),
     }
 }
 
-pub fn plain_kube_message(e: &kube::Error) -> String {
+pub(crate) fn plain_kube_message(e: &kube::Error) -> String {
     match e {
         kube::Error::Api(status) => status.message.clone(),
         other => other.to_string(),
     }
 }
 
-pub fn cs_key(cs: &CloneSet) -> String {
+pub(crate) fn cs_key(cs: &CloneSet) -> String {
     format!("{}/{}", cs.namespace().unwrap_or_default(), cs.name_any())
 }
 
@@ -65,7 +65,7 @@ fn pvcs(ctx: &Context, ns: &str) -> Api<PersistentVolumeClaim> {
 /// in our cache is not ours to use (a 409 on the pod can only be a pod our cache holds as
 /// inactive, e.g. an Evicted one still holding its reused instance id); the FailedCreate event and
 /// the FailedScale condition say so, and the pass is retried with backoff.
-pub async fn create_pod(ctx: &Context, cs: &CloneSet, pod: &Pod, new_pvcs: &[PersistentVolumeClaim]) -> Result<(), WriteError> {
+pub(crate) async fn create_pod(ctx: &Context, cs: &CloneSet, pod: &Pod, new_pvcs: &[PersistentVolumeClaim]) -> Result<(), WriteError> {
     let key = cs_key(cs);
     let ns = cs.namespace().unwrap_or_default();
     let name = pod.name_any();
@@ -104,7 +104,7 @@ async fn create_pod_object(ctx: &Context, ns: &str, pod: &Pod) -> Result<WirePod
 }
 
 /// Deletes a pod (only the exact pod we saw, by UID) and then the PVCs of its instance.
-pub async fn delete_pod(ctx: &Context, cs: &CloneSet, pod: &dyn PodRead, instance_pvcs: &[String]) -> Result<(), WriteError> {
+pub(crate) async fn delete_pod(ctx: &Context, cs: &CloneSet, pod: &dyn PodRead, instance_pvcs: &[String]) -> Result<(), WriteError> {
     let key = cs_key(cs);
     let ns = cs.namespace().unwrap_or_default();
     let name = pod.name().to_string();
@@ -133,14 +133,14 @@ pub async fn delete_pod(ctx: &Context, cs: &CloneSet, pod: &dyn PodRead, instanc
 
 /// Why a PVC is deleted: the message of Kruise's FailedDelete event differs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PvcDeletion {
+pub(crate) enum PvcDeletion {
     /// With its pod, on scale-down (`deletePods`).
     WithPod,
     /// A PVC with no pod at all, with DisablePVCReuse (`deleteOnePVC`).
     CleanUp,
 }
 
-pub async fn delete_pvc(ctx: &Context, cs: &CloneSet, name: &str, why: PvcDeletion) -> Result<(), WriteError> {
+pub(crate) async fn delete_pvc(ctx: &Context, cs: &CloneSet, name: &str, why: PvcDeletion) -> Result<(), WriteError> {
     let key = cs_key(cs);
     ctx.scale_expectations.lock().unwrap_or_else(|e| e.into_inner()).expect_deletion(&key, ObjectKind::Pvc, name);
     match pvcs(ctx, &cs.namespace().unwrap_or_default()).delete(name, &DeleteParams::default()).await {
@@ -159,7 +159,7 @@ pub async fn delete_pvc(ctx: &Context, cs: &CloneSet, name: &str, why: PvcDeleti
 }
 
 /// Sets a PVC's owner references (handing it to a dead pod so garbage collection takes it).
-pub async fn set_pvc_owners(
+pub(crate) async fn set_pvc_owners(
     ctx: &Context,
     cs: &CloneSet,
     pvc: &PersistentVolumeClaim,
@@ -181,7 +181,7 @@ pub async fn set_pvc_owners(
 
 /// A metadata patch on a pod (labels, annotations, owner references), recorded as a
 /// read-your-writes expectation.
-pub async fn patch_pod(ctx: &Context, ns: &str, pod: &dyn PodRead, patch: Value) -> Result<(), WriteError> {
+pub(crate) async fn patch_pod(ctx: &Context, ns: &str, pod: &dyn PodRead, patch: Value) -> Result<(), WriteError> {
     let updated = pods(ctx, ns).patch(pod.name(), &PatchParams::default(), &Patch::Strategic(&patch)).await?;
     expect_version(ctx, &updated);
     Ok(())
@@ -189,7 +189,7 @@ pub async fn patch_pod(ctx: &Context, ns: &str, pod: &dyn PodRead, patch: Value)
 
 /// A strategic-merge patch of the pod's `resize` subresource, the only way to change a running
 /// pod's cpu/memory. A refusal to lower a memory limit is remembered, so later plans avoid it.
-pub async fn resize_pod(ctx: &Context, ns: &str, pod: &dyn PodRead, patch: Value) -> Result<(), WriteError> {
+pub(crate) async fn resize_pod(ctx: &Context, ns: &str, pod: &dyn PodRead, patch: Value) -> Result<(), WriteError> {
     let resized = pods(ctx, ns).patch_subresource("resize", pod.name(), &PatchParams::default(), &Patch::Strategic(&patch)).await;
     if let Err(e) = &resized
         && super::resize_support::refuses_memory_limit_decrease(e)
@@ -203,14 +203,14 @@ pub async fn resize_pod(ctx: &Context, ns: &str, pod: &dyn PodRead, patch: Value
 
 /// The resize [`resize_pod`] would make, as a dry run: the apiserver validates it and changes
 /// nothing (asked before the first resize that lowers a memory limit).
-pub async fn resize_pod_dry_run(ctx: &Context, ns: &str, pod: &dyn PodRead, patch: &Value) -> Result<(), kube::Error> {
+pub(crate) async fn resize_pod_dry_run(ctx: &Context, ns: &str, pod: &dyn PodRead, patch: &Value) -> Result<(), kube::Error> {
     let dry_run = PatchParams { dry_run: true, ..Default::default() };
     pods(ctx, ns).patch_subresource("resize", pod.name(), &dry_run, &Patch::Strategic(patch)).await.map(|_| ())
 }
 
 /// Releases a pod whose labels no longer match the selector: removes our owner reference (a
 /// merge patch replaces the list; a strategic one would merge it back).
-pub async fn release_pod(ctx: &Context, ns: &str, pod: &Pod, owner_uid: &str) -> Result<(), WriteError> {
+pub(crate) async fn release_pod(ctx: &Context, ns: &str, pod: &Pod, owner_uid: &str) -> Result<(), WriteError> {
     let refs: Vec<_> = pod.owner_references().iter().filter(|o| o.uid != owner_uid).cloned().collect();
     let patch = json!({"metadata": {"ownerReferences": refs, "resourceVersion": pod.resource_version()}});
     pods(ctx, ns).patch(&pod.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await?;
@@ -218,7 +218,7 @@ pub async fn release_pod(ctx: &Context, ns: &str, pod: &Pod, owner_uid: &str) ->
 }
 
 /// A status patch on a pod (conditions merge by type).
-pub async fn patch_pod_status(ctx: &Context, ns: &str, pod: &dyn PodRead, patch: Value) -> Result<(), WriteError> {
+pub(crate) async fn patch_pod_status(ctx: &Context, ns: &str, pod: &dyn PodRead, patch: Value) -> Result<(), WriteError> {
     let updated = pods(ctx, ns).patch_status(pod.name(), &PatchParams::default(), &Patch::Strategic(&patch)).await?;
     expect_version(ctx, &updated);
     Ok(())
@@ -239,7 +239,7 @@ fn expect_version(ctx: &Context, WirePod(pod): &WirePod) {
 
 /// Writes the status. Fields that disappeared are removed explicitly (a merge patch would
 /// otherwise keep them).
-pub async fn write_status(ctx: &Context, cs: &CloneSet, old: &CloneSetStatus, new: &CloneSetStatus) -> Result<(), WriteError> {
+pub(crate) async fn write_status(ctx: &Context, cs: &CloneSet, old: &CloneSetStatus, new: &CloneSetStatus) -> Result<(), WriteError> {
     let mut status = serde_json::to_value(new)?;
     if let (Value::Object(old), Value::Object(new)) = (serde_json::to_value(old)?, &mut status) {
         for k in old.keys() {
@@ -252,7 +252,7 @@ pub async fn write_status(ctx: &Context, cs: &CloneSet, old: &CloneSetStatus, ne
 }
 
 /// Rewrites `spec.scaleStrategy.podsToDelete` (Kruise truncates names that are no longer pods).
-pub async fn set_pods_to_delete(ctx: &Context, cs: &CloneSet, names: &[String]) -> Result<(), WriteError> {
+pub(crate) async fn set_pods_to_delete(ctx: &Context, cs: &CloneSet, names: &[String]) -> Result<(), WriteError> {
     let api: Api<CloneSet> = Api::namespaced(ctx.client.clone(), &cs.namespace().unwrap_or_default());
     let value = if names.is_empty() { Value::Null } else { json!(names) };
     let patch = json!({"metadata": {"resourceVersion": cs.resource_version()}, "spec": {"scaleStrategy": {"podsToDelete": value}}});
@@ -262,7 +262,7 @@ pub async fn set_pods_to_delete(ctx: &Context, cs: &CloneSet, names: &[String]) 
 
 /// Creates a ControllerRevision whose `data` is exactly `data` (the Go-encoded bytes), so the
 /// stored revision is byte-identical to one Kruise would write.
-pub async fn create_revision(
+pub(crate) async fn create_revision(
     ctx: &Context,
     ns: &str,
     mut revision: ControllerRevision,
@@ -281,14 +281,14 @@ pub async fn create_revision(
 }
 
 /// Moves an existing revision to the head of history (a rollback to its template).
-pub async fn bump_revision(ctx: &Context, ns: &str, name: &str, revision: i64, vct_hash: &str) -> Result<(), kube::Error> {
+pub(crate) async fn bump_revision(ctx: &Context, ns: &str, name: &str, revision: i64, vct_hash: &str) -> Result<(), kube::Error> {
     let api: Api<ControllerRevision> = Api::namespaced(ctx.client.clone(), ns);
     let patch = json!({"revision": revision, "metadata": {"annotations": {crate::api::keys::VOLUME_CLAIM_TEMPLATE_HASH: vct_hash}}});
     api.patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
     Ok(())
 }
 
-pub async fn delete_revision(ctx: &Context, ns: &str, name: &str) -> Result<(), kube::Error> {
+pub(crate) async fn delete_revision(ctx: &Context, ns: &str, name: &str) -> Result<(), kube::Error> {
     let api: Api<ControllerRevision> = Api::namespaced(ctx.client.clone(), ns);
     match api.delete(name, &DeleteParams::default()).await {
         Ok(_) => Ok(()),

@@ -77,7 +77,7 @@ pub fn default_volume_claim_templates(templates: &Value) -> Value {
 
 /// Kruise's `SetDefaultPodSpec` on a pod spec (JSON), in place. A value of the wrong JSON type
 /// (which Kruise could not decode) is left as it is.
-pub fn set_default_pod_spec(spec: &mut Value) {
+pub(crate) fn set_default_pod_spec(spec: &mut Value) {
     let Some(spec) = spec.as_object_mut() else { return };
     // v1.SetDefaults_PodSpec
     fill_string(spec, "dnsPolicy", "ClusterFirst");
@@ -293,7 +293,7 @@ fn image_tag(image: &str) -> Option<&str> {
 /// `ParseNormalizedNamed` of github.com/distribution/reference v0.6.0, as far as deciding
 /// whether a reference parses and what its tag and digest are.
 mod reference {
-    pub struct Reference<'a> {
+    pub(crate) struct Reference<'a> {
         pub tag: &'a str,
         pub digest: &'a str,
     }
@@ -303,7 +303,7 @@ mod reference {
     const OFFICIAL_REPO_PREFIX: &str = "library/";
     const REPOSITORY_NAME_TOTAL_LENGTH_MAX: usize = 255;
 
-    pub fn parse_normalized_named(s: &str) -> Option<Reference<'_>> {
+    pub(crate) fn parse_normalized_named(s: &str) -> Option<Reference<'_>> {
         // A bare 64-character hex identifier is refused.
         if s.len() == 64 && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
             return None;

@@ -68,7 +68,8 @@ pub struct ExpectationDiffs {
 }
 
 impl ExpectationDiffs {
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
         *self == Self::default()
     }
 }

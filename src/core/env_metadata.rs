@@ -23,7 +23,7 @@ const NOT_FROM_METADATA: [&str; 2] = ["SIDECARSET_VERSION", "SIDECARSET_VERSION_
 
 /// Which of the pod's metadata maps a variable reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Source {
+pub(crate) enum Source {
     Labels,
     Annotations,
 }
@@ -47,7 +47,7 @@ impl Source {
 
 /// What a variable named `name` reads, given its literal `value` and its `fieldRef.fieldPath`:
 /// a label or annotation key, by Kruise's rules (no literal value, not SidecarSet's).
-pub fn reads<'a>(name: &str, value: Option<&str>, field_path: Option<&'a str>) -> Option<(Source, &'a str)> {
+pub(crate) fn reads<'a>(name: &str, value: Option<&str>, field_path: Option<&'a str>) -> Option<(Source, &'a str)> {
     if value.is_some_and(|v| !v.is_empty()) || NOT_FROM_METADATA.contains(&name) {
         return None;
     }
@@ -61,7 +61,7 @@ pub fn reads<'a>(name: &str, value: Option<&str>, field_path: Option<&'a str>) -
 }
 
 /// Whether the cache must keep this env variable: it may read the pod's metadata.
-pub fn is_metadata_env(name: &str, value: Option<&str>, field_path: Option<&str>) -> bool {
+pub(crate) fn is_metadata_env(name: &str, value: Option<&str>, field_path: Option<&str>) -> bool {
     reads(name, value, field_path).is_some()
 }
 
@@ -73,7 +73,7 @@ fn split_subscripted(path: &str) -> Option<(&str, &str)> {
 
 /// A label or annotation that an update's metadata patch changes and a container's env reads.
 #[derive(Clone, Debug, PartialEq)]
-pub struct ChangedRead {
+pub(crate) struct ChangedRead {
     container: String,
     env: String,
     source: Source,
@@ -84,7 +84,7 @@ pub struct ChangedRead {
 
 impl ChangedRead {
     /// `container <c> env <E> (<fieldPath>)`, as conditions and events name it.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         format!("container {} env {} (metadata.{}['{}'])", self.container, self.env, self.source.field(), self.key)
     }
 }
@@ -92,7 +92,7 @@ impl ChangedRead {
 /// The labels and annotations that `patch` (an update's metadata patch, `{"metadata":
 /// {"labels": …, "annotations": …}}`) changes and an env variable of the new template's
 /// containers reads (`new_data`, a revision's data), in container and variable order.
-pub fn changed_reads(new_data: &[u8], patch: &Value) -> Vec<ChangedRead> {
+pub(crate) fn changed_reads(new_data: &[u8], patch: &Value) -> Vec<ChangedRead> {
     let template = revision::template_from_revision_data(new_data).ok();
     let containers = template.as_ref().and_then(|t| t.get("spec")?.get("containers")?.as_array());
     let mut out = Vec::new();
@@ -120,7 +120,7 @@ pub fn changed_reads(new_data: &[u8], patch: &Value) -> Vec<ChangedRead> {
 /// (`None` when nothing is left) and the containers' metadata. `None` when nothing changes, or
 /// when a read key is removed: the daemon restarts a container only for a value it can see
 /// change, so such a pod is left to a new pod.
-pub fn split_for_daemon(patch: &Value, changed: &[ChangedRead]) -> Option<(Option<Value>, BTreeMap<String, RefMetadata>)> {
+pub(crate) fn split_for_daemon(patch: &Value, changed: &[ChangedRead]) -> Option<(Option<Value>, BTreeMap<String, RefMetadata>)> {
     if changed.is_empty() {
         return None;
     }
@@ -143,7 +143,7 @@ pub fn split_for_daemon(patch: &Value, changed: &[ChangedRead]) -> Option<(Optio
 }
 
 /// Whether kruise-daemon reports on this pod (its runtime-containers-meta annotation).
-pub fn daemon_reports(pod: &dyn PodRead) -> bool {
+pub(crate) fn daemon_reports(pod: &dyn PodRead) -> bool {
     pod.annotation(keys::RUNTIME_CONTAINERS_META).is_some()
 }
 
@@ -190,7 +190,7 @@ fn hash_envs(envs: &[(&str, &str)]) -> u64 {
 /// Kruise's check for an update that refreshes env from metadata: every container of the spec
 /// has a status and a reported meta with the same containerID, and the reported hash is the one
 /// the pod's current labels and annotations give.
-pub fn daemon_caught_up(pod: &Pod) -> bool {
+pub(crate) fn daemon_caught_up(pod: &Pod) -> bool {
     let Some(meta) = pod
         .metadata
         .annotations

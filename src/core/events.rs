@@ -11,13 +11,13 @@ use std::hash::Hash;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
 /// client-go's `defaultAggregateMaxEvents`.
-pub const AGGREGATE_MAX_EVENTS: usize = 10;
+pub(crate) const AGGREGATE_MAX_EVENTS: usize = 10;
 /// client-go's `defaultAggregateIntervalInSeconds`.
-pub const AGGREGATE_INTERVAL: SignedDuration = SignedDuration::from_secs(600);
+pub(crate) const AGGREGATE_INTERVAL: SignedDuration = SignedDuration::from_secs(600);
 /// client-go's `maxLruCacheEntries`, for each of its two caches.
-pub const CACHE_ENTRIES: usize = 4096;
+pub(crate) const CACHE_ENTRIES: usize = 4096;
 /// client-go's `EventAggregatorByReasonMessageFunc` prefix.
-pub const COMBINED_PREFIX: &str = "(combined from similar events): ";
+pub(crate) const COMBINED_PREFIX: &str = "(combined from similar events): ";
 
 /// An event to record, about one object.
 #[derive(Clone, Debug)]

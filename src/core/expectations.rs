@@ -15,14 +15,14 @@ use std::time::{Duration, Instant};
 
 /// The kinds of objects a scale step creates and deletes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum ObjectKind {
+pub(crate) enum ObjectKind {
     Pod,
     Pvc,
 }
 
 /// What the cache says about a named object.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Cached {
+pub(crate) enum Cached {
     Absent,
     Present,
     /// Present with a deletionTimestamp: a delete has been observed.
@@ -31,7 +31,7 @@ pub enum Cached {
 
 /// The verdict for one CloneSet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Gate {
+pub(crate) enum Gate {
     /// Nothing pending: act.
     Proceed,
     /// Writes not yet observed: look again after this long (the remaining timeout).
@@ -51,17 +51,17 @@ struct Pending {
 
 /// Scale expectations, keyed by CloneSet `namespace/name`.
 #[derive(Debug, Default)]
-pub struct ScaleExpectations {
+pub(crate) struct ScaleExpectations {
     by_cloneset: HashMap<String, Pending>,
 }
 
 impl ScaleExpectations {
     /// Record before the create call, so the resulting watch event can never be missed.
-    pub fn expect_creation(&mut self, cloneset: &str, kind: ObjectKind, name: &str) {
+    pub(crate) fn expect_creation(&mut self, cloneset: &str, kind: ObjectKind, name: &str) {
         self.by_cloneset.entry(cloneset.to_string()).or_default().creations.insert((kind, name.to_string()));
     }
 
-    pub fn expect_deletion(&mut self, cloneset: &str, kind: ObjectKind, name: &str) {
+    pub(crate) fn expect_deletion(&mut self, cloneset: &str, kind: ObjectKind, name: &str) {
         self.by_cloneset.entry(cloneset.to_string()).or_default().deletions.insert((kind, name.to_string()));
     }
 
@@ -73,14 +73,14 @@ impl ScaleExpectations {
     /// pods. A pod the cache never holds (a
     /// webhook stripped its owner) is never observed, and still leaks rather than being created
     /// again and again.
-    pub fn observe(&mut self, cloneset: &str, kind: ObjectKind, name: &str) {
+    pub(crate) fn observe(&mut self, cloneset: &str, kind: ObjectKind, name: &str) {
         if let Some(p) = self.by_cloneset.get_mut(cloneset) {
             p.creations.remove(&(kind, name.to_string()));
         }
     }
 
     /// Withdraw an expectation whose write failed (nothing will ever be observed).
-    pub fn withdraw(&mut self, cloneset: &str, kind: ObjectKind, name: &str) {
+    pub(crate) fn withdraw(&mut self, cloneset: &str, kind: ObjectKind, name: &str) {
         if let Some(p) = self.by_cloneset.get_mut(cloneset) {
             let key = (kind, name.to_string());
             p.creations.remove(&key);
@@ -90,12 +90,12 @@ impl ScaleExpectations {
 
     /// Drops everything about a CloneSet (it was deleted, or its expectations leaked and the
     /// force-delete gate is on).
-    pub fn forget(&mut self, cloneset: &str) {
+    pub(crate) fn forget(&mut self, cloneset: &str) {
         self.by_cloneset.remove(cloneset);
     }
 
     /// Settles what the cache now shows, then says whether the CloneSet may act.
-    pub fn check(&mut self, cloneset: &str, cache: impl Fn(ObjectKind, &str) -> Cached, now: Instant, timeout: Duration) -> Gate {
+    pub(crate) fn check(&mut self, cloneset: &str, cache: impl Fn(ObjectKind, &str) -> Cached, now: Instant, timeout: Duration) -> Gate {
         let Some(p) = self.by_cloneset.get_mut(cloneset) else { return Gate::Proceed };
         p.creations.retain(|(kind, name)| cache(*kind, name) == Cached::Absent);
         p.deletions.retain(|(kind, name)| cache(*kind, name) == Cached::Present);
@@ -109,7 +109,8 @@ impl ScaleExpectations {
     }
 
     /// Names still pending for a CloneSet (for logs and tests).
-    pub fn pending(&self, cloneset: &str) -> (usize, usize) {
+    #[cfg(test)]
+    pub(crate) fn pending(&self, cloneset: &str) -> (usize, usize) {
         self.by_cloneset.get(cloneset).map_or((0, 0), |p| (p.creations.len(), p.deletions.len()))
     }
 }
@@ -123,32 +124,32 @@ struct Written {
 /// Read-your-writes expectations, keyed by object UID: after a patch returned resourceVersion
 /// `rv`, the cache must show `rv` or newer before the object is used for decisions again.
 #[derive(Debug, Default)]
-pub struct ResourceVersionExpectations {
+pub(crate) struct ResourceVersionExpectations {
     by_uid: HashMap<String, Written>,
 }
 
 impl ResourceVersionExpectations {
     /// Records the resourceVersion a write returned. Non-numeric versions (not produced by etcd
     /// backed apiservers) are not tracked.
-    pub fn expect(&mut self, uid: &str, resource_version: &str) {
+    pub(crate) fn expect(&mut self, uid: &str, resource_version: &str) {
         let Ok(rv) = resource_version.parse::<u64>() else { return };
         let e = self.by_uid.entry(uid.to_string()).or_insert(Written { resource_version: rv, unsatisfied_since: None });
         e.resource_version = e.resource_version.max(rv);
     }
 
-    pub fn forget(&mut self, uid: &str) {
+    pub(crate) fn forget(&mut self, uid: &str) {
         self.by_uid.remove(uid);
         shrink_when_sparse(&mut self.by_uid);
     }
 
     /// Whether a write to `uid` waits for the cache to show its version.
-    pub fn awaits(&self, uid: &str) -> bool {
+    pub(crate) fn awaits(&self, uid: &str) -> bool {
         self.by_uid.contains_key(uid)
     }
 
     /// `cached` is the resourceVersion the cache holds for `uid`, or `None` when the object is
     /// gone (a gone object has nothing left to wait for).
-    pub fn check(&mut self, uid: &str, cached: Option<&str>, now: Instant, timeout: Duration) -> Gate {
+    pub(crate) fn check(&mut self, uid: &str, cached: Option<&str>, now: Instant, timeout: Duration) -> Gate {
         let Some(w) = self.by_uid.get_mut(uid) else { return Gate::Proceed };
         let seen = match cached {
             None => true,
@@ -164,16 +165,19 @@ impl ResourceVersionExpectations {
         if waited >= timeout { Gate::Leaked } else { Gate::Wait(timeout - waited) }
     }
 
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
         self.by_uid.len()
     }
 
     /// Entries the map has room for without growing.
-    pub fn capacity(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn capacity(&self) -> usize {
         self.by_uid.capacity()
     }
 
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
         self.by_uid.is_empty()
     }
 }
@@ -190,7 +194,7 @@ fn shrink_when_sparse<K: Eq + std::hash::Hash, V>(map: &mut HashMap<K, V>) {
 }
 
 /// Combines gates: any leak wins, then the shortest wait.
-pub fn combine(a: Gate, b: Gate) -> Gate {
+pub(crate) fn combine(a: Gate, b: Gate) -> Gate {
     match (a, b) {
         (Gate::Leaked, _) | (_, Gate::Leaked) => Gate::Leaked,
         (Gate::Wait(x), Gate::Wait(y)) => Gate::Wait(x.min(y)),

@@ -112,4 +112,4 @@ pub const KRUISE_GATES: &[Gate] = &[
 
 /// CloneSet gates whose behaviour is not implemented yet: turning one on is accepted (so Kruise's
 /// `AllAlpha=true` works) and logged, and CloneSets behave as with the gate off.
-pub const NOT_IMPLEMENTED_GATES: &[&str] = &[];
+pub(crate) const NOT_IMPLEMENTED_GATES: &[&str] = &[];

@@ -8,7 +8,7 @@ use k8s_openapi::jiff::Timestamp;
 
 /// What the planner needs to know about one existing revision.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RevisionView {
+pub(crate) struct RevisionView {
     pub name: String,
     pub revision: i64,
     pub created: Option<Timestamp>,
@@ -20,13 +20,13 @@ pub struct RevisionView {
 }
 
 /// Kruise's history order: by `.revision`, then creation time, then name.
-pub fn sort_revisions(revisions: &mut [RevisionView]) {
+pub(crate) fn sort_revisions(revisions: &mut [RevisionView]) {
     revisions.sort_by(|a, b| (a.revision, a.created, &a.name).cmp(&(b.revision, b.created, &b.name)));
 }
 
 /// How to get the update revision.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum UpdateRevisionPlan {
+pub(crate) enum UpdateRevisionPlan {
     /// The newest revision already has this template: nothing to write.
     Existing { name: String },
     /// An older revision has this template (a rollback): bump its `.revision` to the next number.
@@ -44,7 +44,7 @@ pub enum UpdateRevisionPlan {
 /// template. Only when the newest revision has neither is an older one rolled back to: else a
 /// CloneSet Kruise's manager ran over after this operator would be rolled back to this operator's
 /// defaulted revision, every pod recreated (as was seen with kruise-manager v1.9.0).
-pub fn plan_update_revision(sorted: &[RevisionView], candidate_data: &[u8], stored_data: &[u8]) -> UpdateRevisionPlan {
+pub(crate) fn plan_update_revision(sorted: &[RevisionView], candidate_data: &[u8], stored_data: &[u8]) -> UpdateRevisionPlan {
     let next = sorted.last().map_or(1, |r| r.revision + 1);
     if let Some(newest) = sorted.last().filter(|r| *r.data == *candidate_data || *r.data == *stored_data) {
         return UpdateRevisionPlan::Existing { name: newest.name.clone() };
@@ -56,7 +56,7 @@ pub fn plan_update_revision(sorted: &[RevisionView], candidate_data: &[u8], stor
 }
 
 /// Non-live revisions to delete, oldest first, keeping `limit` of them.
-pub fn revisions_to_truncate(sorted: &[RevisionView], live: &BTreeSet<String>, limit: i32) -> Vec<String> {
+pub(crate) fn revisions_to_truncate(sorted: &[RevisionView], live: &BTreeSet<String>, limit: i32) -> Vec<String> {
     let history: Vec<&RevisionView> = sorted.iter().filter(|r| !live.contains(&r.name)).collect();
     let excess = history.len().saturating_sub(limit.max(0) as usize);
     history.into_iter().take(excess).map(|r| r.name.clone()).collect()

@@ -54,13 +54,13 @@ impl UpdateSpec {
 
     /// The labels and annotations this update changes that an env variable of the new
     /// template (`new_data`, the target revision's data) reads ([`env_metadata::changed_reads`]).
-    pub fn changed_reads(&self, new_data: &[u8]) -> Vec<env_metadata::ChangedRead> {
+    pub(crate) fn changed_reads(&self, new_data: &[u8]) -> Vec<env_metadata::ChangedRead> {
         self.metadata_patch().map(|patch| env_metadata::changed_reads(new_data, &patch)).unwrap_or_default()
     }
 
     /// This update as Kruise writes it for kruise-daemon to refresh the env of `changed`: those
     /// keys in `containerRefMetadata`, `updateEnvFromMetadata` set. `None` when the daemon cannot.
-    pub fn through_daemon(&self, changed: &[env_metadata::ChangedRead]) -> Option<UpdateSpec> {
+    pub(crate) fn through_daemon(&self, changed: &[env_metadata::ChangedRead]) -> Option<UpdateSpec> {
         let (rest, refs) = env_metadata::split_for_daemon(&self.metadata_patch()?, changed)?;
         Some(UpdateSpec {
             meta_data_patch: rest.map(|p| ByteString(serde_json::to_vec(&p).unwrap_or_default())),
@@ -77,7 +77,7 @@ impl UpdateSpec {
 /// containers' cpu/memory values too, as long as the pod QoS class stays. `None`: recreate (or
 /// refuse, under InPlaceOnly). A pod whose revision is gone (truncated history) cannot be
 /// updated in place.
-pub fn in_place_spec(
+pub(crate) fn in_place_spec(
     old_data: Option<&[u8]>,
     new_data: &[u8],
     new_revision: &str,
@@ -195,7 +195,7 @@ fn finalizers_patch(old_meta: &Value, new_meta: &Value) -> Map<String, Value> {
 }
 
 /// The state annotation's value as a pod carries it (current key first, legacy key as fallback).
-pub fn read_state(pod: &dyn PodRead) -> Option<InPlaceUpdateState> {
+pub(crate) fn read_state(pod: &dyn PodRead) -> Option<InPlaceUpdateState> {
     serde_json::from_str(state_annotation(pod)?).ok()
 }
 
@@ -206,12 +206,12 @@ fn state_annotation(pod: &dyn PodRead) -> Option<&str> {
 /// Whether the pod's state may name a next launch-priority batch, read without parsing it: the
 /// state is written with `nextContainerImages` omitted when empty (Kruise's `omitempty`, and ours),
 /// so a state without the key has no batch left. `true` means "parse it to know".
-pub fn may_have_next_batch(pod: &dyn PodRead) -> bool {
+pub(crate) fn may_have_next_batch(pod: &dyn PodRead) -> bool {
     state_annotation(pod).is_some_and(|raw| raw.contains("\"nextContainerImages\""))
 }
 
 /// The grace annotation's UpdateSpec, if the pod is in a grace period.
-pub fn read_grace(pod: &dyn PodRead) -> Option<UpdateSpec> {
+pub(crate) fn read_grace(pod: &dyn PodRead) -> Option<UpdateSpec> {
     let raw = pod.annotation(keys::INPLACE_UPDATE_GRACE).or_else(|| pod.annotation(keys::INPLACE_UPDATE_GRACE_LEGACY))?;
     serde_json::from_str(raw).ok()
 }
@@ -219,7 +219,7 @@ pub fn read_grace(pod: &dyn PodRead) -> Option<UpdateSpec> {
 /// The state written when an in-place update starts, and the images changed in this write: with
 /// no grace period the first container batch is applied at once, so its imageIDs and batch
 /// record are in the state already; with one, nothing changes yet.
-pub fn start_state(pod: &Pod, spec: &UpdateSpec, now: Timestamp) -> (InPlaceUpdateState, BTreeMap<String, String>) {
+pub(crate) fn start_state(pod: &Pod, spec: &UpdateSpec, now: Timestamp) -> (InPlaceUpdateState, BTreeMap<String, String>) {
     let mut state = InPlaceUpdateState {
         revision: spec.revision.clone(),
         update_timestamp: Some(Time(now)),
@@ -309,7 +309,7 @@ fn record_batch(
 /// The strategic-merge patch that applies an update spec to a pod: `images` by container name
 /// (this batch's), the spec's labels/annotations, and the new state; `extra_labels` are the hash
 /// and lifecycle labels to write.
-pub fn apply_patch(
+pub(crate) fn apply_patch(
     pod: &Pod,
     spec: &UpdateSpec,
     images: &BTreeMap<String, String>,
@@ -357,7 +357,7 @@ pub fn apply_patch(
 
 /// The pod patch that starts an in-place update: revision labels, lifecycle Updating, the state
 /// annotation, and either the new images (no grace period) or the grace annotation holding them.
-pub fn start_patch(pod: &Pod, spec: &UpdateSpec, revision_label: &str, now: Timestamp) -> Value {
+pub(crate) fn start_patch(pod: &Pod, spec: &UpdateSpec, revision_label: &str, now: Timestamp) -> Value {
     let (state, batch) = start_state(pod, spec, now);
     let labels: BTreeMap<String, String> = [
         (keys::CONTROLLER_REVISION_HASH.to_string(), revision_label.to_string()),
@@ -381,7 +381,7 @@ pub fn start_patch(pod: &Pod, spec: &UpdateSpec, revision_label: &str, now: Time
 
 /// The patch of the pod's `resize` subresource that applies the spec's resources: per container,
 /// the cpu/memory values that differ from what its spec has now. `None`: nothing to resize.
-pub fn resize_patch(pod: &Pod, spec: &UpdateSpec) -> Option<Value> {
+pub(crate) fn resize_patch(pod: &Pod, spec: &UpdateSpec) -> Option<Value> {
     let containers = pod.spec.as_ref().map(|s| s.containers.as_slice()).unwrap_or_default();
     let mut patched = Vec::new();
     for c in containers {
@@ -431,7 +431,7 @@ impl Default for ResizeSupport {
 
 /// Why this cluster would refuse the resize `spec` makes of `pod`, if it would; the update is then
 /// made by a new pod (or held, under InPlaceOnly) instead of being refused write after write.
-pub fn resize_refusal(pod: &Pod, spec: &UpdateSpec, support: ResizeSupport) -> Option<&'static str> {
+pub(crate) fn resize_refusal(pod: &Pod, spec: &UpdateSpec, support: ResizeSupport) -> Option<&'static str> {
     if spec.container_resources.is_empty() {
         None
     } else if !support.served {
@@ -450,7 +450,7 @@ pub fn resize_refusal(pod: &Pod, spec: &UpdateSpec, support: ResizeSupport) -> O
 /// Whether the resize `spec` makes of `pod` lowers (or adds, lowering it from unlimited) the
 /// memory limit of a container whose memory `resizePolicy` is not `RestartContainer`: the resize
 /// Kubernetes 1.33 refuses.
-pub fn lowers_memory_limit(pod: &Pod, spec: &UpdateSpec) -> bool {
+pub(crate) fn lowers_memory_limit(pod: &Pod, spec: &UpdateSpec) -> bool {
     let containers = pod.spec.as_ref().map(|s| s.containers.as_slice()).unwrap_or_default();
     containers.iter().any(|c| {
         let Some(new) = spec.container_resources.get(&c.name).and_then(|r| r.limits.as_ref()).and_then(|l| l.get("memory")) else {
@@ -469,7 +469,7 @@ pub fn lowers_memory_limit(pod: &Pod, spec: &UpdateSpec) -> bool {
 /// Kruise's `CheckPodNeedsBeUnready` for a pod with the InPlaceUpdateReady gate: an update of
 /// resources alone leaves the pod Ready, unless a container's resize policy restarts it for a
 /// resource that changes.
-pub fn needs_unready(pod: &Pod, spec: &UpdateSpec) -> bool {
+pub(crate) fn needs_unready(pod: &Pod, spec: &UpdateSpec) -> bool {
     if spec.container_resources.is_empty() || !spec.container_images.is_empty() {
         return true;
     }
@@ -482,7 +482,7 @@ pub fn needs_unready(pod: &Pod, spec: &UpdateSpec) -> bool {
 }
 
 /// When a grace period ends: `None` if it already has.
-pub fn grace_remaining(state: &InPlaceUpdateState, grace_seconds: i32, now: Timestamp) -> Option<Duration> {
+pub(crate) fn grace_remaining(state: &InPlaceUpdateState, grace_seconds: i32, now: Timestamp) -> Option<Duration> {
     let started = state.update_timestamp.as_ref()?.0;
     let end = started + SignedDuration::from_secs(i64::from(grace_seconds));
     if now >= end {
@@ -496,7 +496,7 @@ pub fn grace_remaining(state: &InPlaceUpdateState, grace_seconds: i32, now: Time
 
 /// After the grace period: the state gains the first batch's imageIDs and record; returns it
 /// with the images to write now.
-pub fn state_after_grace(
+pub(crate) fn state_after_grace(
     pod: &Pod,
     state: &InPlaceUpdateState,
     spec: &UpdateSpec,
@@ -509,7 +509,7 @@ pub fn state_after_grace(
 
 /// The next container batch, once the current one has its new images and the containers it
 /// names are Ready: the patch writing its images and the updated state. `None` while waiting.
-pub fn next_batch_patch(pod: &Pod, state: &InPlaceUpdateState, now: Timestamp) -> Option<Value> {
+pub(crate) fn next_batch_patch(pod: &Pod, state: &InPlaceUpdateState, now: Timestamp) -> Option<Value> {
     if state.next_container_images.is_empty() || read_grace(pod).is_some() || !containers_updated(pod, state) {
         return None;
     }
@@ -529,7 +529,7 @@ pub fn next_batch_patch(pod: &Pod, state: &InPlaceUpdateState, now: Timestamp) -
 /// Not complete while a grace period or a next batch is pending; otherwise each recorded
 /// container must show a new imageID, or report the spec image (covering re-tags of the same
 /// image).
-pub fn update_completed(pod: &dyn PodRead, state: &InPlaceUpdateState) -> bool {
+pub(crate) fn update_completed(pod: &dyn PodRead, state: &InPlaceUpdateState) -> bool {
     read_grace(pod).is_none()
         && state.next_container_images.is_empty()
         && (!state.update_resources || resources::resources_applied(pod.full()))

@@ -17,7 +17,7 @@
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 /// Default `updateStrategy.maxUnavailable` (`DefaultCloneSetMaxUnavailable`).
-pub const DEFAULT_MAX_UNAVAILABLE: &str = "20%";
+pub(crate) const DEFAULT_MAX_UNAVAILABLE: &str = "20%";
 
 /// Kruise's `util.GetScaledValueFromIntOrPercent`: percentages must end in `%` and may be
 /// fractional (`"33.3%"`). A bare number string such as `"5"` is an error. Negative results are
@@ -25,7 +25,7 @@ pub const DEFAULT_MAX_UNAVAILABLE: &str = "20%";
 ///
 /// Non-finite numbers (`"NaN%"`, `"inf%"`) are rejected: Go would turn them into an undefined
 /// integer, which no valid spec relies on.
-pub fn scaled_value_fractional(v: &IntOrString, total: i32, round_up: bool) -> Result<i32, String> {
+pub(crate) fn scaled_value_fractional(v: &IntOrString, total: i32, round_up: bool) -> Result<i32, String> {
     match v {
         IntOrString::Int(i) => Ok(*i),
         IntOrString::String(s) => {
@@ -41,7 +41,8 @@ pub fn scaled_value_fractional(v: &IntOrString, total: i32, round_up: bool) -> R
 
 /// apimachinery's `intstr.GetScaledValueFromIntOrPercent`: percentages must end in exactly one
 /// trailing `%` and be integers (`"12.5%"` and `"5"` are errors).
-pub fn scaled_value_integer_percent(v: &IntOrString, total: i32, round_up: bool) -> Result<i32, String> {
+#[cfg(test)]
+pub(crate) fn scaled_value_integer_percent(v: &IntOrString, total: i32, round_up: bool) -> Result<i32, String> {
     match v {
         IntOrString::Int(i) => Ok(*i),
         IntOrString::String(s) => {
@@ -55,7 +56,7 @@ pub fn scaled_value_integer_percent(v: &IntOrString, total: i32, round_up: bool)
 /// apimachinery's deprecated `intstr.GetValueFromIntOrPercent`, which is what Kruise's controller
 /// calls for maxSurge and both maxUnavailable fields: every `%` is removed and any string is a
 /// percentage, so `"5"` scales like `"5%"`. Only integers parse.
-pub fn legacy_value_from_int_or_percent(v: &IntOrString, total: i32, round_up: bool) -> Result<i32, String> {
+pub(crate) fn legacy_value_from_int_or_percent(v: &IntOrString, total: i32, round_up: bool) -> Result<i32, String> {
     match v {
         IntOrString::Int(i) => Ok(*i),
         IntOrString::String(s) => {
@@ -100,7 +101,7 @@ pub fn max_unavailable(max_unavailable: Option<&IntOrString>, replicas: i32, max
 
 /// The scale-up limit from `scaleStrategy.maxUnavailable`: unset means unlimited (`i32::MAX`),
 /// percentages round up, and an unparsable value counts as 0.
-pub fn scale_max_unavailable(v: Option<&IntOrString>, replicas: i32) -> i32 {
+pub(crate) fn scale_max_unavailable(v: Option<&IntOrString>, replicas: i32) -> i32 {
     match v {
         None => i32::MAX,
         Some(v) => legacy_value_from_int_or_percent(v, replicas, true).unwrap_or(0),

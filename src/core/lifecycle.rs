@@ -5,19 +5,19 @@ use crate::api::shared::{Lifecycle, LifecycleHook, LifecycleState};
 use crate::core::pod_read::PodRead;
 
 /// The pod's lifecycle state; an absent or unknown label reads as `None` (behaves like Normal).
-pub fn state(pod: &dyn PodRead) -> Option<LifecycleState> {
+pub(crate) fn state(pod: &dyn PodRead) -> Option<LifecycleState> {
     pod.label(keys::LIFECYCLE_STATE).and_then(LifecycleState::parse)
 }
 
 /// Hooked: any handler label has its value, or any handler finalizer is present.
-pub fn is_hooked(hook: Option<&LifecycleHook>, pod: &dyn PodRead) -> bool {
+pub(crate) fn is_hooked(hook: Option<&LifecycleHook>, pod: &dyn PodRead) -> bool {
     let Some(hook) = hook else { return false };
     hook.labels_handler.iter().any(|(k, v)| pod.label(k) == Some(v.as_str()))
         || hook.finalizers_handler.iter().any(|f| pod.has_finalizer(f))
 }
 
 /// All hooked: every handler label has its value and every handler finalizer is present.
-pub fn is_all_hooked(hook: Option<&LifecycleHook>, pod: &dyn PodRead) -> bool {
+pub(crate) fn is_all_hooked(hook: Option<&LifecycleHook>, pod: &dyn PodRead) -> bool {
     let Some(hook) = hook else { return false };
     hook.labels_handler.iter().all(|(k, v)| pod.label(k) == Some(v.as_str()))
         && hook.finalizers_handler.iter().all(|f| pod.has_finalizer(f))
@@ -25,7 +25,7 @@ pub fn is_all_hooked(hook: Option<&LifecycleHook>, pod: &dyn PodRead) -> bool {
 
 /// PreparingNormal → Normal: without a preNormal hook once the pod is scheduled (Kruise v1.9.0
 /// waits for `spec.nodeName`), with one once the pod is all hooked.
-pub fn ready_for_normal(pod: &dyn PodRead, pre_normal: Option<&LifecycleHook>) -> bool {
+pub(crate) fn ready_for_normal(pod: &dyn PodRead, pre_normal: Option<&LifecycleHook>) -> bool {
     match pre_normal {
         None => !pod.node_name().is_empty(),
         Some(_) => is_all_hooked(pre_normal, pod),
@@ -34,7 +34,7 @@ pub fn ready_for_normal(pod: &dyn PodRead, pre_normal: Option<&LifecycleHook>) -
 
 /// What the lifecycle allows when a pod is chosen for an in-place update.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum InPlaceGate {
+pub(crate) enum InPlaceGate {
     /// Update now.
     Proceed,
     /// Move to PreparingUpdate first (and, from Updated, re-add the hook's handlers).
@@ -45,7 +45,7 @@ pub enum InPlaceGate {
     NotAllowed(String),
 }
 
-pub fn in_place_gate(pod: &dyn PodRead, hook: Option<&LifecycleHook>) -> InPlaceGate {
+pub(crate) fn in_place_gate(pod: &dyn PodRead, hook: Option<&LifecycleHook>) -> InPlaceGate {
     let name = pod.name();
     let hooked = || is_hooked(hook, pod);
     match state(pod) {
@@ -75,14 +75,14 @@ pub fn in_place_gate(pod: &dyn PodRead, hook: Option<&LifecycleHook>) -> InPlace
 /// After an in-place update (or a rollback while waiting): Kruise's
 /// `cs.Spec.Lifecycle != nil && !IsPodAllHooked(inPlaceUpdate, pod)` — so with any lifecycle
 /// but no inPlaceUpdate hook (e.g. only preDelete) the pod passes through Updated too.
-pub fn state_after_update(pod: &dyn PodRead, lifecycle: Option<&Lifecycle>) -> LifecycleState {
+pub(crate) fn state_after_update(pod: &dyn PodRead, lifecycle: Option<&Lifecycle>) -> LifecycleState {
     let hook = lifecycle.and_then(|l| l.in_place_update.as_ref());
     if lifecycle.is_some() && !is_all_hooked(hook, pod) { LifecycleState::Updated } else { LifecycleState::Normal }
 }
 
 /// Updated → Normal once there is no inPlaceUpdate hook or the hook's owner has re-added all of
 /// its handlers.
-pub fn updated_may_become_normal(pod: &dyn PodRead, lifecycle: Option<&Lifecycle>) -> bool {
+pub(crate) fn updated_may_become_normal(pod: &dyn PodRead, lifecycle: Option<&Lifecycle>) -> bool {
     match lifecycle.and_then(|l| l.in_place_update.as_ref()) {
         None => true,
         hook => is_all_hooked(hook, pod),
@@ -90,7 +90,7 @@ pub fn updated_may_become_normal(pod: &dyn PodRead, lifecycle: Option<&Lifecycle
 }
 
 /// The hook's labels and finalizers, re-added when an Updated pod is prepared for another update.
-pub fn hook_handlers_patch(hook: Option<&LifecycleHook>) -> (std::collections::BTreeMap<String, String>, Vec<String>) {
+pub(crate) fn hook_handlers_patch(hook: Option<&LifecycleHook>) -> (std::collections::BTreeMap<String, String>, Vec<String>) {
     hook.map_or_else(Default::default, |h| (h.labels_handler.clone(), h.finalizers_handler.clone()))
 }
 

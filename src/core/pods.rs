@@ -13,11 +13,11 @@ use crate::api::shared::LifecycleState;
 use crate::api::{CloneSet, cloneset::VolumeClaimTemplate};
 
 /// Alphabet of instance ids (apimachinery's `rand.String`: no vowels, no look-alikes).
-pub const INSTANCE_ID_ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
-pub const INSTANCE_ID_LEN: usize = 5;
+pub(crate) const INSTANCE_ID_ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+pub(crate) const INSTANCE_ID_LEN: usize = 5;
 
 /// The owner reference Kruise v1.9.0 puts on pods, PVCs and revisions.
-pub fn controller_ref(cs: &CloneSet) -> OwnerReference {
+pub(crate) fn controller_ref(cs: &CloneSet) -> OwnerReference {
     OwnerReference {
         api_version: "apps.kruise.io/v1alpha1".into(),
         kind: "CloneSet".into(),
@@ -31,7 +31,7 @@ pub fn controller_ref(cs: &CloneSet) -> OwnerReference {
 /// The owner references of a PVC handed from CloneSet `cs_uid` to its dead pod (DisablePVCReuse):
 /// Kruise's `updateClaimOwnerRefToPod` removes only the CloneSet's reference and appends
 /// `NewControllerRef(pod)` (controller and blockOwnerDeletion true), unless the pod is there already.
-pub fn pvc_owners_handed_to_pod(refs: &[OwnerReference], cs_uid: &str, pod_name: &str, pod_uid: &str) -> Vec<OwnerReference> {
+pub(crate) fn pvc_owners_handed_to_pod(refs: &[OwnerReference], cs_uid: &str, pod_name: &str, pod_uid: &str) -> Vec<OwnerReference> {
     let mut out: Vec<OwnerReference> = refs.iter().filter(|o| o.uid != cs_uid).cloned().collect();
     if !out.iter().any(|o| o.uid == pod_uid) {
         out.push(OwnerReference {
@@ -47,23 +47,23 @@ pub fn pvc_owners_handed_to_pod(refs: &[OwnerReference], cs_uid: &str, pod_name:
 }
 
 /// The part of a revision name after the last `-` (the hash).
-pub fn short_hash(revision_name: &str) -> &str {
+pub(crate) fn short_hash(revision_name: &str) -> &str {
     revision_name.rsplit_once('-').map_or(revision_name, |(_, h)| h)
 }
 
 /// Whether a pod's `controller-revision-hash` names `revision`: equal in full, or equal after
 /// the last `-` on both sides (pods written with the `CloneSetShortHash` gate carry only the hash).
-pub fn hash_matches(pod_hash: &str, revision: &str) -> bool {
+pub(crate) fn hash_matches(pod_hash: &str, revision: &str) -> bool {
     pod_hash == revision || short_hash(pod_hash) == short_hash(revision)
 }
 
 /// PVC name for a volumeClaimTemplate and instance.
-pub fn pvc_name(vct: &str, cloneset: &str, instance_id: &str) -> String {
+pub(crate) fn pvc_name(vct: &str, cloneset: &str, instance_id: &str) -> String {
     format!("{vct}-{cloneset}-{instance_id}")
 }
 
 /// Everything a new pod is built from.
-pub struct PodRecipe<'a> {
+pub(crate) struct PodRecipe<'a> {
     pub cloneset: &'a CloneSet,
     /// The template of the revision the pod belongs to.
     pub template: &'a PodTemplateSpec,
@@ -75,7 +75,7 @@ pub struct PodRecipe<'a> {
 }
 
 /// A pod as Kruise's `newVersionedPods` builds it, ready to create.
-pub fn build_pod(r: &PodRecipe<'_>) -> Pod {
+pub(crate) fn build_pod(r: &PodRecipe<'_>) -> Pod {
     let cs = r.cloneset;
     let cs_name = cs.metadata.name.clone().unwrap_or_default();
     let tmeta = r.template.metadata.clone().unwrap_or_default();
@@ -133,7 +133,7 @@ pub fn build_pod(r: &PodRecipe<'_>) -> Pod {
 }
 
 /// The PVCs of one instance: labels = the template's + the selector's matchLabels + instance id.
-pub fn build_pvcs(cs: &CloneSet, instance_id: &str) -> Vec<PersistentVolumeClaim> {
+pub(crate) fn build_pvcs(cs: &CloneSet, instance_id: &str) -> Vec<PersistentVolumeClaim> {
     let cs_name = cs.metadata.name.clone().unwrap_or_default();
     let match_labels = cs.spec.selector.match_labels.clone().unwrap_or_default();
     cs.spec
@@ -163,7 +163,7 @@ pub fn build_pvcs(cs: &CloneSet, instance_id: &str) -> Vec<PersistentVolumeClaim
 /// A pod object that still holds an instance id without being active: no new pod may take the
 /// id (its name) while it exists.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum HeldBy<'a> {
+pub(crate) enum HeldBy<'a> {
     /// A pod that ended (phase `Failed`, evicted, or `Succeeded`) and is not being deleted.
     Finished { pod: &'a str },
     /// A pod being deleted: it goes by itself, and its replacement takes the id then.
@@ -172,7 +172,7 @@ pub enum HeldBy<'a> {
 
 /// What a scale-up does with instance ids ([`instance_ids_for_new_pods`]).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct NewPodIds {
+pub(crate) struct NewPodIds {
     /// The ids of the pods to create now.
     pub ids: Vec<String>,
     /// Finished pods to delete first, each holding a free PVC's id: the pod that replaces it takes
@@ -189,7 +189,7 @@ pub struct NewPodIds {
 /// holding it is deleted first, and one being deleted is waited for (its replacement keeps the
 /// id and the PVCs, as with Kruise, but is never created into a name still taken).
 /// `random` yields random numbers (the caller owns the randomness).
-pub fn instance_ids_for_new_pods(
+pub(crate) fn instance_ids_for_new_pods(
     count: usize,
     free_pvc_ids: &BTreeSet<String>,
     ids_in_use: &BTreeSet<String>,
@@ -226,22 +226,22 @@ pub fn instance_ids_for_new_pods(
 }
 
 /// Free instance ids: those on owned PVCs with no active pod of the same id.
-pub fn free_pvc_ids<'a>(pvc_ids: impl IntoIterator<Item = &'a str>, active_pod_ids: &BTreeSet<String>) -> BTreeSet<String> {
+pub(crate) fn free_pvc_ids<'a>(pvc_ids: impl IntoIterator<Item = &'a str>, active_pod_ids: &BTreeSet<String>) -> BTreeSet<String> {
     pvc_ids.into_iter().filter(|id| !active_pod_ids.contains(*id)).map(str::to_string).collect()
 }
 
 /// The instance id label of an object.
-pub fn instance_id(labels: Option<&BTreeMap<String, String>>) -> Option<&str> {
+pub(crate) fn instance_id(labels: Option<&BTreeMap<String, String>>) -> Option<&str> {
     labels?.get(keys::CLONESET_INSTANCE_ID).map(String::as_str)
 }
 
 /// A pod's instance id.
-pub fn pod_instance_id(pod: &dyn crate::core::pod_read::PodRead) -> Option<&str> {
+pub(crate) fn pod_instance_id(pod: &dyn crate::core::pod_read::PodRead) -> Option<&str> {
     pod.label(keys::CLONESET_INSTANCE_ID)
 }
 
 /// RFC 3339 with whole seconds, as Go's `metav1.Time` writes it.
-pub fn rfc3339_seconds(t: Timestamp) -> String {
+pub(crate) fn rfc3339_seconds(t: Timestamp) -> String {
     t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
 

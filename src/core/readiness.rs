@@ -17,31 +17,31 @@ use crate::core::pods::rfc3339_seconds;
 
 /// One holder of a pod's not-ready state, in Kruise's JSON field order.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-pub struct NotReadyKey {
+pub(crate) struct NotReadyKey {
     #[serde(rename = "userAgent")]
     pub user_agent: String,
     pub key: String,
 }
 
 /// The key of the preDelete hook's not-ready mark.
-pub const PRE_DELETE_HOOK: &str = "preDeleteHook";
+pub(crate) const PRE_DELETE_HOOK: &str = "preDeleteHook";
 /// The key of the inPlaceUpdate hook's not-ready mark.
-pub const PRE_UPDATE_HOOK: &str = "preUpdateHook";
+pub(crate) const PRE_UPDATE_HOOK: &str = "preUpdateHook";
 const LIFECYCLE_USER_AGENT: &str = "Lifecycle";
 
-pub fn find<'a>(pod: &'a Pod, type_: &str) -> Option<&'a PodCondition> {
+pub(crate) fn find<'a>(pod: &'a Pod, type_: &str) -> Option<&'a PodCondition> {
     pod.status.as_ref()?.conditions.as_ref()?.iter().find(|c| c.type_ == type_)
 }
 
 /// A whole condition (absent reason and message are cleared, as Kruise's replacement does).
-pub fn condition(type_: &str, status: bool, reason: &str, message: &str, now: Timestamp) -> Value {
+pub(crate) fn condition(type_: &str, status: bool, reason: &str, message: &str, now: Timestamp) -> Value {
     let text = |s: &str| if s.is_empty() { Value::Null } else { json!(s) };
     json!({"type": type_, "status": if status { "True" } else { "False" }, "reason": text(reason), "message": text(message),
            "lastTransitionTime": rfc3339_seconds(now)})
 }
 
 /// Kruise's `hasEqualCondition`: same status, reason and message.
-pub fn has_equal(pod: &dyn PodRead, type_: &str, status: bool, reason: &str, message: &str) -> bool {
+pub(crate) fn has_equal(pod: &dyn PodRead, type_: &str, status: bool, reason: &str, message: &str) -> bool {
     pod.condition(type_).is_some_and(|c| {
         c.status == if status { "True" } else { "False" }
             && c.reason.unwrap_or_default() == reason
@@ -65,7 +65,7 @@ fn lifecycle_key(key: &str) -> NotReadyKey {
 /// `markPodNotReady`: appends `key` to `KruisePodReady`'s list (other holders' keys stay) and
 /// sets it False, with pod Ready=False in the same write. `None`: already marked, or the pod
 /// lacks the gate.
-pub fn add_not_ready_key(pod: &Pod, key: &str, now: Timestamp) -> Option<Vec<Value>> {
+pub(crate) fn add_not_ready_key(pod: &Pod, key: &str, now: Timestamp) -> Option<Vec<Value>> {
     if !pod.has_readiness_gate(keys::KRUISE_POD_READY) {
         return None;
     }
@@ -86,7 +86,7 @@ pub fn add_not_ready_key(pod: &Pod, key: &str, now: Timestamp) -> Option<Vec<Val
 
 /// Takes `key` off `KruisePodReady`'s list; the condition is True again once the list is empty.
 /// `None`: the key is not there.
-pub fn remove_not_ready_key(pod: &Pod, key: &str, now: Timestamp) -> Option<Vec<Value>> {
+pub(crate) fn remove_not_ready_key(pod: &Pod, key: &str, now: Timestamp) -> Option<Vec<Value>> {
     if !pod.has_readiness_gate(keys::KRUISE_POD_READY) {
         return None;
     }
@@ -105,7 +105,7 @@ pub fn remove_not_ready_key(pod: &Pod, key: &str, now: Timestamp) -> Option<Vec<
 
 /// The write that starts an in-place update: `InPlaceUpdateReady=False` (reason
 /// `StartInPlaceUpdate`) and, in the same write, pod Ready=False.
-pub fn start_in_place_update(pod: &Pod, now: Timestamp) -> Vec<Value> {
+pub(crate) fn start_in_place_update(pod: &Pod, now: Timestamp) -> Vec<Value> {
     let gate = condition(keys::INPLACE_UPDATE_READY, false, keys::REASON_START_INPLACE_UPDATE, "", now);
     with_ready_after(pod, gate)
 }

@@ -9,11 +9,11 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use serde_json::Value;
 
 /// The resources Kubernetes can resize in place (and the only ones the QoS class counts).
-pub const RESIZABLE: [&str; 2] = ["cpu", "memory"];
+pub(crate) const RESIZABLE: [&str; 2] = ["cpu", "memory"];
 
 /// A quantity's value in nano-units (`1` is 10⁹, `1m` is 10⁶, `1Ki` is 1024·10⁹), exact for
 /// anything a container asks for; `None` when it is not a quantity or too large.
-pub fn quantity_nanos(s: &str) -> Option<i128> {
+pub(crate) fn quantity_nanos(s: &str) -> Option<i128> {
     let s = s.trim();
     let (negative, rest) = match s.strip_prefix('-') {
         Some(r) => (true, r),
@@ -71,13 +71,13 @@ fn json_quantity(v: &Value) -> Option<i128> {
 }
 
 /// Two quantities of the same amount (`1` and `1000m`).
-pub fn same_quantity(a: &Quantity, b: &Quantity) -> bool {
+pub(crate) fn same_quantity(a: &Quantity, b: &Quantity) -> bool {
     a.0 == b.0 || quantity_nanos(&a.0).is_some_and(|v| quantity_nanos(&b.0) == Some(v))
 }
 
 /// Two resource lists with the same resources, each the same amount (`1` equals `1000m`). An
 /// absent list and an empty one are the same.
-pub fn same_resource_list(a: Option<&BTreeMap<String, Quantity>>, b: Option<&BTreeMap<String, Quantity>>) -> bool {
+pub(crate) fn same_resource_list(a: Option<&BTreeMap<String, Quantity>>, b: Option<&BTreeMap<String, Quantity>>) -> bool {
     let empty = BTreeMap::new();
     let (a, b) = (a.unwrap_or(&empty), b.unwrap_or(&empty));
     a.len() == b.len() && a.iter().all(|(k, q)| b.get(k).is_some_and(|other| same_quantity(q, other)))
@@ -86,7 +86,7 @@ pub fn same_resource_list(a: Option<&BTreeMap<String, Quantity>>, b: Option<&BTr
 /// The pod QoS class (`Guaranteed`, `Burstable`, `BestEffort`) of a pod spec as JSON, as the
 /// kubelet computes it from its containers' and init containers' cpu and memory. `None` when a
 /// quantity does not parse.
-pub fn qos_class(spec: &Value) -> Option<&'static str> {
+pub(crate) fn qos_class(spec: &Value) -> Option<&'static str> {
     let mut requests: BTreeMap<&str, i128> = BTreeMap::new();
     let mut limits: BTreeMap<&str, i128> = BTreeMap::new();
     let mut guaranteed = true;
@@ -126,7 +126,7 @@ pub fn qos_class(spec: &Value) -> Option<&'static str> {
 /// that replace old ones. `None` when the change is more than that: a resource or list added or
 /// removed, another resource changed, anything else in `resources` changed, or a value that is
 /// no quantity. An unchanged container gives an empty result.
-pub fn resize_of(old: Option<&Value>, new: Option<&Value>) -> Option<ResourceRequirements> {
+pub(crate) fn resize_of(old: Option<&Value>, new: Option<&Value>) -> Option<ResourceRequirements> {
     let mut out = ResourceRequirements::default();
     if old == new {
         return Some(out);
@@ -163,7 +163,7 @@ pub fn resize_of(old: Option<&Value>, new: Option<&Value>) -> Option<ResourceReq
 
 /// Whether the kubelet reports every container running with the resources its spec asks for
 /// (`status.containerStatuses[].resources`, which it fills once a resize is done).
-pub fn resources_applied(pod: &Pod) -> bool {
+pub(crate) fn resources_applied(pod: &Pod) -> bool {
     let containers = pod.spec.as_ref().map(|s| s.containers.as_slice()).unwrap_or_default();
     let statuses = pod.status.as_ref().and_then(|s| s.container_statuses.as_deref()).unwrap_or_default();
     statuses.len() == containers.len()

@@ -12,7 +12,7 @@ use serde_json::{Map, Value};
 use super::gojson;
 
 /// The longest CloneSet-name prefix kept in a revision name.
-pub const REVISION_NAME_PREFIX_MAX: usize = 223;
+pub(crate) const REVISION_NAME_PREFIX_MAX: usize = 223;
 
 /// The directive Kruise puts into the recorded template so that applying the revision as a
 /// strategic-merge patch replaces the template wholesale.
@@ -50,7 +50,7 @@ pub fn hash_revision(data: &[u8], collision_count: i32) -> String {
 /// of CloneSet `cloneset_name`; `at_least` when none does within a few. A revision named after a
 /// hash collision keeps its count this way even when the status it is read against (from a cache
 /// a moment behind the status write) still has the count from before the collision.
-pub fn collision_count_naming(cloneset_name: &str, name: &str, data: &[&[u8]], at_least: i32) -> i32 {
+pub(crate) fn collision_count_naming(cloneset_name: &str, name: &str, data: &[&[u8]], at_least: i32) -> i32 {
     const SEARCHED: i32 = 16;
     (at_least..at_least.saturating_add(SEARCHED))
         .find(|n| data.iter().any(|d| revision_name(cloneset_name, &hash_revision(d, *n)) == name))

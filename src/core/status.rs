@@ -12,16 +12,16 @@ use crate::core::order;
 use crate::core::pod_read::PodRead;
 use crate::core::pods::hash_matches;
 
-pub const REASON_AVAILABLE: &str = "CloneSetAvailable";
-pub const REASON_PAUSED: &str = "CloneSetPaused";
-pub const REASON_PARTITION_AVAILABLE: &str = "ProgressPartitionAvailable";
-pub const REASON_DEADLINE_EXCEEDED: &str = "ProgressDeadlineExceeded";
-pub const REASON_UPDATED: &str = "CloneSetUpdated";
+pub(crate) const REASON_AVAILABLE: &str = "CloneSetAvailable";
+pub(crate) const REASON_PAUSED: &str = "CloneSetPaused";
+pub(crate) const REASON_PARTITION_AVAILABLE: &str = "ProgressPartitionAvailable";
+pub(crate) const REASON_DEADLINE_EXCEEDED: &str = "ProgressDeadlineExceeded";
+pub(crate) const REASON_UPDATED: &str = "CloneSetUpdated";
 const NO_DEADLINE: i32 = i32::MAX;
 
 /// Ready for status purposes: Running, PodReady, and InPlaceUpdateReady not False. Lifecycle
 /// state does not matter here.
-pub fn is_ready(pod: &dyn PodRead) -> bool {
+pub(crate) fn is_ready(pod: &dyn PodRead) -> bool {
     pod.phase() == "Running" && order::is_pod_ready(pod) && pod.condition(keys::INPLACE_UPDATE_READY).is_none_or(|c| c.status == "True")
 }
 
@@ -158,7 +158,7 @@ fn apply_progressing(cs: &CloneSet, s: &mut CloneSetStatus, now: Timestamp) -> O
 /// Kruise's condition update rule: same type, status and reason keeps the existing entry (its
 /// times keep running); a new reason with the same status keeps lastTransitionTime; anything else
 /// replaces the entry. Returns the entry now in place.
-pub fn set_condition(conditions: &mut Vec<CloneSetCondition>, mut new: CloneSetCondition) -> CloneSetCondition {
+pub(crate) fn set_condition(conditions: &mut Vec<CloneSetCondition>, mut new: CloneSetCondition) -> CloneSetCondition {
     match conditions.iter().position(|c| c.type_ == new.type_) {
         Some(i) => {
             let old = &conditions[i];
@@ -177,7 +177,7 @@ pub fn set_condition(conditions: &mut Vec<CloneSetCondition>, mut new: CloneSetC
 
 /// A status is written only when one of these changed — Kruise's list, plus a new or
 /// changed FailedScale/FailedUpdate condition (see [`failures`]).
-pub fn needs_write(old: &CloneSetStatus, new: &CloneSetStatus) -> bool {
+pub(crate) fn needs_write(old: &CloneSetStatus, new: &CloneSetStatus) -> bool {
     let progressing =
         |s: &CloneSetStatus| s.conditions.iter().find(|c| c.type_ == condition::PROGRESSING).map(|c| (c.status.clone(), c.reason.clone()));
     new.observed_generation > old.observed_generation

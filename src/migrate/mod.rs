@@ -35,27 +35,25 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::ObjectMeta;
 use serde_json::{Value, json};
 
+pub(crate) use crate::kruise_guard::{KRUISE_LEASE_NAME, KRUISE_LEASE_NAMESPACE};
+
 /// The CRD this operator serves.
-pub const CRD_NAME: &str = "clonesets.apps.kruise.io";
+pub(crate) const CRD_NAME: &str = "clonesets.apps.kruise.io";
 /// Kruise's webhook configurations (`pkg/webhook/util/controller/webhook_controller.go`).
 pub const KRUISE_MUTATING_CONFIG: &str = "kruise-mutating-webhook-configuration";
 pub const KRUISE_VALIDATING_CONFIG: &str = "kruise-validating-webhook-configuration";
-/// Kruise's leader-election Lease: `--leader-election-namespace` and `--leader-election-id`
-/// defaults in Kruise's `main.go`, which its chart keeps.
-pub const KRUISE_LEASE_NAMESPACE: &str = "kruise-system";
-pub const KRUISE_LEASE_NAME: &str = "kruise-manager";
 /// Kruise's manager Deployment in its chart.
-pub const KRUISE_MANAGER_DEPLOYMENT: &str = "kruise-controller-manager";
+pub(crate) const KRUISE_MANAGER_DEPLOYMENT: &str = "kruise-controller-manager";
 /// controller-runtime's default lease duration, which Kruise keeps.
-pub const DEFAULT_LEASE_DURATION: Duration = Duration::from_secs(15);
+pub(crate) const DEFAULT_LEASE_DURATION: Duration = Duration::from_secs(15);
 /// How far our clock may run ahead of the one that wrote `renewTime` before a Lease renewed long
 /// ago is wrongly read as lapsed without watching it.
-pub const CLOCK_SKEW_ALLOWANCE: Duration = Duration::from_secs(60);
+pub(crate) const CLOCK_SKEW_ALLOWANCE: Duration = Duration::from_secs(60);
 
-pub const RELEASE_NAME_ANNOTATION: &str = "meta.helm.sh/release-name";
-pub const RELEASE_NAMESPACE_ANNOTATION: &str = "meta.helm.sh/release-namespace";
-pub const RESOURCE_POLICY_ANNOTATION: &str = "helm.sh/resource-policy";
-pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
+pub(crate) const RELEASE_NAME_ANNOTATION: &str = "meta.helm.sh/release-name";
+pub(crate) const RELEASE_NAMESPACE_ANNOTATION: &str = "meta.helm.sh/release-namespace";
+pub(crate) const RESOURCE_POLICY_ANNOTATION: &str = "helm.sh/resource-policy";
+pub(crate) const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
 
 #[derive(Debug, thiserror::Error)]
 pub enum MigrateError {
@@ -125,7 +123,7 @@ impl std::fmt::Display for Release {
 }
 
 /// The Helm release an object belongs to, by the metadata Helm checks before adopting it.
-pub fn helm_owner(meta: &ObjectMeta) -> Option<Release> {
+pub(crate) fn helm_owner(meta: &ObjectMeta) -> Option<Release> {
     let annotations = meta.annotations.as_ref()?;
     Some(Release {
         name: annotations.get(RELEASE_NAME_ANNOTATION)?.clone(),
@@ -135,7 +133,7 @@ pub fn helm_owner(meta: &ObjectMeta) -> Option<Release> {
 
 /// The merge patch that makes the CRD `target`'s (so `helm install` of this chart adopts it) and
 /// kept by Helm when a release that lists it is upgraded without it; `None` when it already is.
-pub fn crd_ownership_patch(meta: &ObjectMeta, target: &Release) -> Option<Value> {
+pub(crate) fn crd_ownership_patch(meta: &ObjectMeta, target: &Release) -> Option<Value> {
     let annotation = |k: &str| meta.annotations.as_ref().and_then(|a| a.get(k)).map(String::as_str);
     let label = meta.labels.as_ref().and_then(|l| l.get(MANAGED_BY_LABEL)).map(String::as_str);
     let done = annotation(RELEASE_NAME_ANNOTATION) == Some(&target.name)
@@ -156,7 +154,7 @@ pub fn crd_ownership_patch(meta: &ObjectMeta, target: &Release) -> Option<Value>
 
 /// Where Kruise's leadership stands, as client-go's leader election reads it.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum LeaseState {
+pub(crate) enum LeaseState {
     /// No Lease: Kruise's manager is not running (or never ran with leader election).
     Absent,
     /// A Lease with no holder: released on a clean shutdown.
@@ -171,7 +169,7 @@ pub enum LeaseState {
 /// (resourceVersion) on its own monotonic clock — client-go's rule, with no clock comparison. A
 /// `renewTime` older than the duration plus [`CLOCK_SKEW_ALLOWANCE`] by our wall clock `now` is
 /// lapsed at once, so a long-dead manager costs no wait.
-pub fn lease_state(spec: Option<&LeaseSpec>, unchanged_for: Duration, now: Timestamp) -> LeaseState {
+pub(crate) fn lease_state(spec: Option<&LeaseSpec>, unchanged_for: Duration, now: Timestamp) -> LeaseState {
     let Some(spec) = spec else { return LeaseState::Absent };
     let holder = spec.holder_identity.clone().unwrap_or_default();
     if holder.is_empty() {
@@ -195,7 +193,7 @@ pub fn lease_state(spec: Option<&LeaseSpec>, unchanged_for: Duration, now: Times
 /// Whether a webhook is one this operator replaces: it acts on pods (creation, update, deletion,
 /// eviction — Kruise's `mpod`, `vpod`, `vpodeviction`) or on CloneSets (`mcloneset`, `vcloneset`).
 /// The others in Kruise's configurations serve Kruise's other kinds and stay.
-pub fn replaced_webhook(rules: &[RuleWithOperations]) -> bool {
+pub(crate) fn replaced_webhook(rules: &[RuleWithOperations]) -> bool {
     rules.iter().any(|rule| {
         let groups = rule.api_groups.as_deref().unwrap_or_default();
         let resources = rule.resources.as_deref().unwrap_or_default();
@@ -229,14 +227,14 @@ fn is_crd(document: &str, crd_name: &str) -> bool {
 }
 
 /// The manifest without the CRD `crd_name`; `None` when it does not list that CRD.
-pub fn manifest_without_crd(manifest: &str, crd_name: &str) -> Option<String> {
+pub(crate) fn manifest_without_crd(manifest: &str, crd_name: &str) -> Option<String> {
     let docs = manifest_documents(manifest);
     let kept: Vec<&str> = docs.iter().copied().filter(|d| !is_crd(d, crd_name)).collect();
     (kept.len() != docs.len()).then(|| kept.concat())
 }
 
 /// A Helm v3 release record as stored in the `release` key of its Secret: base64 of gzipped JSON.
-pub fn decode_release(stored: &[u8]) -> Result<Value, String> {
+pub(crate) fn decode_release(stored: &[u8]) -> Result<Value, String> {
     let raw = base64::engine::general_purpose::STANDARD.decode(stored).map_err(|e| format!("not base64: {e}"))?;
     let json = if raw.starts_with(&[0x1f, 0x8b, 0x08]) {
         let mut out = Vec::new();
@@ -249,7 +247,7 @@ pub fn decode_release(stored: &[u8]) -> Result<Value, String> {
 }
 
 /// The inverse of [`decode_release`], as Helm writes it.
-pub fn encode_release(release: &Value) -> Result<Vec<u8>, String> {
+pub(crate) fn encode_release(release: &Value) -> Result<Vec<u8>, String> {
     let json = serde_json::to_vec(release).map_err(|e| e.to_string())?;
     let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
     gz.write_all(&json).map_err(|e| e.to_string())?;
@@ -258,7 +256,7 @@ pub fn encode_release(release: &Value) -> Result<Vec<u8>, String> {
 }
 
 /// The release record with the CRD removed from its manifest; `None` when it does not list it.
-pub fn release_without_crd(release: &Value, crd_name: &str) -> Option<Value> {
+pub(crate) fn release_without_crd(release: &Value, crd_name: &str) -> Option<Value> {
     let manifest = release["manifest"].as_str()?;
     let stripped = manifest_without_crd(manifest, crd_name)?;
     let mut out = release.clone();
@@ -267,7 +265,7 @@ pub fn release_without_crd(release: &Value, crd_name: &str) -> Option<Value> {
 }
 
 /// Labels that select a release's records in Helm's Secret storage driver.
-pub fn release_record_selector(release: &Release) -> String {
+pub(crate) fn release_record_selector(release: &Release) -> String {
     format!("owner=helm,name={}", release.name)
 }
 
@@ -284,12 +282,12 @@ pub fn changes(steps: &[Step]) -> usize {
 }
 
 /// "would" in a dry run, the past tense otherwise.
-pub fn verb(dry_run: bool, past: &str, base: &str) -> String {
+pub(crate) fn verb(dry_run: bool, past: &str, base: &str) -> String {
     if dry_run { format!("would {base}") } else { past.to_string() }
 }
 
 /// Webhook names by whether they stay or go, in their configuration's order.
-pub fn split_webhooks<'a>(entries: impl IntoIterator<Item = (&'a str, &'a [RuleWithOperations])>) -> (Vec<String>, Vec<String>) {
+pub(crate) fn split_webhooks<'a>(entries: impl IntoIterator<Item = (&'a str, &'a [RuleWithOperations])>) -> (Vec<String>, Vec<String>) {
     let mut remove = Vec::new();
     let mut keep = Vec::new();
     for (name, rules) in entries {

@@ -38,7 +38,7 @@ impl std::fmt::Display for ConversionTarget {
 
 impl ConversionTarget {
     /// Whether `config` already sends conversions here.
-    pub fn is(&self, config: &WebhookClientConfig) -> bool {
+    pub(crate) fn is(&self, config: &WebhookClientConfig) -> bool {
         match self {
             ConversionTarget::Service { namespace, name } => {
                 config.url.is_none() && config.service.as_ref().is_some_and(|s| s.namespace == *namespace && s.name == *name)
@@ -48,7 +48,7 @@ impl ConversionTarget {
     }
 
     /// The clientConfig sending conversions here, trusting `ca_bundle` (PEM).
-    pub fn client_config(&self, ca_bundle: &str) -> Value {
+    pub(crate) fn client_config(&self, ca_bundle: &str) -> Value {
         let ca = base64::engine::general_purpose::STANDARD.encode(ca_bundle);
         match self {
             ConversionTarget::Service { namespace, name } => json!({
@@ -63,7 +63,7 @@ impl ConversionTarget {
 /// What the CRD needs before this operator can run over it; all `None`/false when it stores
 /// v1alpha1 only.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct TakeOver {
+pub(crate) struct TakeOver {
     /// The JSON patch pointing the conversion at this operator, when it points elsewhere.
     pub conversion: Option<json_patch::Patch>,
     /// Whence conversions went before (for the command's words).
@@ -76,7 +76,7 @@ pub struct TakeOver {
 }
 
 /// Decides for `crd`, this operator's webhook being at `target`.
-pub fn plan(crd: &CustomResourceDefinition, target: &ConversionTarget) -> Result<TakeOver, MigrateError> {
+pub(crate) fn plan(crd: &CustomResourceDefinition, target: &ConversionTarget) -> Result<TakeOver, MigrateError> {
     let Some(stored) = other_stored_versions(crd) else { return Ok(TakeOver::default()) };
     let version = crd.metadata.resource_version.clone().unwrap_or_default();
     let webhook = crd.spec.conversion.as_ref().filter(|c| c.strategy == "Webhook").and_then(|c| c.webhook.as_ref());
@@ -112,7 +112,7 @@ pub fn plan(crd: &CustomResourceDefinition, target: &ConversionTarget) -> Result
 /// storage version and `status.storedVersions`), as `apps.kruise.io/<v>`, comma-separated; `None`
 /// when there are none. Such a CRD converts through Kruise's webhook, which stops with its
 /// manager, and its objects would need rewriting first.
-pub fn other_stored_versions(crd: &CustomResourceDefinition) -> Option<String> {
+pub(crate) fn other_stored_versions(crd: &CustomResourceDefinition) -> Option<String> {
     let storage = crd.spec.versions.iter().filter(|v| v.storage).map(|v| v.name.as_str());
     let stored = crd.status.iter().flat_map(|s| s.stored_versions.iter().flatten()).map(String::as_str);
     let mut others: Vec<&str> = storage.chain(stored).filter(|v| *v != STORAGE_VERSION).collect();
@@ -122,7 +122,7 @@ pub fn other_stored_versions(crd: &CustomResourceDefinition) -> Option<String> {
 }
 
 /// The status patch that leaves v1alpha1 as the only stored version (once every object is).
-pub fn stored_versions_patch() -> Value {
+pub(crate) fn stored_versions_patch() -> Value {
     json!({"status": {"storedVersions": [STORAGE_VERSION]}})
 }
 

@@ -15,7 +15,7 @@ use crate::core::{defaults, revision};
 
 /// What one CloneSet needs.
 #[derive(Clone, Debug, PartialEq)]
-pub enum TemplatePlan {
+pub(crate) enum TemplatePlan {
     /// The stored template already hashes to the update revision (Kruise made the revision, or
     /// `TemplateNoDefaults` was on, or the template was stored with defaults): leave it.
     Keep,
@@ -33,7 +33,7 @@ pub enum TemplatePlan {
 /// Decides for a CloneSet with `stored` as its `spec.template` (as read from the apiserver) and
 /// `update_revision_data` the data of its `status.updateRevision` (Go-encoded; `None` when it has
 /// no update revision yet or the revision is gone).
-pub fn plan_template(stored: &Value, update_revision_data: Option<&[u8]>) -> TemplatePlan {
+pub(crate) fn plan_template(stored: &Value, update_revision_data: Option<&[u8]>) -> TemplatePlan {
     let stored_data = revision::revision_data(stored);
     if update_revision_data == Some(stored_data.as_slice()) {
         return TemplatePlan::Keep;
@@ -49,7 +49,7 @@ pub fn plan_template(stored: &Value, update_revision_data: Option<&[u8]>) -> Tem
 
 /// The JSON patch that stores `template`, refused by the apiserver if the CloneSet changed since
 /// it was read at `resource_version` (a user's edit in between is never overwritten).
-pub fn template_patch(resource_version: &str, template: &Value) -> json_patch::Patch {
+pub(crate) fn template_patch(resource_version: &str, template: &Value) -> json_patch::Patch {
     serde_json::from_value(serde_json::json!([
         {"op": "test", "path": "/metadata/resourceVersion", "value": resource_version},
         {"op": "replace", "path": "/spec/template", "value": template},
@@ -60,7 +60,7 @@ pub fn template_patch(resource_version: &str, template: &Value) -> json_patch::P
 /// What Kruise's manager will do with a CloneSet's update revision once its template is as
 /// Kruise's webhook stores it: `found` whether the revision was read, `kept` whether that template
 /// hashes to it.
-pub fn revision_outcome(update_revision: Option<&str>, found: bool, kept: bool) -> String {
+pub(crate) fn revision_outcome(update_revision: Option<&str>, found: bool, kept: bool) -> String {
     match update_revision {
         Some(r) if kept => format!("Kruise's manager keeps update revision {r}"),
         Some(r) if found => format!(

@@ -10,12 +10,12 @@ use crate::core::env_metadata;
 /// Whether the controller reads a container's env variable `name` with this literal `value` and
 /// `fieldRef.fieldPath`: launch priority, and variables read from the pod's labels or annotations
 /// (kruise-daemon's env hash).
-pub fn is_read_env(name: &str, value: Option<&str>, field_path: Option<&str>) -> bool {
+pub(crate) fn is_read_env(name: &str, value: Option<&str>, field_path: Option<&str>) -> bool {
     name == keys::CONTAINER_PRIORITY_ENV || name == keys::CONTAINER_BARRIER_ENV || env_metadata::is_metadata_env(name, value, field_path)
 }
 
 /// [`is_read_env`] of a decoded variable.
-pub fn is_read_env_var(e: &EnvVar) -> bool {
+pub(crate) fn is_read_env_var(e: &EnvVar) -> bool {
     let path = e.value_from.as_ref().and_then(|f| f.field_ref.as_ref()).map(|f| f.field_path.as_str());
     is_read_env(&e.name, e.value.as_deref(), path)
 }

@@ -114,7 +114,7 @@ pub struct Pod {
 /// metadata are skipped unread: decoding and re-encoding them showed in the operator's CPU
 /// profile of an in-place rollout.
 #[derive(Clone, PartialEq, Message, Serialize)]
-pub struct WrittenPod {
+pub(crate) struct WrittenPod {
     #[prost(message, optional, tag = "1")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub metadata: Option<WrittenMeta>,
@@ -123,7 +123,7 @@ pub struct WrittenPod {
 /// The fields of `ObjectMeta` a written pod keeps, with their field numbers there.
 #[derive(Clone, PartialEq, Message, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct WrittenMeta {
+pub(crate) struct WrittenMeta {
     #[prost(string, optional, tag = "1")]
     #[serde(skip_serializing_if = "no_text")]
     pub name: Option<String>,
@@ -591,7 +591,7 @@ pub struct PodResourceClaimStatus {
 // The envelopes: `runtime.Unknown` around every object, lists, watch events and statuses.
 
 #[derive(Clone, PartialEq, Message)]
-pub struct Unknown {
+pub(crate) struct Unknown {
     #[prost(message, optional, tag = "1")]
     pub type_meta: Option<TypeMeta>,
     #[prost(bytes = "bytes", optional, tag = "2")]
@@ -599,7 +599,7 @@ pub struct Unknown {
 }
 
 #[derive(Clone, PartialEq, Message)]
-pub struct TypeMeta {
+pub(crate) struct TypeMeta {
     #[prost(string, optional, tag = "1")]
     pub api_version: Option<String>,
     #[prost(string, optional, tag = "2")]
@@ -607,7 +607,7 @@ pub struct TypeMeta {
 }
 
 #[derive(Clone, PartialEq, Message)]
-pub struct WatchEvent {
+pub(crate) struct WatchEvent {
     #[prost(string, optional, tag = "1")]
     pub r#type: Option<String>,
     #[prost(message, optional, tag = "2")]
@@ -615,13 +615,13 @@ pub struct WatchEvent {
 }
 
 #[derive(Clone, PartialEq, Message)]
-pub struct RawExtension {
+pub(crate) struct RawExtension {
     #[prost(bytes = "bytes", optional, tag = "1")]
     pub raw: Option<Bytes>,
 }
 
 #[derive(Clone, PartialEq, Message)]
-pub struct PodList {
+pub(crate) struct PodList {
     #[prost(message, optional, tag = "1")]
     pub metadata: Option<ListMeta>,
     #[prost(message, repeated, tag = "2")]
@@ -630,7 +630,7 @@ pub struct PodList {
 
 #[derive(Clone, PartialEq, Message, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct ListMeta {
+pub(crate) struct ListMeta {
     #[prost(string, optional, tag = "2")]
     #[serde(skip_serializing_if = "no_text")]
     pub resource_version: Option<String>,
@@ -644,7 +644,7 @@ pub struct ListMeta {
 
 #[derive(Clone, PartialEq, Message, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Status {
+pub(crate) struct Status {
     /// Always written, as Go's JSON writes a struct that `omitempty` cannot leave out.
     #[prost(message, optional, tag = "1")]
     #[serde(serialize_with = "list_meta")]
@@ -675,7 +675,7 @@ fn list_meta<S: Serializer>(meta: &Option<ListMeta>, s: S) -> Result<S::Ok, S::E
 
 #[derive(Clone, PartialEq, Message, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct StatusDetails {
+pub(crate) struct StatusDetails {
     #[prost(string, optional, tag = "1")]
     #[serde(skip_serializing_if = "no_text")]
     pub name: Option<String>,
@@ -698,7 +698,7 @@ pub struct StatusDetails {
 
 /// Why a write was refused, field by field (a 422's causes); `type` in protobuf, `reason` in JSON.
 #[derive(Clone, PartialEq, Message, Serialize)]
-pub struct StatusCause {
+pub(crate) struct StatusCause {
     #[prost(string, optional, tag = "1")]
     #[serde(rename = "reason", skip_serializing_if = "no_text")]
     pub r#type: Option<String>,
@@ -747,7 +747,7 @@ fn typed_json<T: Serialize>(api_version: &str, kind: &str, object: &T, out: &mut
 }
 
 /// One object's envelope (`k8s\0` + `runtime.Unknown`) opened: its apiVersion, kind and bytes.
-pub fn unenvelope(mut envelope: Bytes) -> Result<(Option<String>, String, Bytes), TranscodeError> {
+pub(crate) fn unenvelope(mut envelope: Bytes) -> Result<(Option<String>, String, Bytes), TranscodeError> {
     if !envelope.starts_with(MAGIC) {
         return Err(TranscodeError::NoMagic);
     }
@@ -771,7 +771,7 @@ fn written_json(envelope: Bytes, out: &mut Vec<u8>) -> Result<(), TranscodeError
 }
 
 /// A response body of JSON transcoded from protobuf.
-pub type TranscodedBody = UnsyncBoxBody<Bytes, BoxError>;
+pub(crate) type TranscodedBody = UnsyncBoxBody<Bytes, BoxError>;
 
 /// A write's answer as one JSON document, once the whole body has arrived.
 fn transcode_written<B>(body: B) -> TranscodedBody
@@ -824,12 +824,12 @@ fn pods_answer_in_protobuf(method: &http::Method, path: &str) -> bool {
 /// `controller::pod_watch`): the layer asks for protobuf when enabled and passes the response
 /// through untouched.
 #[derive(Clone, Copy, Debug)]
-pub struct Untranscoded;
+pub(crate) struct Untranscoded;
 
 /// Asks for protobuf on pod lists, watches and writes and hands kube their JSON (see the module);
 /// not `enabled`, it passes every request and response through as they are.
 #[derive(Clone, Copy, Debug)]
-pub struct PodsInProtobufLayer {
+pub(crate) struct PodsInProtobufLayer {
     pub enabled: bool,
 }
 
@@ -842,7 +842,7 @@ impl<S> Layer<S> for PodsInProtobufLayer {
 }
 
 #[derive(Clone)]
-pub struct PodsInProtobuf<S> {
+pub(crate) struct PodsInProtobuf<S> {
     inner: S,
     enabled: bool,
 }

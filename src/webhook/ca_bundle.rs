@@ -21,7 +21,7 @@ pub const PUBLISHED_CAS: &str = "cloneset-operator.dev/conversion-ca-bundle";
 
 /// Where the CRD sends conversions, as seen by one replica.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Conversion {
+pub(crate) enum Conversion {
     /// Nowhere: the CRD converts nothing through a webhook.
     None,
     /// To this replica's names; the `caBundle` now in place.
@@ -31,7 +31,7 @@ pub enum Conversion {
 }
 
 /// The host the apiserver dials for `config` (a URL's host, or `<service>.<namespace>.svc`).
-pub fn target_host(config: &WebhookClientConfig) -> Option<String> {
+pub(crate) fn target_host(config: &WebhookClientConfig) -> Option<String> {
     if let Some(url) = &config.url {
         let rest = url.split_once("://").map_or(url.as_str(), |(_, r)| r);
         let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
@@ -47,24 +47,24 @@ pub fn target_host(config: &WebhookClientConfig) -> Option<String> {
 
 /// Whether conversions sent per `config` reach a server named in `hosts`: only then can the
 /// certificate this replica serves be accepted for them.
-pub fn sent_here(config: &WebhookClientConfig, hosts: &[String]) -> bool {
+pub(crate) fn sent_here(config: &WebhookClientConfig, hosts: &[String]) -> bool {
     target_host(config).is_some_and(|h| hosts.iter().any(|ours| ours.eq_ignore_ascii_case(&h)))
 }
 
-pub struct CaBundle {
+pub(crate) struct CaBundle {
     api: Api<CustomResourceDefinition>,
     name: String,
     hosts: Vec<String>,
 }
 
 impl CaBundle {
-    pub fn new(client: kube::Client, name: String, hosts: Vec<String>) -> Self {
+    pub(crate) fn new(client: kube::Client, name: String, hosts: Vec<String>) -> Self {
         CaBundle { api: Api::all(client), name, hosts }
     }
 
     /// Makes the bundle that matters hold `ours` and nothing expired: the CRD's `caBundle` when
     /// conversions come here, the published CAs when they go elsewhere.
-    pub async fn ensure(&self, ours: &[&str], now: i64) -> anyhow::Result<Conversion> {
+    pub(crate) async fn ensure(&self, ours: &[&str], now: i64) -> anyhow::Result<Conversion> {
         let crd = self.api.get(&self.name).await?;
         let Some(webhook) = crd.spec.conversion.as_ref().filter(|c| c.strategy == "Webhook").and_then(|c| c.webhook.as_ref()) else {
             return Ok(Conversion::None);

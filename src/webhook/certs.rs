@@ -26,12 +26,12 @@ pub struct Issued {
 }
 
 impl Issued {
-    pub fn key(&self) -> PrivateKeyDer<'static> {
+    pub(crate) fn key(&self) -> PrivateKeyDer<'static> {
         PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(self.key_der.clone()))
     }
 
     /// When to make the next one: two thirds into its life, as cert-manager renews.
-    pub fn renew_at(&self) -> i64 {
+    pub(crate) fn renew_at(&self) -> i64 {
         self.issued_at + (self.not_after - self.issued_at) * 2 / 3
     }
 }
@@ -78,13 +78,13 @@ pub fn issue(hosts: &[String], now: i64, validity: Duration, name: &str) -> anyh
 /// One certificate of a bundle, with its expiry (unix seconds; `i64::MAX` when unreadable, so
 /// an entry someone else put there is never removed by us).
 #[derive(Clone, Debug, PartialEq)]
-pub struct Entry {
+pub(crate) struct Entry {
     pub pem: String,
     pub not_after: i64,
 }
 
 /// The certificates of a PEM bundle, in order.
-pub fn parse_bundle(pem: &[u8]) -> Vec<Entry> {
+pub(crate) fn parse_bundle(pem: &[u8]) -> Vec<Entry> {
     CertificateDer::pem_slice_iter(pem)
         .filter_map(Result::ok)
         .map(|der| {
@@ -108,7 +108,7 @@ fn to_pem(der: &[u8]) -> String {
 
 /// The bundle to write: `current` without expired certificates, plus each of `ours` it lacks.
 /// `None` when that is what `current` already holds.
-pub fn next_bundle(current: &[u8], ours: &[&str], now: i64) -> Option<String> {
+pub(crate) fn next_bundle(current: &[u8], ours: &[&str], now: i64) -> Option<String> {
     let entries = parse_bundle(current);
     let mut kept: Vec<Entry> = entries.iter().filter(|e| e.not_after > now).cloned().collect();
     for pem in ours {
@@ -121,13 +121,13 @@ pub fn next_bundle(current: &[u8], ours: &[&str], now: i64) -> Option<String> {
 }
 
 /// Whether `bundle` holds the CA `pem`.
-pub fn contains(bundle: &[u8], pem: &str) -> bool {
+pub(crate) fn contains(bundle: &[u8], pem: &str) -> bool {
     let Some(mine) = parse_bundle(pem.as_bytes()).into_iter().next() else { return false };
     parse_bundle(bundle).iter().any(|e| e.pem == mine.pem)
 }
 
 /// Reads a serving certificate chain and key from PEM (cert-manager's `tls.crt` / `tls.key`).
-pub fn read_pem_pair(cert: &[u8], key: &[u8]) -> Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>), String> {
+pub(crate) fn read_pem_pair(cert: &[u8], key: &[u8]) -> Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>), String> {
     let chain: Vec<_> = CertificateDer::pem_slice_iter(cert).collect::<Result<_, _>>().map_err(|e| format!("tls.crt: {e}"))?;
     if chain.is_empty() {
         return Err("tls.crt holds no certificate".into());

@@ -7,7 +7,7 @@ use crate::api::conversion;
 
 /// Answers one ConversionReview body. An unreadable review gets an error (the apiserver then
 /// fails the read or write it was serving, with our message).
-pub fn answer(body: &[u8]) -> Result<Value, String> {
+pub(crate) fn answer(body: &[u8]) -> Result<Value, String> {
     let review: Value = serde_json::from_slice(body).map_err(|e| format!("not a ConversionReview: {e}"))?;
     let request = review.get("request").ok_or("ConversionReview has no request")?;
     let uid = request.get("uid").and_then(Value::as_str).ok_or("ConversionReview request has no uid")?;

@@ -50,7 +50,7 @@ mod time;
 /// Go `PodTemplateSpec`, encoded, and decoded again into generic JSON. Numbers are what a Go float64
 /// holds (integers stay integers up to 2^53; larger ones are rounded). The result is always an object;
 /// it has no `"$patch"` key.
-pub fn normalize_pod_template(template: &Value) -> Value {
+pub(crate) fn normalize_pod_template(template: &Value) -> Value {
     let schema = &*SCHEMA;
     schema.convert(&schema.root, Some(template), Numbers::Float64).0
 }
@@ -58,7 +58,7 @@ pub fn normalize_pod_template(template: &Value) -> Value {
 /// The pod template decoded into the typed Go `PodTemplateSpec` and encoded again, as Kruise's
 /// webhook writes it back into the CloneSet: like [`normalize_pod_template`] but without the
 /// generic decode, so integers keep every digit and raw fields stay as they are.
-pub fn typed_round_trip_pod_template(template: &Value) -> Value {
+pub(crate) fn typed_round_trip_pod_template(template: &Value) -> Value {
     let schema = &*SCHEMA;
     schema.convert(&schema.root, Some(template), Numbers::Exact).0
 }
@@ -95,7 +95,7 @@ pub fn pod_template_field_paths() -> Vec<String> {
 ///
 /// Known limit: raw fields (`managedFields[].fieldsV1`) are re-encoded with sorted keys, where Go
 /// writes the stored bytes.
-pub fn encode_typed(type_name: &str, input: &Value) -> Option<Vec<u8>> {
+pub(crate) fn encode_typed(type_name: &str, input: &Value) -> Option<Vec<u8>> {
     let schema = &*SCHEMA;
     let index = *schema.by_name.get(type_name)?;
     let mut out = Vec::new();
@@ -118,7 +118,7 @@ pub fn encode_value(value: &Value) -> Vec<u8> {
 /// (the default of `json.Marshal`): `"` and `\` escaped, `\b \f \n \r \t` short forms, other control
 /// characters as `\u00XX`, `< > &` as `\u003c \u003e \u0026`, U+2028 and U+2029 as `\u2028 \u2029`,
 /// everything else (DEL and all non-ASCII) raw.
-pub fn append_string(out: &mut Vec<u8>, s: &str) {
+pub(crate) fn append_string(out: &mut Vec<u8>, s: &str) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     out.push(b'"');
     let mut buf = [0u8; 4];
@@ -148,7 +148,7 @@ pub fn append_string(out: &mut Vec<u8>, s: &str) {
 /// A float64 as Go's `encoding/json` prints it: the shortest digits that read back as the same
 /// float64, in plain notation when 1e-6 <= |f| < 1e21 (`100`, `0.5`, `-0`), otherwise in exponent
 /// notation with Go's exponent style (`1e+21`, `1.5e-7`).
-pub fn format_float(f: f64) -> String {
+pub(crate) fn format_float(f: f64) -> String {
     if f == 0.0 {
         return if f.is_sign_negative() { "-0".into() } else { "0".into() };
     }
@@ -202,7 +202,8 @@ pub fn format_float(f: f64) -> String {
 /// `ParseQuantity` found it canonical (`"100m"`, `"2Gi"`, `"1e3"`, even `"+1"`), otherwise the
 /// canonical form (`"1024Mi"` → `"1Gi"`, `"0.5"` → `"500m"`, `"1000"` → `"1k"`, `"1.5Gi"` →
 /// `"1536Mi"`). `None` when Go rejects the string.
-pub fn canonical_quantity(s: &str) -> Option<String> {
+#[cfg(test)]
+pub(crate) fn canonical_quantity(s: &str) -> Option<String> {
     quantity::marshal(s)
 }
 
@@ -212,7 +213,7 @@ pub fn canonical_quantity(s: &str) -> Option<String> {
 /// a value already at milli precision or coarser keeps its spelling when Go would (`"0.1"` is
 /// then encoded `"100m"`, as always). JSON `null` decodes as zero. `None`: not a quantity (the
 /// webhook would reject the object).
-pub fn quantity_rounded_up_to_milli(value: &Value) -> Option<String> {
+pub(crate) fn quantity_rounded_up_to_milli(value: &Value) -> Option<String> {
     match value {
         Value::String(s) => quantity::marshal_json_string_rounded_up_to_milli(s),
         Value::Number(n) => quantity::marshal_rounded_up_to_milli(&apiserver_number_text(n)),

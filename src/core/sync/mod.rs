@@ -121,7 +121,7 @@ pub enum PodWrite {
 
 /// Combines two patches into one. Unlike applying a merge patch, `null` leaves are kept: in a
 /// patch they mean "remove this key" and must reach the apiserver.
-pub fn combine_patches(into: &mut Value, from: &Value) {
+pub(crate) fn combine_patches(into: &mut Value, from: &Value) {
     match (into, from) {
         (Value::Object(a), Value::Object(b)) => {
             for (k, v) in b {
@@ -143,7 +143,7 @@ fn state_patch(state: LifecycleState, now: Timestamp) -> Value {
 }
 
 /// Shortest of two optional requeue delays.
-pub fn sooner(a: Option<Duration>, b: Option<Duration>) -> Option<Duration> {
+pub(crate) fn sooner(a: Option<Duration>, b: Option<Duration>) -> Option<Duration> {
     match (a, b) {
         (Some(x), Some(y)) => Some(x.min(y)),
         (x, None) => x,
@@ -153,7 +153,7 @@ pub fn sooner(a: Option<Duration>, b: Option<Duration>) -> Option<Duration> {
 
 /// Where a pass goes after a step, as Kruise's `syncCloneSet` and `Update` decide it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Step {
+pub(crate) enum Step {
     Scale,
     Refresh,
     Update,
@@ -162,7 +162,7 @@ pub enum Step {
 
 /// What a step did: whether it changed any pod, and whether a write failed.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct StepOutcome {
+pub(crate) struct StepOutcome {
     pub changed: bool,
     pub failed: bool,
 }
@@ -172,7 +172,7 @@ pub struct StepOutcome {
 /// and update the pods that exist, so a quota that blocks new pods never keeps the admitted ones
 /// from becoming Ready. Refresh ends the pass on a failure or once it moved a lifecycle state.
 /// A failed step is still returned as the pass's error, and retried with backoff.
-pub fn next_step(step: Step, outcome: StepOutcome) -> Step {
+pub(crate) fn next_step(step: Step, outcome: StepOutcome) -> Step {
     match step {
         Step::Scale if outcome.changed => Step::Done,
         Step::Scale => Step::Refresh,

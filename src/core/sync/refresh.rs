@@ -30,7 +30,7 @@ pub struct Refresh {
 /// any) has all its containers running the new images with no batch left. It does not look at
 /// the `InPlaceUpdateReady` condition, so a pod whose condition write was lost (or that has no
 /// gate at all) still finishes.
-pub fn in_place_update_completed(pod: &dyn PodRead) -> bool {
+pub(crate) fn in_place_update_completed(pod: &dyn PodRead) -> bool {
     inplace::read_grace(pod).is_none() && inplace::read_state(pod).is_none_or(|s| inplace::update_completed(pod, &s))
 }
 

@@ -31,7 +31,8 @@ pub struct ScalePlan {
 }
 
 impl ScalePlan {
-    pub fn changes_pods(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn changes_pods(&self) -> bool {
         self.create_current + self.create_update > 0
             || !self.delete.is_empty()
             || !self.prepare_delete.is_empty()
@@ -155,7 +156,7 @@ fn split_hooked(input: &SyncInput<'_>, hook: Option<&crate::api::shared::Lifecyc
 
 /// The scale step's writes to one existing pod moving to `state` (PreparingDelete, or back to
 /// PreparingNormal): the preDelete hook's not-ready key first, then the label.
-pub fn lifecycle_writes(cs: &CloneSet, pod: &Pod, state: LifecycleState, now: Timestamp) -> Vec<PodWrite> {
+pub(crate) fn lifecycle_writes(cs: &CloneSet, pod: &Pod, state: LifecycleState, now: Timestamp) -> Vec<PodWrite> {
     let pre_delete = cs.spec.lifecycle.as_ref().and_then(|l| l.pre_delete.as_ref());
     let mut writes = Vec::new();
     if state == LifecycleState::PreparingDelete && pre_delete.is_some_and(|h| h.mark_pod_not_ready) {

@@ -36,7 +36,7 @@ pub enum PodAction {
 
 impl PodAction {
     /// The message of a refusal ([`PodAction::Refuse`] or [`PodAction::Hold`]).
-    pub fn refusal(&self) -> Option<&str> {
+    pub(crate) fn refusal(&self) -> Option<&str> {
         match self {
             PodAction::Refuse(msg) | PodAction::Hold(msg) => Some(msg),
             _ => None,
@@ -164,7 +164,7 @@ fn pod_action(input: &SyncInput<'_>, pod: &dyn PodRead, target: &str) -> PodActi
 /// The writes that carry out `action` on `pod`, in Kruise's order; the not-ready key always
 /// goes before the label that depends on it, so a pass that fails between them is completed by
 /// the next. `revision_label` is what pods carry for the target revision (full or short hash).
-pub fn action_writes(cs: &CloneSet, pod: &Pod, action: &PodAction, revision_label: &str, now: Timestamp) -> Vec<PodWrite> {
+pub(crate) fn action_writes(cs: &CloneSet, pod: &Pod, action: &PodAction, revision_label: &str, now: Timestamp) -> Vec<PodWrite> {
     let hook = cs.spec.lifecycle.as_ref().and_then(|l| l.in_place_update.as_ref());
     match action {
         PodAction::Recreate => {

@@ -50,7 +50,7 @@ pub struct Interner {
 }
 
 impl Interner {
-    pub fn get(&mut self, s: &str) -> Arc<str> {
+    pub(crate) fn get(&mut self, s: &str) -> Arc<str> {
         self.strings.share(s, || Arc::from(s))
     }
 
@@ -116,7 +116,7 @@ struct PodShape {
 }
 
 #[derive(Debug, PartialEq, Eq, Hash)]
-pub struct CompactOwner {
+pub(crate) struct CompactOwner {
     pub api_version: Arc<str>,
     pub kind: Arc<str>,
     pub name: Arc<str>,
@@ -506,7 +506,7 @@ impl CompactPod {
     }
 
     /// The pod as [`keep_read_fields`] leaves it.
-    pub fn expand(&self) -> Pod {
+    pub(crate) fn expand(&self) -> Pod {
         let shape = &*self.shape;
         let owners = shape.owners.iter().map(|o| OwnerReference {
             api_version: string(&o.api_version),
@@ -546,12 +546,12 @@ impl CompactPod {
         }
     }
 
-    pub fn namespace(&self) -> &str {
+    pub(crate) fn namespace(&self) -> &str {
         &self.shape.namespace
     }
 
     /// `metadata.uid`, empty when absent.
-    pub fn uid(&self) -> &str {
+    pub(crate) fn uid(&self) -> &str {
         self.uid.read(&self.texts).unwrap_or_default()
     }
 
@@ -560,7 +560,7 @@ impl CompactPod {
     /// [`keys::READ_POD_ANNOTATIONS`]). Labels are all compared: a selector or a lifecycle hook
     /// can name any. Shared parts are compared by pointer first, so an update that changed one
     /// annotation costs a few comparisons.
-    pub fn reads_as(&self, older: &Self) -> bool {
+    pub(crate) fn reads_as(&self, older: &Self) -> bool {
         let (texts, older_texts) = (&*self.texts, &*older.texts);
         self.name == older.name
             && self.shape == older.shape
@@ -575,7 +575,7 @@ impl CompactPod {
     }
 
     /// Whether the pod is being deleted.
-    pub fn is_terminating(&self) -> bool {
+    pub(crate) fn is_terminating(&self) -> bool {
         self.meta_rest.as_ref().is_some_and(|m| m.deletion_timestamp.is_some())
     }
 
@@ -591,17 +591,17 @@ fn read_annotations(pairs: &Option<Pairs>) -> impl Iterator<Item = &Arc<(Arc<str
 
 impl CompactPod {
     /// The store's key: namespace and name.
-    pub fn key(&self) -> (Arc<str>, Arc<str>) {
+    pub(crate) fn key(&self) -> (Arc<str>, Arc<str>) {
         (self.shape.namespace.clone(), self.name.clone())
     }
 
     /// Each owner reference: apiVersion, kind, name, uid and whether it is the controller.
-    pub fn owner_refs(&self) -> impl Iterator<Item = (&str, &str, &str, &str, bool)> {
+    pub(crate) fn owner_refs(&self) -> impl Iterator<Item = (&str, &str, &str, &str, bool)> {
         self.shape.owners.iter().map(|o| (&*o.api_version, &*o.kind, &*o.name, &*o.uid, o.controller == Some(true)))
     }
 
     /// `metadata.resourceVersion`.
-    pub fn stored_resource_version(&self) -> Option<&str> {
+    pub(crate) fn stored_resource_version(&self) -> Option<&str> {
         self.resource_version.read(&self.texts)
     }
 }

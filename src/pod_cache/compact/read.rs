@@ -40,7 +40,8 @@ impl ReadPod {
     }
 
     /// Whether the whole pod was built (for tests of what a pass expands).
-    pub fn was_expanded(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn was_expanded(&self) -> bool {
         self.full.get().is_some()
     }
 }
