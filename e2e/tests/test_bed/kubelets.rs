@@ -339,8 +339,9 @@ async fn the_simulated_kubelet_shows_an_in_place_update_as_the_real_one_does() {
 /// moment of `CrashLoopBackOff` precedes once a back-off applies), and the same time from an
 /// exit to the next start: the simulated kubelet takes the least the real one can (a second to
 /// notice, then the back-off); the real one may take up to half the back-off longer (its pod
-/// worker retries a backed-off pod every 10–15 s), and a second less (time stamps are whole
-/// seconds).
+/// worker retries a backed-off pod every 10–15 s), a second less (time stamps are whole
+/// seconds), and a second more (it notices the exit at its next 1 s relist, later on a busy
+/// machine).
 #[tokio::test]
 #[ignore = "needs a real node (root: kubelet, containerd, a bridge); make test runs it as root"]
 async fn the_simulated_kubelet_runs_a_crash_loop_as_the_real_one_does() {
@@ -352,7 +353,7 @@ async fn the_simulated_kubelet_runs_a_crash_loop_as_the_real_one_does() {
     let second = std::time::Duration::from_secs(1);
     for (s, r) in sim.1.iter().zip(&real.1) {
         let back_off = s.saturating_sub(second);
-        assert!(*r + second >= *s && *r <= *s + back_off / 2 + second, "exit to restart: simulated {:?}, real {:?}", sim.1, real.1);
+        assert!(*r + second >= *s && *r <= *s + back_off / 2 + 2 * second, "exit to restart: simulated {:?}, real {:?}", sim.1, real.1);
     }
 }
 
