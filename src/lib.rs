@@ -17,6 +17,8 @@ pub mod migrate;
 pub mod pod_cache;
 pub mod procfs;
 pub mod server;
+#[cfg(test)]
+mod stand_in;
 pub mod telemetry;
 pub mod transport;
 pub mod webhook;

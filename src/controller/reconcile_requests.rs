@@ -1,15 +1,12 @@
 //! What one reconcile asks of the apiserver, checked without a cluster: a [`Context`] whose client
-//! is a stand-in apiserver ([`Apiserver`]) that records every request and serves it from the
-//! objects it holds, over caches the test fills from those objects. The tier between the pure
+//! is the stand-in apiserver (`crate::stand_in`), over caches the test fills from the objects it
+//! holds. The tier between the pure
 //! core's unit tests and the e2e suite: a change to `reconcile.rs` or `writes.rs` that sends other
 //! requests, or sends them in another order, fails here in seconds.
 
-use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use bytes::Bytes;
-use http::{Method, Request, Response, StatusCode};
-use http_body_util::{BodyExt as _, Full};
+use http::Method;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use kube::runtime::reflector::{self, store::Writer};
 use kube::runtime::watcher::Event;
@@ -24,187 +21,7 @@ use super::writes::WriteError;
 use super::{Context, Stores, WorkQueue};
 use crate::api::CloneSet;
 use crate::pod_cache::compact::{CompactPod, Interner};
-
-/// A request as the stand-in apiserver received it.
-#[derive(Clone, Debug)]
-pub(super) struct Sent {
-    pub method: Method,
-    /// The path without the query.
-    pub path: String,
-    pub body: Value,
-}
-
-impl Sent {
-    /// `METHOD path`, the path from the resource on (`POST pods`, `PATCH clonesets/web/status`).
-    fn line(&self) -> String {
-        let path = self.path.split_once("/namespaces/ns/").map_or(self.path.as_str(), |(_, rest)| rest);
-        format!("{} {path}", self.method)
-    }
-
-    fn is_event(&self) -> bool {
-        self.path.contains("/events")
-    }
-}
-
-/// Which requests the stand-in refuses, and with what status code.
-type Refusal = Box<dyn Fn(&Sent) -> Option<u16> + Send>;
-
-#[derive(Default)]
-struct Served {
-    log: Vec<Sent>,
-    /// By path (a subresource's object is its parent's).
-    objects: BTreeMap<String, Value>,
-    version: u64,
-    refuse: Option<Refusal>,
-}
-
-/// A stand-in apiserver: it records each request and serves it from the objects it holds. A
-/// create stores the object (named from `generateName` if need be, given a uid), or answers 409
-/// when one of that name is held; a patch merges
-/// into the stored object (a strategic one merging conditions by type), or into an empty one of
-/// that name; each write gets the next resourceVersion; a deletion removes the object; a read
-/// answers the object or 404; a request the test refuses gets its code and a Status.
-#[derive(Clone, Default)]
-pub(super) struct Apiserver(Arc<Mutex<Served>>);
-
-/// The path of the object a request is about: its own, less a subresource.
-fn object_path(path: &str) -> &str {
-    let parts: Vec<&str> = path.split('/').collect();
-    // .../namespaces/<ns>/<resource>/<name>/<subresource>
-    match parts.iter().position(|p| *p == "namespaces") {
-        Some(i) if parts.len() == i + 5 => &path[..path.rfind('/').unwrap()],
-        _ => path,
-    }
-}
-
-/// Merges a strategic-merge or merge `patch` into `obj`: conditions by type, the rest as a JSON
-/// merge patch, directives (`$setElementOrder/...`) dropped.
-fn merge(obj: &mut Value, mut patch: Value) {
-    if let Some(conditions) = patch.pointer_mut("/status/conditions").map(Value::take) {
-        let held = obj.pointer_mut("/status/conditions").and_then(Value::as_array_mut);
-        let held = match held {
-            Some(h) => h,
-            None => {
-                obj["status"]["conditions"] = json!([]);
-                obj["status"]["conditions"].as_array_mut().unwrap()
-            }
-        };
-        for c in conditions.as_array().into_iter().flatten() {
-            match held.iter_mut().find(|h| h["type"] == c["type"]) {
-                Some(h) => json_patch::merge(h, c),
-                None => held.push(c.clone()),
-            }
-        }
-        patch["status"].as_object_mut().unwrap().remove("conditions");
-    }
-    fn drop_directives(v: &mut Value) {
-        if let Value::Object(m) = v {
-            m.retain(|k, _| !k.starts_with('$'));
-            m.values_mut().for_each(drop_directives);
-        }
-    }
-    drop_directives(&mut patch);
-    json_patch::merge(obj, &patch);
-}
-
-impl Apiserver {
-    /// Refuses the requests `refuse` picks, with the code it gives.
-    fn refusing(refuse: impl Fn(&Sent) -> Option<u16> + Send + 'static) -> Self {
-        let a = Self::default();
-        a.0.lock().unwrap().refuse = Some(Box::new(refuse));
-        a
-    }
-
-    /// The requests received since the last call.
-    fn take(&self) -> Vec<Sent> {
-        std::mem::take(&mut self.0.lock().unwrap().log)
-    }
-
-    fn put(&self, path: &str, obj: Value) {
-        self.0.lock().unwrap().objects.insert(path.to_string(), obj);
-    }
-
-    /// The object at `path`, if held.
-    fn get(&self, path: &str) -> Option<Value> {
-        self.0.lock().unwrap().objects.get(path).cloned()
-    }
-
-    /// The objects held under `collection` (a path).
-    fn objects(&self, collection: &str) -> Vec<Value> {
-        let served = self.0.lock().unwrap();
-        let prefix = format!("{collection}/");
-        served.objects.range(prefix.clone()..).take_while(|(k, _)| k.starts_with(&prefix)).map(|(_, v)| v.clone()).collect()
-    }
-
-    fn serve(&self, sent: Sent) -> (StatusCode, Value) {
-        let mut served = self.0.lock().unwrap();
-        served.log.push(sent.clone());
-        let failure =
-            |code: u16, message: &str| json!({"apiVersion": "v1", "kind": "Status", "status": "Failure", "code": code, "message": message});
-        if let Some(code) = served.refuse.as_ref().and_then(|r| r(&sent)) {
-            return (StatusCode::from_u16(code).unwrap(), failure(code, "refused by the test"));
-        }
-        let path = object_path(&sent.path).to_string();
-        let not_found = || (StatusCode::NOT_FOUND, failure(404, "not found"));
-        served.version += 1;
-        let version = served.version.to_string();
-        match sent.method {
-            Method::GET => served.objects.get(&path).map_or_else(not_found, |o| (StatusCode::OK, o.clone())),
-            Method::DELETE => match served.objects.remove(&path) {
-                Some(_) => (StatusCode::OK, json!({"apiVersion": "v1", "kind": "Status", "status": "Success"})),
-                None => not_found(),
-            },
-            Method::POST => {
-                let mut obj = sent.body;
-                let meta = &mut obj["metadata"];
-                if meta.get("name").is_none_or(Value::is_null) {
-                    meta["name"] = json!(format!("{}{version}", meta["generateName"].as_str().unwrap_or_default()));
-                }
-                let name = meta["name"].as_str().unwrap().to_string();
-                if served.objects.contains_key(&format!("{path}/{name}")) {
-                    return (StatusCode::CONFLICT, failure(409, "already exists"));
-                }
-                meta["uid"] = json!(format!("uid-{name}"));
-                meta["resourceVersion"] = json!(version);
-                served.objects.insert(format!("{path}/{name}"), obj.clone());
-                (StatusCode::CREATED, obj)
-            }
-            _ => {
-                let name = path.rsplit('/').next().unwrap_or_default().to_string();
-                let obj = served.objects.entry(path).or_insert_with(|| json!({"metadata": {"name": name, "uid": format!("uid-{name}")}}));
-                merge(obj, sent.body);
-                obj["metadata"]["resourceVersion"] = json!(version);
-                (StatusCode::OK, obj.clone())
-            }
-        }
-    }
-
-    /// A client of this apiserver.
-    pub(super) fn client(&self) -> kube::Client {
-        let apiserver = self.clone();
-        let svc = tower::service_fn(move |req: Request<kube::client::Body>| {
-            let apiserver = apiserver.clone();
-            async move {
-                let (parts, body) = req.into_parts();
-                let bytes = body.collect().await.map(|b| b.to_bytes()).unwrap_or_default();
-                let sent = Sent {
-                    method: parts.method,
-                    path: parts.uri.path().to_string(),
-                    body: serde_json::from_slice(&bytes).unwrap_or(Value::Null),
-                };
-                let (code, body) = apiserver.serve(sent);
-                Ok::<_, std::convert::Infallible>(
-                    Response::builder()
-                        .status(code)
-                        .header(http::header::CONTENT_TYPE, "application/json")
-                        .body(Full::new(Bytes::from(body.to_string())))
-                        .unwrap(),
-                )
-            }
-        });
-        kube::Client::new(svc, "ns")
-    }
-}
+use crate::stand_in::{Apiserver, Sent};
 
 /// The caches' writing ends, for a test to fill.
 pub(super) struct Writers {

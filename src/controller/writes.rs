@@ -304,7 +304,8 @@ mod tests {
     /// A Context whose apiserver echoes every write back with a uid and a resourceVersion (what
     /// the write helpers record as expectations).
     fn echoing_context() -> Context {
-        use super::super::reconcile_requests::{Apiserver, context_with};
+        use super::super::reconcile_requests::context_with;
+        use crate::stand_in::Apiserver;
         context_with(Apiserver::default().client()).0
     }
 

@@ -40,190 +40,239 @@ pub struct Options {
 
 /// Runs the migration, calling `say` with each line as it goes; returns the steps.
 pub async fn run(client: &Client, opts: &Options, say: &mut dyn FnMut(&str)) -> Result<Vec<Step>, MigrateError> {
-    let mut steps = Vec::new();
-    let mut record = |steps: &mut Vec<Step>, done: bool, line: String| {
-        say(&line);
-        steps.push(Step { done, line });
-    };
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let crd = crds.get_opt(CRD_NAME).await?.ok_or(MigrateError::NoCrd)?;
+    let mut m = Migration::new(client, opts, say);
+    let crd = m.crds.get_opt(CRD_NAME).await?.ok_or(MigrateError::NoCrd)?;
     // Refused before anything changes when the conversion cannot be taken over.
     let take_over = storage::plan(&crd, &opts.conversion)?;
     let previous_owner = helm_owner(&crd.metadata);
+    m.kruise_manager_stopped().await?;
+    m.point_conversion(&take_over).await?;
+    m.cut_kruise_webhooks().await?;
+    m.kruise_lease_lapsed().await?;
+    m.conversion_still_here(&take_over).await?;
+    m.webhooks_still_cut().await?;
+    if let Some(owner) = previous_owner.as_ref().filter(|o| **o != opts.target) {
+        m.out_of_previous_release(owner).await?;
+    }
+    m.crd_to_target_release(&crd, previous_owner.as_ref()).await?;
+    if let Some(stored) = &take_over.stored_elsewhere {
+        m.stored_as_v1alpha1(stored).await?;
+    }
+    Ok(m.steps)
+}
 
-    // 1. Kruise's manager must be gone, or it takes its Lease back and restores its webhooks.
-    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &opts.kruise_namespace);
-    if let Some(d) = deployments.get_opt(KRUISE_MANAGER_DEPLOYMENT).await? {
+/// One run of `migrate`: the steps in the order [`run`] takes them, each a no-op when done
+/// already, each saying what it did.
+struct Migration<'a> {
+    client: &'a Client,
+    opts: &'a Options,
+    crds: Api<CustomResourceDefinition>,
+    /// Patches and replacements: server-side dry runs in a dry run.
+    write: PatchParams,
+    replace: PostParams,
+    steps: Vec<Step>,
+    say: &'a mut dyn FnMut(&str),
+}
+
+impl<'a> Migration<'a> {
+    fn new(client: &'a Client, opts: &'a Options, say: &'a mut dyn FnMut(&str)) -> Self {
+        Self {
+            client,
+            opts,
+            crds: Api::all(client.clone()),
+            write: if opts.dry_run { PatchParams::default().dry_run() } else { PatchParams::default() },
+            replace: PostParams { dry_run: opts.dry_run, field_manager: None },
+            steps: Vec::new(),
+            say,
+        }
+    }
+
+    fn record(&mut self, done: bool, line: String) {
+        (self.say)(&line);
+        self.steps.push(Step { done, line });
+    }
+
+    /// Step 1: Kruise's manager must be gone, or it takes its Lease back and restores its webhooks.
+    /// A dry run says so and goes on.
+    async fn kruise_manager_stopped(&mut self) -> Result<(), MigrateError> {
+        let deployments: Api<Deployment> = Api::namespaced(self.client.clone(), &self.opts.kruise_namespace);
+        let Some(d) = deployments.get_opt(KRUISE_MANAGER_DEPLOYMENT).await? else { return Ok(()) };
         let replicas = d.spec.and_then(|s| s.replicas).unwrap_or(1);
         if replicas > 0 {
-            if !opts.dry_run {
+            if !self.opts.dry_run {
                 return Err(MigrateError::KruiseManagerScaledUp { replicas });
             }
-            record(
-                &mut steps,
-                false,
-                format!(
-                    "Kruise's manager {}/{KRUISE_MANAGER_DEPLOYMENT} runs {replicas} replica(s): the real run refuses until it is scaled to 0",
-                    opts.kruise_namespace
-                ),
+            let line = format!(
+                "Kruise's manager {}/{KRUISE_MANAGER_DEPLOYMENT} runs {replicas} replica(s): the real run refuses until it is scaled to 0",
+                self.opts.kruise_namespace
             );
+            self.record(false, line);
         }
+        Ok(())
     }
-    let write = if opts.dry_run { PatchParams::default().dry_run() } else { PatchParams::default() };
-    let replace = PostParams { dry_run: opts.dry_run, field_manager: None };
 
-    // 2. With Kruise 2.0's v1beta1 storage, conversions to this operator at once, before
-    // Kruise's Lease lapses (its manager does not release it): reads and writes through the
-    // version a CloneSet is not stored in fail from Kruise's stop until then, and this
-    // operator's replicas already convert correctly. A Kruise replica still stopping may put its
-    // own settings back; that is checked once the Lease has lapsed.
-    if let Some(patch) = &take_over.conversion {
-        crds.patch(CRD_NAME, &write, &Patch::Json::<()>(patch.clone())).await?;
-        let v = verb(opts.dry_run, "pointed", "point");
-        record(
-            &mut steps,
-            true,
-            format!(
-                "{v} the CRD's conversion from {} to {}, trusting the CAs this operator's replicas published",
-                take_over.previous, opts.conversion
-            ),
+    /// Step 2: With Kruise 2.0's v1beta1 storage, conversions to this operator at once, before
+    /// Kruise's Lease lapses (its manager does not release it): reads and writes through the
+    /// version a CloneSet is not stored in fail from Kruise's stop until then, and this
+    /// operator's replicas already convert correctly. A Kruise replica still stopping may put
+    /// its own settings back; [`Self::conversion_still_here`] checks once the Lease has lapsed.
+    async fn point_conversion(&mut self, take_over: &storage::TakeOver) -> Result<(), MigrateError> {
+        let Some(patch) = &take_over.conversion else { return Ok(()) };
+        self.crds.patch(CRD_NAME, &self.write, &Patch::Json::<()>(patch.clone())).await?;
+        let v = verb(self.opts.dry_run, "pointed", "point");
+        let line = format!(
+            "{v} the CRD's conversion from {} to {}, trusting the CAs this operator's replicas published",
+            take_over.previous, self.opts.conversion
         );
+        self.record(true, line);
+        Ok(())
     }
 
-    // 3. Kruise's webhooks on pods and CloneSets, nobody serves them once its Deployment is at zero:
-    // cut at once, so pods and CloneSets are not blocked while its Lease lapses. A Kruise replica
-    // still stopping restores them from their template; they are cut again after the lapse.
-    for (done, line) in cut_webhooks(client, &replace, opts.dry_run).await? {
-        record(&mut steps, done, line);
-    }
-
-    // 4. Kruise's Lease lapsed: no Kruise replica is left to undo 2 and 3, which are checked.
-    let state = wait_for_kruise_lease(client, opts, &mut |l| record(&mut steps, false, l.to_string())).await?;
-    record(
-        &mut steps,
-        false,
-        format!("Kruise's Lease {}/{KRUISE_LEASE_NAME}: {}", opts.kruise_namespace, describe(&state, "Kruise's manager")),
-    );
-
-    if take_over.conversion.is_some() && !opts.dry_run {
-        // Once more if a stopping Kruise replica rewrote it in between (then nothing is left to).
-        if let Some(patch) = storage::plan(&crds.get(CRD_NAME).await?, &opts.conversion)?.conversion {
-            crds.patch(CRD_NAME, &write, &Patch::Json::<()>(patch)).await?;
-            record(
-                &mut steps,
-                true,
-                format!("pointed the CRD's conversion at {} again: a stopping Kruise replica had put its own back", opts.conversion),
-            );
+    /// Step 3: Kruise's webhooks on pods and CloneSets, which nobody serves once its Deployment is at
+    /// zero: cut at once, so pods and CloneSets are not blocked while its Lease lapses. A Kruise
+    /// replica still stopping restores them from their template; [`Self::webhooks_still_cut`]
+    /// cuts them again after the lapse.
+    async fn cut_kruise_webhooks(&mut self) -> Result<(), MigrateError> {
+        for (done, line) in cut_webhooks(self.client, &self.replace, self.opts.dry_run).await? {
+            self.record(done, line);
         }
-        check_conversions(client, &opts.conversion).await?;
-        // Kruise's manager rewrites the conversion in every replica, leader or not: one still
-        // running elsewhere would have put its own back.
-        let now = crds.get(CRD_NAME).await?;
+        Ok(())
+    }
+
+    /// Step 4: Kruise's Lease lapsed: no Kruise replica is left to undo steps 2 and 3.
+    async fn kruise_lease_lapsed(&mut self) -> Result<(), MigrateError> {
+        let (client, opts) = (self.client, self.opts);
+        let mut waiting = Vec::new();
+        let state = wait_for_kruise_lease(client, opts, &mut |l| {
+            (self.say)(l);
+            waiting.push(l.to_string());
+        })
+        .await?;
+        self.steps.extend(waiting.into_iter().map(|line| Step { done: false, line }));
+        let line = format!("Kruise's Lease {}/{KRUISE_LEASE_NAME}: {}", opts.kruise_namespace, describe(&state, "Kruise's manager"));
+        self.record(false, line);
+        Ok(())
+    }
+
+    /// Step 2 again, once the Lease lapsed, if a stopping Kruise replica rewrote the conversion in
+    /// between (then nothing is left to); then CloneSets must read through both versions, and
+    /// no Kruise replica running elsewhere may have put its own conversion back.
+    async fn conversion_still_here(&mut self, take_over: &storage::TakeOver) -> Result<(), MigrateError> {
+        if take_over.conversion.is_none() || self.opts.dry_run {
+            return Ok(());
+        }
+        if let Some(patch) = storage::plan(&self.crds.get(CRD_NAME).await?, &self.opts.conversion)?.conversion {
+            self.crds.patch(CRD_NAME, &self.write, &Patch::Json::<()>(patch)).await?;
+            let line =
+                format!("pointed the CRD's conversion at {} again: a stopping Kruise replica had put its own back", self.opts.conversion);
+            self.record(true, line);
+        }
+        check_conversions(self.client, &self.opts.conversion).await?;
+        // Kruise's manager rewrites the conversion in every replica, leader or not.
+        let now = self.crds.get(CRD_NAME).await?;
         let config = now.spec.conversion.and_then(|c| c.webhook).and_then(|w| w.client_config).unwrap_or_default();
-        if !opts.conversion.is(&config) {
+        if !self.opts.conversion.is(&config) {
             return Err(MigrateError::ConversionTakenBack { by: crate::webhook::ca_bundle::target_host(&config).unwrap_or_default() });
         }
-        record(&mut steps, false, "CloneSets read through apps.kruise.io/v1alpha1 and v1beta1".to_string());
+        self.record(false, "CloneSets read through apps.kruise.io/v1alpha1 and v1beta1".to_string());
+        Ok(())
     }
 
-    if !opts.dry_run {
-        for (_, line) in cut_webhooks(client, &replace, false).await?.into_iter().filter(|(done, _)| *done) {
-            record(&mut steps, true, format!("{line} again: a stopping Kruise replica had restored them"));
+    /// Step 3 again, once the Lease lapsed: what a stopping Kruise replica restored.
+    async fn webhooks_still_cut(&mut self) -> Result<(), MigrateError> {
+        if self.opts.dry_run {
+            return Ok(());
         }
-    }
-
-    // 5. Out of the previous release's records, so `helm uninstall` of that release keeps it.
-    match &previous_owner {
-        Some(owner) if *owner != opts.target => {
-            let secrets: Api<Secret> = Api::namespaced(client.clone(), &owner.namespace);
-            let mut records = secrets.list(&ListParams::default().labels(&release_record_selector(owner))).await?.items;
-            records.sort_by_key(|s| s.name_any());
-            if records.is_empty() {
-                record(
-                    &mut steps,
-                    false,
-                    format!(
-                        "warning: no Helm release records (Secrets) of release {owner} found; if Helm stores them elsewhere \
-                         (HELM_DRIVER), `helm uninstall {}` would still delete the CRD",
-                        owner.name
-                    ),
-                );
-            }
-            let mut listed = 0;
-            for mut secret in records {
-                let name = secret.name_any();
-                let Some(stored) = secret.data.as_ref().and_then(|d| d.get("release")) else { continue };
-                let release = decode_release(&stored.0).map_err(|reason| MigrateError::ReleaseRecord { secret: name.clone(), reason })?;
-                let Some(stripped) = release_without_crd(&release, CRD_NAME) else { continue };
-                listed += 1;
-                let encoded = encode_release(&stripped).map_err(|reason| MigrateError::ReleaseRecord { secret: name.clone(), reason })?;
-                secret.data.get_or_insert_default().insert("release".into(), k8s_openapi::ByteString(encoded));
-                secrets.replace(&name, &replace, &secret).await?;
-                let v = verb(opts.dry_run, "removed", "remove");
-                record(
-                    &mut steps,
-                    true,
-                    format!(
-                        "{v} the CRD from Helm release record {}/{name}, so `helm uninstall {}` leaves it",
-                        owner.namespace, owner.name
-                    ),
-                );
-            }
-            if listed == 0 {
-                record(&mut steps, false, format!("Helm release {owner} does not list the CRD (any more)"));
-            }
+        for (_, line) in cut_webhooks(self.client, &self.replace, false).await?.into_iter().filter(|(done, _)| *done) {
+            self.record(true, format!("{line} again: a stopping Kruise replica had restored them"));
         }
-        _ => {}
+        Ok(())
     }
 
-    // 6. Ownership to our release, kept on uninstall.
-    match crd_ownership_patch(&crd.metadata, &opts.target) {
-        Some(patch) => {
-            crds.patch(CRD_NAME, &write, &Patch::Merge(&patch)).await?;
-            let from = previous_owner.as_ref().map_or("no Helm release".to_string(), |o| format!("Helm release {o}"));
-            let v = verb(opts.dry_run, "moved", "move");
-            record(
-                &mut steps,
-                true,
-                format!("{v} CRD {CRD_NAME} from {from} to Helm release {}, with helm.sh/resource-policy=keep", opts.target),
+    /// Step 5: Out of the previous release's records, so `helm uninstall` of that release keeps it.
+    async fn out_of_previous_release(&mut self, owner: &Release) -> Result<(), MigrateError> {
+        let secrets: Api<Secret> = Api::namespaced(self.client.clone(), &owner.namespace);
+        let mut records = secrets.list(&ListParams::default().labels(&release_record_selector(owner))).await?.items;
+        records.sort_by_key(|s| s.name_any());
+        if records.is_empty() {
+            let line = format!(
+                "warning: no Helm release records (Secrets) of release {owner} found; if Helm stores them elsewhere \
+                 (HELM_DRIVER), `helm uninstall {}` would still delete the CRD",
+                owner.name
             );
+            self.record(false, line);
         }
-        None => record(&mut steps, false, format!("CRD {CRD_NAME} already belongs to Helm release {} and is kept", opts.target)),
+        let mut listed = 0;
+        for mut secret in records {
+            let name = secret.name_any();
+            let Some(stored) = secret.data.as_ref().and_then(|d| d.get("release")) else { continue };
+            let release = decode_release(&stored.0).map_err(|reason| MigrateError::ReleaseRecord { secret: name.clone(), reason })?;
+            let Some(stripped) = release_without_crd(&release, CRD_NAME) else { continue };
+            listed += 1;
+            let encoded = encode_release(&stripped).map_err(|reason| MigrateError::ReleaseRecord { secret: name.clone(), reason })?;
+            secret.data.get_or_insert_default().insert("release".into(), k8s_openapi::ByteString(encoded));
+            secrets.replace(&name, &self.replace, &secret).await?;
+            let v = verb(self.opts.dry_run, "removed", "remove");
+            let line =
+                format!("{v} the CRD from Helm release record {}/{name}, so `helm uninstall {}` leaves it", owner.namespace, owner.name);
+            self.record(true, line);
+        }
+        if listed == 0 {
+            self.record(false, format!("Helm release {owner} does not list the CRD (any more)"));
+        }
+        Ok(())
     }
 
-    // 7. Every CloneSet stored as v1alpha1, then v1alpha1 the only stored version.
-    if let Some(stored) = &take_over.stored_elsewhere {
-        let plan = storage::plan(&crds.get(CRD_NAME).await?, &opts.conversion)?;
+    /// Step 6: Ownership to our release, kept on uninstall.
+    async fn crd_to_target_release(
+        &mut self,
+        crd: &CustomResourceDefinition,
+        previous_owner: Option<&Release>,
+    ) -> Result<(), MigrateError> {
+        let target = &self.opts.target;
+        let Some(patch) = crd_ownership_patch(&crd.metadata, target) else {
+            self.record(false, format!("CRD {CRD_NAME} already belongs to Helm release {target} and is kept"));
+            return Ok(());
+        };
+        self.crds.patch(CRD_NAME, &self.write, &Patch::Merge(&patch)).await?;
+        let from = previous_owner.map_or("no Helm release".to_string(), |o| format!("Helm release {o}"));
+        let v = verb(self.opts.dry_run, "moved", "move");
+        self.record(true, format!("{v} CRD {CRD_NAME} from {from} to Helm release {target}, with helm.sh/resource-policy=keep"));
+        Ok(())
+    }
+
+    /// Step 7: Every CloneSet stored as v1alpha1, then v1alpha1 the only stored version (`stored`:
+    /// the other version some are stored as).
+    async fn stored_as_v1alpha1(&mut self, stored: &str) -> Result<(), MigrateError> {
+        let plan = storage::plan(&self.crds.get(CRD_NAME).await?, &self.opts.conversion)?;
         if let Some(patch) = &plan.storage {
-            let before = storage_version_hash(client).await;
-            crds.patch(CRD_NAME, &write, &Patch::Json::<()>(patch.clone())).await?;
-            let v = verb(opts.dry_run, "made", "make");
-            record(
-                &mut steps,
+            let before = storage_version_hash(self.client).await;
+            self.crds.patch(CRD_NAME, &self.write, &Patch::Json::<()>(patch.clone())).await?;
+            let v = verb(self.opts.dry_run, "made", "make");
+            self.record(
                 true,
                 format!("{v} {}/{} the CRD's storage version", crate::api::conversion::GROUP, crate::api::crd::STORAGE_VERSION),
             );
-            if !opts.dry_run {
-                wait_for_new_storage(client, before).await?;
+            if !self.opts.dry_run {
+                wait_for_new_storage(self.client, before).await?;
             }
         }
-        if opts.dry_run {
-            record(
-                &mut steps,
+        if self.opts.dry_run {
+            self.record(
                 true,
                 format!("would rewrite every CloneSet as v1alpha1 (some are stored as {stored}) and set the CRD's storedVersions"),
             );
-        } else {
-            let (rewritten, failed) = rewrite_clonesets(client).await?;
-            record(&mut steps, true, format!("rewrote {rewritten} CloneSet(s), so each is stored as v1alpha1"));
-            if !failed.is_empty() {
-                return Err(MigrateError::NotRewritten { clonesets: failed });
-            }
-            crds.patch_status(CRD_NAME, &write, &Patch::Merge(storage::stored_versions_patch())).await?;
-            record(&mut steps, true, format!("set the CRD's storedVersions to [{}] (was {stored} too)", crate::api::crd::STORAGE_VERSION));
+            return Ok(());
         }
+        let (rewritten, failed) = rewrite_clonesets(self.client).await?;
+        self.record(true, format!("rewrote {rewritten} CloneSet(s), so each is stored as v1alpha1"));
+        if !failed.is_empty() {
+            return Err(MigrateError::NotRewritten { clonesets: failed });
+        }
+        self.crds.patch_status(CRD_NAME, &self.write, &Patch::Merge(storage::stored_versions_patch())).await?;
+        self.record(true, format!("set the CRD's storedVersions to [{}] (was {stored} too)", crate::api::crd::STORAGE_VERSION));
+        Ok(())
     }
-    Ok(steps)
 }
 
 /// The discovered CloneSet resource of v1alpha1, as a dynamic object type.
@@ -554,5 +603,243 @@ async fn wait_for_lease(
             announced = true;
         }
         tokio::time::sleep((*at_most).clamp(Duration::from_millis(200), Duration::from_secs(1))).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use base64::Engine as _;
+    use http::Method;
+    use serde_json::{Value, json};
+
+    use super::*;
+    use crate::stand_in::Apiserver;
+
+    const DEPLOYMENTS: &str = "/apis/apps/v1/namespaces/kruise-system/deployments";
+    const MUTATING: &str = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations";
+    const SECRETS: &str = "/api/v1/namespaces/kruise-system/secrets";
+    const LEASES: &str = "/apis/coordination.k8s.io/v1/namespaces/kruise-system/leases";
+    const CRDS: &str = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions";
+
+    fn options(dry_run: bool) -> Options {
+        Options {
+            target: Release { name: "cloneset-operator".into(), namespace: "ops".into() },
+            kruise_namespace: "kruise-system".into(),
+            dry_run,
+            lease_timeout: Duration::from_secs(1),
+            conversion: storage::ConversionTarget::Url("https://127.0.0.1:9443/convert".into()),
+        }
+    }
+
+    /// The request lines the stand-in received since the last call (`GET deployments/x`).
+    fn sent(apiserver: &Apiserver) -> Vec<String> {
+        apiserver.take().iter().map(|s| format!("{}{}", s.line(), if s.dry_run { " (dry run)" } else { "" })).collect()
+    }
+
+    fn manager(replicas: i32) -> Value {
+        json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": KRUISE_MANAGER_DEPLOYMENT, "namespace": "kruise-system"},
+               "spec": {"replicas": replicas, "selector": {}, "template": {}}})
+    }
+
+    /// Kruise's mutating configuration with a pod webhook (replaced) and a StatefulSet one (kept).
+    fn kruise_webhooks() -> Value {
+        let hook = |name: &str, group: &str, resource: &str| {
+            json!({"name": name, "admissionReviewVersions": ["v1"], "sideEffects": "None",
+                   "clientConfig": {"service": {"name": "kruise-webhook-service", "namespace": "kruise-system"}},
+                   "rules": [{"apiGroups": [group], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": [resource]}]})
+        };
+        json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
+               "metadata": {"name": KRUISE_MUTATING_CONFIG},
+               "webhooks": [hook("mpod.kb.io", "", "pods"), hook("mstatefulset.kb.io", "apps.kruise.io", "statefulsets")]})
+    }
+
+    /// The CloneSet CRD as Kruise's Helm release installs it, storing v1alpha1.
+    fn kruise_crd() -> Value {
+        json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+               "metadata": {"name": CRD_NAME, "labels": {MANAGED_BY_LABEL: "Helm"},
+                            "annotations": {RELEASE_NAME_ANNOTATION: "kruise", RELEASE_NAMESPACE_ANNOTATION: "kruise-system"}},
+               "spec": {"group": "apps.kruise.io", "scope": "Namespaced",
+                        "names": {"kind": "CloneSet", "plural": "clonesets", "shortNames": ["clone"]},
+                        "versions": [{"name": "v1alpha1", "served": true, "storage": true}]},
+               "status": {"storedVersions": ["v1alpha1"]}})
+    }
+
+    /// Kruise's Helm release record, its manifest listing a Namespace and the CloneSet CRD.
+    fn release_record() -> Value {
+        let manifest = format!(
+            "---\n# Source: kruise/templates/manager.yaml\napiVersion: v1\nkind: Namespace\nmetadata:\n  name: kruise-system\n\
+             ---\n# Source: kruise/templates/crds.yaml\napiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\n\
+             metadata:\n  name: {CRD_NAME}\n"
+        );
+        let record = json!({"name": "kruise", "namespace": "kruise-system", "version": 1, "manifest": manifest});
+        let stored = encode_release(&record).unwrap();
+        json!({"apiVersion": "v1", "kind": "Secret", "type": "helm.sh/release.v1",
+               "metadata": {"name": "sh.helm.release.v1.kruise.v1", "namespace": "kruise-system", "labels": {"owner": "helm", "name": "kruise"}},
+               "data": {"release": base64::engine::general_purpose::STANDARD.encode(stored)}})
+    }
+
+    fn manifest_of(secret: &Value) -> String {
+        let stored = base64::engine::general_purpose::STANDARD.decode(secret["data"]["release"].as_str().unwrap()).unwrap();
+        decode_release(&stored).unwrap()["manifest"].as_str().unwrap().to_string()
+    }
+
+    /// Step 1: a Kruise manager with replicas stops the real run before any write, and is only
+    /// reported by a dry run; at zero replicas nothing is said.
+    #[tokio::test]
+    async fn a_running_kruise_manager_refuses_the_run_and_a_dry_run_reports_it() {
+        let apiserver = Apiserver::default();
+        apiserver.put(&format!("{DEPLOYMENTS}/{KRUISE_MANAGER_DEPLOYMENT}"), manager(2));
+        let client = apiserver.client();
+        let (real, dry) = (options(false), options(true));
+        let mut quiet = |_: &str| {};
+        let mut m = Migration::new(&client, &real, &mut quiet);
+        let refused = m.kruise_manager_stopped().await;
+        assert!(matches!(refused, Err(MigrateError::KruiseManagerScaledUp { replicas: 2 })), "{refused:?}");
+        assert!(m.steps.is_empty());
+        let mut m = Migration::new(&client, &dry, &mut quiet);
+        m.kruise_manager_stopped().await.unwrap();
+        assert!(matches!(&m.steps[..], [s] if !s.done && s.line.contains("runs 2 replica(s)")), "{:?}", m.steps);
+        apiserver.put(&format!("{DEPLOYMENTS}/{KRUISE_MANAGER_DEPLOYMENT}"), manager(0));
+        let mut m = Migration::new(&client, &real, &mut quiet);
+        m.kruise_manager_stopped().await.unwrap();
+        assert!(m.steps.is_empty());
+        assert!(sent(&apiserver).iter().all(|l| l.starts_with("GET ")), "reads only");
+    }
+
+    /// Step 3: Kruise's pod webhook leaves its configuration, its StatefulSet webhook stays; a
+    /// dry run changes nothing, and a second run finds nothing to cut.
+    #[tokio::test]
+    async fn kruise_s_pod_webhooks_are_cut_and_its_others_kept() {
+        let apiserver = Apiserver::default();
+        let path = format!("{MUTATING}/{KRUISE_MUTATING_CONFIG}");
+        apiserver.put(&path, kruise_webhooks());
+        let client = apiserver.client();
+        let mut quiet = |_: &str| {};
+        let dry = options(true);
+        let mut m = Migration::new(&client, &dry, &mut quiet);
+        m.cut_kruise_webhooks().await.unwrap();
+        assert!(m.steps[0].line.starts_with("would remove mpod.kb.io"), "{:?}", m.steps);
+        assert_eq!(apiserver.get(&path), Some(kruise_webhooks()), "a dry run changes nothing");
+        assert!(sent(&apiserver).contains(&format!("PUT {path} (dry run)")));
+
+        let real = options(false);
+        let mut m = Migration::new(&client, &real, &mut quiet);
+        m.cut_kruise_webhooks().await.unwrap();
+        let held = apiserver.get(&path).unwrap();
+        let names: Vec<&str> = held["webhooks"].as_array().unwrap().iter().map(|w| w["name"].as_str().unwrap()).collect();
+        assert_eq!(names, ["mstatefulset.kb.io"]);
+        let expected = format!("removed mpod.kb.io from {KRUISE_MUTATING_CONFIG} (1 others, for Kruise's other kinds, kept)");
+        assert!(matches!(&m.steps[..], [s] if s.done && s.line == expected), "{:?}", m.steps);
+        assert!(sent(&apiserver).contains(&format!("PUT {path}")));
+        let mut m = Migration::new(&client, &real, &mut quiet);
+        m.cut_kruise_webhooks().await.unwrap();
+        assert!(matches!(&m.steps[..], [s] if !s.done && s.line.contains("no pod or CloneSet webhook left")), "{:?}", m.steps);
+        assert!(!sent(&apiserver).iter().any(|l| l.starts_with("PUT ")), "nothing left to write");
+    }
+
+    /// Step 4: an absent Lease is reported as such; a held one is reported by a dry run, which
+    /// does not wait for it.
+    #[tokio::test]
+    async fn kruise_s_lease_is_reported_and_a_dry_run_does_not_wait() {
+        let apiserver = Apiserver::default();
+        let client = apiserver.client();
+        let (real, dry) = (options(false), options(true));
+        let mut quiet = |_: &str| {};
+        let mut m = Migration::new(&client, &real, &mut quiet);
+        m.kruise_lease_lapsed().await.unwrap();
+        let absent = format!("Kruise's Lease kruise-system/{KRUISE_LEASE_NAME}: absent (Kruise's manager is not running)");
+        assert!(matches!(&m.steps[..], [s] if s.line == absent), "{:?}", m.steps);
+        let renewed = k8s_openapi::jiff::Timestamp::now().to_string();
+        apiserver.put(
+            &format!("{LEASES}/{KRUISE_LEASE_NAME}"),
+            json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": KRUISE_LEASE_NAME, "namespace": "kruise-system"},
+                   "spec": {"holderIdentity": "kruise-0", "leaseDurationSeconds": 15, "renewTime": renewed}}),
+        );
+        let mut m = Migration::new(&client, &dry, &mut quiet);
+        m.kruise_lease_lapsed().await.unwrap();
+        assert!(matches!(&m.steps[..], [s] if s.line.contains("held by kruise-0")), "{:?}", m.steps);
+    }
+
+    /// Step 5: the CRD leaves Kruise's release record (the record's other objects stay), so
+    /// `helm uninstall kruise` keeps it; a second run finds nothing to remove.
+    #[tokio::test]
+    async fn the_crd_leaves_kruise_s_release_record_and_nothing_else_does() {
+        let apiserver = Apiserver::default();
+        let path = format!("{SECRETS}/sh.helm.release.v1.kruise.v1");
+        apiserver.put(&path, release_record());
+        let client = apiserver.client();
+        let real = options(false);
+        let kruise = Release { name: "kruise".into(), namespace: "kruise-system".into() };
+        let mut quiet = |_: &str| {};
+        let mut m = Migration::new(&client, &real, &mut quiet);
+        m.out_of_previous_release(&kruise).await.unwrap();
+        let manifest = manifest_of(&apiserver.get(&path).unwrap());
+        assert!(!manifest.contains(CRD_NAME) && manifest.contains("kind: Namespace"), "{manifest}");
+        assert!(matches!(&m.steps[..], [s] if s.done && s.line.contains("removed the CRD from Helm release record")), "{:?}", m.steps);
+        assert_eq!(sent(&apiserver), [format!("GET {SECRETS}"), format!("PUT {path}")]);
+        let mut m = Migration::new(&client, &real, &mut quiet);
+        m.out_of_previous_release(&kruise).await.unwrap();
+        assert!(matches!(&m.steps[..], [s] if !s.done && s.line.contains("does not list the CRD")), "{:?}", m.steps);
+        let elsewhere = Release { name: "kruise".into(), namespace: "other".into() };
+        let mut m = Migration::new(&client, &real, &mut quiet);
+        m.out_of_previous_release(&elsewhere).await.unwrap();
+        assert!(m.steps[0].line.starts_with("warning: no Helm release records"), "{:?}", m.steps);
+    }
+
+    /// Step 6: the CRD moves from Kruise's release to ours, kept on uninstall; then it is ours.
+    #[tokio::test]
+    async fn the_crd_moves_to_the_target_release_once() {
+        let apiserver = Apiserver::default();
+        let path = format!("{CRDS}/{CRD_NAME}");
+        apiserver.put(&path, kruise_crd());
+        let client = apiserver.client();
+        let real = options(false);
+        let mut quiet = |_: &str| {};
+        let crd: CustomResourceDefinition = serde_json::from_value(kruise_crd()).unwrap();
+        let kruise = helm_owner(&crd.metadata);
+        let mut m = Migration::new(&client, &real, &mut quiet);
+        m.crd_to_target_release(&crd, kruise.as_ref()).await.unwrap();
+        let held = apiserver.get(&path).unwrap();
+        let annotations = &held["metadata"]["annotations"];
+        assert_eq!(
+            (&annotations[RELEASE_NAME_ANNOTATION], &annotations[RELEASE_NAMESPACE_ANNOTATION]),
+            (&json!("cloneset-operator"), &json!("ops"))
+        );
+        assert_eq!(annotations["helm.sh/resource-policy"], "keep");
+        let moved = "moved CRD clonesets.apps.kruise.io from Helm release kruise-system/kruise to Helm release ops/cloneset-operator";
+        assert!(matches!(&m.steps[..], [s] if s.done && s.line.starts_with(moved)), "{:?}", m.steps);
+        let ours: CustomResourceDefinition = serde_json::from_value(held).unwrap();
+        let mut m = Migration::new(&client, &real, &mut quiet);
+        m.crd_to_target_release(&ours, helm_owner(&ours.metadata).as_ref()).await.unwrap();
+        assert!(matches!(&m.steps[..], [s] if !s.done && s.line.contains("already belongs")), "{:?}", m.steps);
+    }
+
+    /// The whole pipeline as a dry run over a cluster Kruise ran on: every step says what it
+    /// would do, in order, and nothing held changes.
+    #[tokio::test]
+    async fn a_dry_run_says_each_step_and_changes_nothing() {
+        let apiserver = Apiserver::default();
+        apiserver.put(&format!("{DEPLOYMENTS}/{KRUISE_MANAGER_DEPLOYMENT}"), manager(0));
+        apiserver.put(&format!("{MUTATING}/{KRUISE_MUTATING_CONFIG}"), kruise_webhooks());
+        apiserver.put(&format!("{SECRETS}/sh.helm.release.v1.kruise.v1"), release_record());
+        apiserver.put(&format!("{CRDS}/{CRD_NAME}"), kruise_crd());
+        let before: Vec<Value> = [DEPLOYMENTS, MUTATING, SECRETS, CRDS].iter().flat_map(|c| apiserver.objects(c)).collect();
+        let mut said = Vec::new();
+        let steps = run(&apiserver.client(), &options(true), &mut |l| said.push(l.to_string())).await.unwrap();
+        let lines: Vec<&str> = steps.iter().map(|s| s.line.as_str()).collect();
+        assert_eq!(lines, said.iter().map(String::as_str).collect::<Vec<_>>(), "each step said as it went");
+        let starts = [
+            "would remove mpod.kb.io",
+            "Kruise's Lease kruise-system/kruise-manager: absent",
+            "would remove the CRD from Helm release record",
+            "would move CRD",
+        ];
+        assert_eq!(lines.len(), starts.len(), "{lines:#?}");
+        for (line, start) in lines.iter().zip(starts) {
+            assert!(line.starts_with(start), "{line:?} should start with {start:?}");
+        }
+        let after: Vec<Value> = [DEPLOYMENTS, MUTATING, SECRETS, CRDS].iter().flat_map(|c| apiserver.objects(c)).collect();
+        assert_eq!(before, after);
+        assert!(apiserver.take().iter().all(|s| s.method == Method::GET || s.dry_run), "only reads and dry runs");
     }
 }
