@@ -42,7 +42,7 @@ pub enum CachedCloneSet {
 
 /// A decoded CloneSet as the cache holds it: its pod template as JSON text, not as k8s-openapi's
 /// types. A reconcile reads the template only through its revision data, computed once per
-/// generation (`reconcile::TemplateRevisionCache`), and its topology spread constraints (the
+/// generation (`revisions::TemplateRevisionCache`), and its topology spread constraints (the
 /// scale-down order). Decoded into k8s-openapi's types (whose `Container` is large before any of
 /// its strings), a template costs many times its text; more with probes, env and volumes.
 #[derive(Clone, Debug)]

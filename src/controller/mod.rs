@@ -9,6 +9,8 @@
 pub mod cached_revision;
 pub mod cloneset_cache;
 mod dropped_fields;
+mod error;
+mod execute;
 pub mod owned_store;
 pub mod pod_watch;
 pub mod queue;
@@ -17,6 +19,7 @@ mod reconcile;
 mod reconcile_requests;
 pub mod recorder;
 mod resize_support;
+mod revisions;
 mod watches;
 mod writes;
 
@@ -81,7 +84,7 @@ pub(crate) struct Context {
     pub scale_expectations: Mutex<ScaleExpectations>,
     pub rv_expectations: Mutex<ResourceVersionExpectations>,
     /// Per CloneSet: its template's revision data, for the generation it was computed at.
-    pub template_revisions: reconcile::TemplateRevisionCache,
+    pub template_revisions: revisions::TemplateRevisionCache,
     /// Per CloneSet: the template fields it was last warned it drops.
     pub dropped_field_warnings: dropped_fields::DroppedFieldWarnings,
     pub queue: WorkQueue,

@@ -1,7 +1,7 @@
 //! What one reconcile asks of the apiserver, checked without a cluster: a [`Context`] whose client
 //! is the stand-in apiserver (`crate::stand_in`), over caches the test fills from the objects it
-//! holds. The tier between the pure
-//! core's unit tests and the e2e suite: a change to `reconcile.rs` or `writes.rs` that sends other
+//! holds. The tier between the pure core's unit tests and the e2e suite: a change to the
+//! reconcile (`reconcile.rs`, `revisions.rs`, `execute.rs`) or to `writes.rs` that sends other
 //! requests, or sends them in another order, fails here in seconds.
 
 use std::sync::Arc;
