@@ -107,6 +107,78 @@ fn merge(obj: &mut Value, mut patch: Value) {
     json_patch::merge(obj, &patch);
 }
 
+impl Served {
+    /// The objects held in `collection` (a path), not those of collections below it.
+    fn held_in(&self, collection: &str) -> Vec<Value> {
+        let prefix = format!("{collection}/");
+        self.objects
+            .range(prefix.clone()..)
+            .take_while(|(k, _)| k.starts_with(&prefix))
+            .filter(|(k, _)| !k[prefix.len()..].contains('/'))
+            .map(|(_, v)| v.clone())
+            .collect()
+    }
+
+    /// The answer to `sent`, applied to the objects held.
+    fn answer(&mut self, sent: Sent) -> (StatusCode, Value) {
+        let path = object_path(&sent.path).to_string();
+        let not_found = || (StatusCode::NOT_FOUND, failure(404, "not found"));
+        self.version += 1;
+        let version = self.version.to_string();
+        match sent.method {
+            Method::GET if is_collection(&path) => {
+                let items = self.held_in(&path);
+                (StatusCode::OK, json!({"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": version}, "items": items}))
+            }
+            Method::GET => self.objects.get(&path).map_or_else(not_found, |o| (StatusCode::OK, o.clone())),
+            Method::PUT => match self.objects.get_mut(&path) {
+                Some(held) => {
+                    *held = sent.body;
+                    held["metadata"]["resourceVersion"] = json!(version);
+                    (StatusCode::OK, held.clone())
+                }
+                None => not_found(),
+            },
+            Method::DELETE => match self.objects.remove(&path) {
+                Some(_) => (StatusCode::OK, json!({"apiVersion": "v1", "kind": "Status", "status": "Success"})),
+                None => not_found(),
+            },
+            Method::POST => {
+                let mut obj = sent.body;
+                let meta = &mut obj["metadata"];
+                if meta.get("name").is_none_or(Value::is_null) {
+                    meta["name"] = json!(format!("{}{version}", meta["generateName"].as_str().unwrap_or_default()));
+                }
+                let name = meta["name"].as_str().unwrap().to_string();
+                if self.objects.contains_key(&format!("{path}/{name}")) {
+                    return (StatusCode::CONFLICT, failure(409, "already exists"));
+                }
+                meta["uid"] = json!(format!("uid-{name}"));
+                meta["resourceVersion"] = json!(version);
+                self.objects.insert(format!("{path}/{name}"), obj.clone());
+                (StatusCode::CREATED, obj)
+            }
+            _ => {
+                let name = path.rsplit('/').next().unwrap_or_default().to_string();
+                let obj = self.objects.entry(path).or_insert_with(|| json!({"metadata": {"name": name, "uid": format!("uid-{name}")}}));
+                merge(obj, sent.body);
+                obj["metadata"]["resourceVersion"] = json!(version);
+                (StatusCode::OK, obj.clone())
+            }
+        }
+    }
+}
+
+/// A failed request's Status, with the reason kube's `get_opt` reads for 404.
+fn failure(code: u16, message: &str) -> Value {
+    let reason = match code {
+        404 => "NotFound",
+        409 => "AlreadyExists",
+        _ => "",
+    };
+    json!({"apiVersion": "v1", "kind": "Status", "status": "Failure", "code": code, "reason": reason, "message": message})
+}
+
 impl Apiserver {
     /// Refuses the requests `refuse` picks, with the code it gives.
     pub(crate) fn refusing(refuse: impl Fn(&Sent) -> Option<u16> + Send + 'static) -> Self {
@@ -131,87 +203,23 @@ impl Apiserver {
 
     /// The objects held under `collection` (a path).
     pub(crate) fn objects(&self, collection: &str) -> Vec<Value> {
-        let served = self.0.lock().unwrap();
-        let prefix = format!("{collection}/");
-        served.objects.range(prefix.clone()..).take_while(|(k, _)| k.starts_with(&prefix)).map(|(_, v)| v.clone()).collect()
+        self.0.lock().unwrap().held_in(collection)
     }
 
     fn serve(&self, sent: Sent) -> (StatusCode, Value) {
         let mut served = self.0.lock().unwrap();
         served.log.push(sent.clone());
-        let failure = |code: u16, message: &str| {
-            let reason = match code {
-                404 => "NotFound",
-                409 => "AlreadyExists",
-                _ => "",
-            };
-            json!({"apiVersion": "v1", "kind": "Status", "status": "Failure", "code": code, "reason": reason, "message": message})
-        };
         if let Some(code) = served.refuse.as_ref().and_then(|r| r(&sent)) {
             return (StatusCode::from_u16(code).unwrap(), failure(code, "refused by the test"));
         }
-        if sent.dry_run {
-            let held = served.objects.clone();
-            drop(served);
-            // Served as a write, then the objects put back and the inner request unlogged.
-            let answer = self.serve(Sent { dry_run: false, ..sent });
-            let mut served = self.0.lock().unwrap();
-            served.objects = held;
-            served.log.pop();
-            return answer;
+        if !sent.dry_run {
+            return served.answer(sent);
         }
-        let path = object_path(&sent.path).to_string();
-        let not_found = || (StatusCode::NOT_FOUND, failure(404, "not found"));
-        served.version += 1;
-        let version = served.version.to_string();
-        match sent.method {
-            Method::GET if is_collection(&path) => {
-                let prefix = format!("{path}/");
-                let items: Vec<Value> = served
-                    .objects
-                    .range(prefix.clone()..)
-                    .take_while(|(k, _)| k.starts_with(&prefix))
-                    .filter(|(k, _)| !k[prefix.len()..].contains('/'))
-                    .map(|(_, v)| v.clone())
-                    .collect();
-                (StatusCode::OK, json!({"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": version}, "items": items}))
-            }
-            Method::GET => served.objects.get(&path).map_or_else(not_found, |o| (StatusCode::OK, o.clone())),
-            Method::PUT => match served.objects.get_mut(&path) {
-                Some(held) => {
-                    *held = sent.body;
-                    held["metadata"]["resourceVersion"] = json!(version);
-                    (StatusCode::OK, held.clone())
-                }
-                None => not_found(),
-            },
-            Method::DELETE => match served.objects.remove(&path) {
-                Some(_) => (StatusCode::OK, json!({"apiVersion": "v1", "kind": "Status", "status": "Success"})),
-                None => not_found(),
-            },
-            Method::POST => {
-                let mut obj = sent.body;
-                let meta = &mut obj["metadata"];
-                if meta.get("name").is_none_or(Value::is_null) {
-                    meta["name"] = json!(format!("{}{version}", meta["generateName"].as_str().unwrap_or_default()));
-                }
-                let name = meta["name"].as_str().unwrap().to_string();
-                if served.objects.contains_key(&format!("{path}/{name}")) {
-                    return (StatusCode::CONFLICT, failure(409, "already exists"));
-                }
-                meta["uid"] = json!(format!("uid-{name}"));
-                meta["resourceVersion"] = json!(version);
-                served.objects.insert(format!("{path}/{name}"), obj.clone());
-                (StatusCode::CREATED, obj)
-            }
-            _ => {
-                let name = path.rsplit('/').next().unwrap_or_default().to_string();
-                let obj = served.objects.entry(path).or_insert_with(|| json!({"metadata": {"name": name, "uid": format!("uid-{name}")}}));
-                merge(obj, sent.body);
-                obj["metadata"]["resourceVersion"] = json!(version);
-                (StatusCode::OK, obj.clone())
-            }
-        }
+        // Answered as the write would be, then the objects put back.
+        let held = served.objects.clone();
+        let answer = served.answer(sent);
+        served.objects = held;
+        answer
     }
 
     /// A client of this apiserver.

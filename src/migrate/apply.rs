@@ -142,13 +142,12 @@ impl<'a> Migration<'a> {
     /// Step 4: Kruise's Lease lapsed: no Kruise replica is left to undo steps 2 and 3.
     async fn kruise_lease_lapsed(&mut self) -> Result<(), MigrateError> {
         let (client, opts) = (self.client, self.opts);
-        let mut waiting = Vec::new();
+        let (say, steps) = (&mut self.say, &mut self.steps);
         let state = wait_for_kruise_lease(client, opts, &mut |l| {
-            (self.say)(l);
-            waiting.push(l.to_string());
+            say(l);
+            steps.push(Step { done: false, line: l.to_string() });
         })
         .await?;
-        self.steps.extend(waiting.into_iter().map(|line| Step { done: false, line }));
         let line = format!("Kruise's Lease {}/{KRUISE_LEASE_NAME}: {}", opts.kruise_namespace, describe(&state, "Kruise's manager"));
         self.record(false, line);
         Ok(())
