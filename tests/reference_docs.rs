@@ -18,8 +18,23 @@ fn table_rows(text: &str, heading: &str) -> Vec<Vec<String>> {
         .skip_while(|l| !l.starts_with('|'))
         .take_while(|l| l.starts_with('|'))
         .skip(2)
-        .map(|l| l.trim_matches('|').split(" | ").map(|c| c.trim().to_string()).collect())
+        .map(cells)
         .collect()
+}
+
+/// A table row's cells, split at each `|` not escaped as `\|`, trimmed (an empty cell is `""`).
+fn cells(row: &str) -> Vec<String> {
+    let inner = row.trim().strip_prefix('|').unwrap_or(row).strip_suffix('|').unwrap_or(row);
+    let mut out = vec![String::new()];
+    let mut escaped = false;
+    for c in inner.chars() {
+        match c {
+            '|' if !escaped => out.push(String::new()),
+            _ => out.last_mut().unwrap().push(c),
+        }
+        escaped = c == '\\';
+    }
+    out.iter().map(|c| c.trim().to_string()).collect()
 }
 
 /// Whether `gate` is on by default: setting it on changes nothing.
@@ -205,15 +220,25 @@ fn schema_paths(schema: &serde_json::Value, prefix: &str, out: &mut Vec<(String,
     }
 }
 
-/// The chart README's table of values names every value the chart's schema declares, and
-/// nothing else (`a.b` / `.c` is `a.b` and `a.c`; a row for an object covers what is under it).
-#[test]
-fn the_chart_values_table_matches_the_schema() {
-    let schema: serde_json::Value = serde_json::from_str(&page("charts/cloneset-operator/values.schema.json")).unwrap();
-    let mut paths = Vec::new();
-    schema_paths(&schema, "", &mut paths);
-    let mut listed: Vec<String> = Vec::new();
+/// The Kruise-only keys `schema` refuses (a `const` that says so), as paths.
+fn refused_paths(schema: &serde_json::Value, prefix: &str, out: &mut Vec<String>) {
+    let Some(props) = schema.get("properties").and_then(|p| p.as_object()) else { return };
+    for (key, sub) in props {
+        let path = if prefix.is_empty() { key.clone() } else { format!("{prefix}.{key}") };
+        if sub.get("const").and_then(|c| c.as_str()).is_some_and(|c| c.starts_with("Kruise-only")) {
+            out.push(path);
+        } else {
+            refused_paths(sub, &path, out);
+        }
+    }
+}
+
+/// The chart README's table of values: each row's value paths (`a.b` / `.c` is `a.b` and
+/// `a.c`) with its "Kruise's chart" cell.
+fn chart_value_rows() -> Vec<(Vec<String>, String)> {
+    let mut rows = Vec::new();
     for row in table_rows(&page("charts/cloneset-operator/README.md"), "## Values") {
+        let mut listed = Vec::new();
         let mut first = String::new();
         for name in row[0].split(" / ").map(|n| n.trim().trim_matches('`')) {
             if let Some(rest) = name.strip_prefix('.') {
@@ -224,15 +249,72 @@ fn the_chart_values_table_matches_the_schema() {
                 listed.push(first.clone());
             }
         }
+        rows.push((listed, row[3].clone()));
     }
+    rows
+}
+
+/// Whether `path` is `ancestor` or lies under it.
+fn at_or_under(path: &str, ancestor: &str) -> bool {
+    path == ancestor || path.starts_with(&format!("{ancestor}."))
+}
+
+/// The chart README's table of values names every value the chart's schema declares, and
+/// nothing else (a row for an object covers what is under it).
+#[test]
+fn the_chart_values_table_matches_the_schema() {
+    let schema: serde_json::Value = serde_json::from_str(&page("charts/cloneset-operator/values.schema.json")).unwrap();
+    let mut paths = Vec::new();
+    schema_paths(&schema, "", &mut paths);
+    let listed: Vec<String> = chart_value_rows().into_iter().flat_map(|(names, _)| names).collect();
     for name in &listed {
         assert!(paths.iter().any(|(p, _)| p == name), "the chart README lists {name}, which values.schema.json does not declare");
     }
     for (path, _) in paths.iter().filter(|(_, leaf)| *leaf) {
         assert!(
-            listed.iter().any(|l| path == l || path.starts_with(&format!("{l}."))),
+            listed.iter().any(|l| at_or_under(path, l)),
             "values.schema.json declares {path}, which the chart README's table of values does not list"
         );
+    }
+}
+
+/// Each value of Kruise's chart (tests/golden/kruise-chart-1.9-values.txt) keeps its meaning here,
+/// where the chart README's row for it (or for the object holding it) says "same key", or the
+/// schema refuses it (or what holds it) with a message, and the README's list of refused keys
+/// names it. A row that says "same key" names only keys Kruise's chart has.
+#[test]
+fn kruises_chart_values_keep_their_meaning_or_are_refused() {
+    let kruise: Vec<String> =
+        page("tests/golden/kruise-chart-1.9-values.txt").lines().filter(|l| !l.starts_with('#') && !l.is_empty()).map(String::from).collect();
+    let schema: serde_json::Value = serde_json::from_str(&page("charts/cloneset-operator/values.schema.json")).unwrap();
+    let mut refused = Vec::new();
+    refused_paths(&schema, "", &mut refused);
+    let readme = page("charts/cloneset-operator/README.md");
+    let refused_list = readme.split_once("\nRefused, with a message").expect("the chart README's refused keys").1;
+    let refused_list = refused_list.split("\n\n").next().unwrap();
+    let refused_named: Vec<&str> = refused_list.split('`').skip(1).step_by(2).collect();
+    let mut named_sorted = refused_named.clone();
+    named_sorted.sort_unstable();
+    let mut refused_sorted: Vec<&str> = refused.iter().map(String::as_str).collect();
+    refused_sorted.sort_unstable();
+    assert_eq!(named_sorted, refused_sorted, "the chart README's refused keys against values.schema.json's");
+    let rows = chart_value_rows();
+    for key in &kruise {
+        if refused.iter().any(|r| at_or_under(key, r)) {
+            continue;
+        }
+        let Some((names, cell)) = rows.iter().find(|(names, _)| names.iter().any(|n| at_or_under(key, n))) else {
+            panic!("Kruise's chart has {key}: values.schema.json neither declares nor refuses it")
+        };
+        assert!(cell.starts_with("same key"), "Kruise's chart has {key}; the chart README's row for {names:?} says {cell:?}, not \"same key\"");
+    }
+    for (names, cell) in rows.iter().filter(|(_, cell)| cell.starts_with("same key")) {
+        for name in names {
+            assert!(
+                kruise.iter().any(|k| at_or_under(k, name)),
+                "the chart README says Kruise's chart has {name} ({cell:?}); tests/golden/kruise-chart-1.9-values.txt has no such key"
+            );
+        }
     }
 }
 
