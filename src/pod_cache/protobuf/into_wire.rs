@@ -2,9 +2,10 @@
 //! between: each field becomes what the apiserver's JSON of it decodes to. Go's JSON leaves out
 //! an empty string, a zero count, an empty map or list (`omitempty`), which k8s-openapi then
 //! decodes as absent; where the JSON field is required (a container's name, a condition's type)
-//! an absent value decodes as empty. `tests::a_pod_decoded_straight_is_its_json_decoded` (below)
-//! checks every field against the JSON path, and `e2e/tests/operator/pod_cache.rs` against the
-//! apiserver's own JSON.
+//! an absent value decodes as empty. `tests/pod_decoders.rs` checks every field against
+//! k8s-openapi's decoding of the same pod's JSON (encoded by k8s-pb's complete messages),
+//! `tests::empty_values_decode_as_gos_json_leaves_them` (below) the empty ones, and
+//! `e2e/tests/operator/pod_cache.rs` the whole against the apiserver's own JSON.
 
 use std::collections::BTreeMap;
 
@@ -246,6 +247,8 @@ impl Pod {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+
     use super::super::*;
     use crate::pod_cache::wire::WirePod;
 
@@ -259,13 +262,6 @@ mod tests {
 
     fn q(v: &str) -> Quantity {
         Quantity { string: s(v) }
-    }
-
-    /// The JSON path: the pod written as the layer writes it, decoded as kube decodes it.
-    fn through_json(pod: &Pod) -> WirePod {
-        let mut out = Vec::new();
-        typed_json("v1", "Pod", pod, &mut out).unwrap();
-        serde_json::from_slice(&out).unwrap()
     }
 
     fn key(name: &str) -> KeySelector {
@@ -460,7 +456,12 @@ mod tests {
         let status = PodStatus {
             observed_generation: Some(0),
             phase: empty.clone(),
-            conditions: vec![PodCondition { last_probe_time: zero_time, ..Default::default() }],
+            conditions: vec![PodCondition {
+                last_probe_time: zero_time,
+                reason: empty.clone(),
+                observed_generation: Some(0),
+                ..Default::default()
+            }],
             message: empty.clone(),
             container_statuses: vec![status_of_nothing, ContainerStatus::default()],
             ..Default::default()
@@ -468,19 +469,52 @@ mod tests {
         Pod { metadata: Some(meta), spec: Some(spec), status: Some(status) }
     }
 
+    /// `pod` decoded as the apiserver's JSON of it, written out by hand.
+    fn from_json(pod: serde_json::Value) -> WirePod {
+        serde_json::from_value(pod).unwrap()
+    }
+
+    /// An empty string, a zero count, Go's zero time and an empty list or map are what Go's JSON
+    /// leaves out (`omitempty`); a pointer to a zero (`deletionGracePeriodSeconds`, a
+    /// `restartPolicy` of `""`) and a field without `omitempty` (names, a condition's type, a
+    /// status's image) stay.
     #[test]
-    fn a_pod_decoded_straight_is_its_json_decoded() {
-        for pod in [every_field(), every_field_empty(), Pod::default(), Pod { metadata: Some(ObjectMeta::default()), ..Default::default() }]
-        {
-            let straight = pod.clone().into_wire().unwrap();
-            assert_eq!(straight, through_json(&pod), "{pod:?}");
-        }
-        // And it is not trivially so: the full pod keeps what the controller reads.
+    fn empty_values_decode_as_gos_json_leaves_them() {
+        let container_status = serde_json::json!({"image": "", "imageID": "", "name": "", "ready": false, "restartCount": 0});
+        let mut full_status = container_status.clone();
+        full_status["allocatedResourcesStatus"] = serde_json::json!([{"name": ""}]);
+        full_status["resources"] = serde_json::json!({});
+        full_status["state"] = serde_json::json!({"running": {}, "terminated": {"exitCode": 0}, "waiting": {}});
+        let want = from_json(serde_json::json!({
+            "metadata": {"deletionGracePeriodSeconds": 0, "ownerReferences": [{"apiVersion": "", "kind": "", "name": "", "uid": ""}]},
+            "spec": {
+                "containers": [{
+                    "env": [{"name": "KRUISE_CONTAINER_PRIORITY", "valueFrom": {}}],
+                    "name": "",
+                    "resizePolicy": [{"resourceName": "", "restartPolicy": ""}],
+                    "resources": {"claims": [{"name": ""}]},
+                    "restartPolicy": ""
+                }],
+                "readinessGates": [{"conditionType": ""}]
+            },
+            "status": {"conditions": [{"status": "", "type": ""}], "containerStatuses": [full_status, container_status]}
+        }));
+        assert_eq!(every_field_empty().into_wire().unwrap(), want);
+        assert_eq!(Pod::default().into_wire().unwrap(), from_json(serde_json::json!({"metadata": {}})));
+        let empty_meta = Pod { metadata: Some(ObjectMeta::default()), ..Default::default() };
+        assert_eq!(empty_meta.into_wire().unwrap(), from_json(serde_json::json!({"metadata": {}})));
+    }
+
+    /// A set value is kept; every field against k8s-openapi's decoding is `tests/pod_decoders.rs`.
+    #[test]
+    fn a_pod_keeps_what_the_controller_reads() {
         let WirePod(full) = every_field().into_wire().unwrap();
         let main = &full.spec.as_ref().unwrap().containers[0];
         let env: Vec<_> = main.env.iter().flatten().map(|e| e.name.as_str()).collect();
         assert_eq!(env, ["KRUISE_CONTAINER_PRIORITY", "KRUISE_CONTAINER_BARRIER", "VER"]);
-        assert_eq!(full.status.unwrap().container_statuses.unwrap()[0].restart_count, 3);
+        assert_eq!(full.status.as_ref().unwrap().container_statuses.as_ref().unwrap()[0].restart_count, 3);
         assert_eq!(full.metadata.deletion_timestamp.unwrap().0.as_second(), 1_764_000_100);
+        let condition = &full.status.unwrap().conditions.unwrap()[0];
+        assert_eq!((condition.reason.as_deref(), condition.observed_generation), (Some("r"), Some(2)));
     }
 }
