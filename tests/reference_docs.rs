@@ -13,13 +13,7 @@ fn page(path: &str) -> String {
 fn table_rows(text: &str, heading: &str) -> Vec<Vec<String>> {
     let section = text.split_once(&format!("\n{heading}\n")).unwrap_or_else(|| panic!("no {heading:?}")).1;
     let section = section.split("\n## ").next().unwrap();
-    section
-        .lines()
-        .skip_while(|l| !l.starts_with('|'))
-        .take_while(|l| l.starts_with('|'))
-        .skip(2)
-        .map(cells)
-        .collect()
+    section.lines().skip_while(|l| !l.starts_with('|')).take_while(|l| l.starts_with('|')).skip(2).map(cells).collect()
 }
 
 /// A table row's cells, split at each `|` not escaped as `\|`, trimmed (an empty cell is `""`).
@@ -126,6 +120,97 @@ fn the_flag_tables_match_the_argument_parser() {
     }
     for (name, _) in &documented {
         assert!(help.iter().any(|(n, _)| n == name), "{name} is documented but not in --help");
+    }
+}
+
+/// The flags `kruise-manager` v1.9.0 registers (tests/golden/kruise-manager-v1.9.0-flags.tsv):
+/// `(name, Go type, default)`.
+fn kruise_flags() -> Vec<(String, String, String)> {
+    page("tests/golden/kruise-manager-v1.9.0-flags.tsv")
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .map(|l| {
+            let mut cells = l.split('\t').map(String::from);
+            (cells.next().unwrap(), cells.next().unwrap(), cells.next().unwrap_or_default().trim_matches('"').to_string())
+        })
+        .collect()
+}
+
+/// Whether two defaults are the same value: as Go durations where both are one (`5m`, `5m0s`).
+fn same_default(ours: &str, kruise: &str) -> bool {
+    use cloneset_operator::config::parse_go_duration;
+    ours == kruise || matches!((parse_go_duration(ours), parse_go_duration(kruise)), (Ok(a), Ok(b)) if a == b)
+}
+
+/// Every flag of `kruise-manager` v1.9.0 starts this operator: it is one of the operator's own
+/// (in `--help`), or accepted without effect with its Go type (and listed so on
+/// docs/reference/flags.md). An own flag Kruise has keeps Kruise's default, or its row names
+/// Kruise's default beside the reason; an own flag Kruise lacks says "Not a Kruise flag".
+#[test]
+fn every_kruise_flag_is_accepted_as_documented() {
+    use cloneset_operator::config::{FlagKind, KRUISE_FLAGS_WITHOUT_EFFECT};
+    let kruise = kruise_flags();
+    let help = help_flags();
+    let text = page("docs/reference/flags.md");
+    let run_section = text.split_once("\n## Flags of `run`\n").unwrap().1.split("\n## ").next().unwrap();
+    let row_of = |name: &str| {
+        run_section
+            .lines()
+            .find(|l| l.starts_with("| `-") && cells(l)[0].split(", ").any(|n| n.trim_matches('`') == name))
+            .unwrap_or_else(|| panic!("docs/reference/flags.md has no row for {name}"))
+            .to_string()
+    };
+    for (name, go_type, default) in &kruise {
+        let flag = format!("--{name}");
+        if let Some((_, ours)) = help.iter().find(|(n, _)| *n == flag) {
+            let ours = ours.as_deref().unwrap_or("").trim_matches('"');
+            // Go's flag help shows no default for a zero value.
+            let zero = match go_type.as_str() {
+                "bool" => "false",
+                "int" | "uint" | "Level" => "0",
+                "duration" => "0s",
+                _ => "",
+            };
+            let default = if default.is_empty() { zero } else { default.as_str() };
+            if !same_default(ours, default) {
+                let row = row_of(&flag);
+                assert!(
+                    row.contains("Kruise") && row.contains(default),
+                    "{flag}: the default here is {ours:?}, Kruise's {default:?}; its row on docs/reference/flags.md does not name Kruise's: {row}"
+                );
+            }
+            assert!(!row_of(&flag).contains("Not a Kruise flag"), "{flag} is a Kruise flag; its row says it is not");
+            continue;
+        }
+        let Some((_, kind)) = KRUISE_FLAGS_WITHOUT_EFFECT.iter().find(|(n, _)| n == name) else {
+            panic!("kruise-manager has {flag}, which this operator neither has nor accepts")
+        };
+        let want = match go_type.as_str() {
+            "bool" => FlagKind::Bool,
+            "int" => FlagKind::Int,
+            "uint" => FlagKind::Uint,
+            "duration" => FlagKind::Duration,
+            _ => FlagKind::Text,
+        };
+        assert_eq!(*kind, want, "{flag}: Kruise's type is {go_type}");
+    }
+    for (name, _) in KRUISE_FLAGS_WITHOUT_EFFECT {
+        assert!(kruise.iter().any(|(n, _, _)| n == name), "--{name} is accepted as Kruise's, but kruise-manager v1.9.0 has no such flag");
+    }
+    let without_effect = text.split_once("\n## Kruise flags accepted without effect\n").unwrap().1.split("\n## ").next().unwrap();
+    let table: String = without_effect.lines().filter(|l| l.starts_with('|')).collect();
+    let mut listed: Vec<&str> = table.split('`').skip(1).step_by(2).filter_map(|n| n.strip_prefix("--")).collect();
+    listed.sort_unstable();
+    let mut accepted: Vec<&str> = KRUISE_FLAGS_WITHOUT_EFFECT.iter().map(|(n, _)| *n).collect();
+    accepted.sort_unstable();
+    assert_eq!(listed, accepted, "docs/reference/flags.md's Kruise flags accepted without effect against the parser's");
+    for (flag, _) in help.iter().filter(|(n, _)| n != "--help" && n != "--version") {
+        if !kruise.iter().any(|(n, _, _)| format!("--{n}") == *flag) {
+            assert!(
+                row_of(flag).contains("Not a Kruise flag"),
+                "{flag} is not kruise-manager's; its row on docs/reference/flags.md does not say so"
+            );
+        }
     }
 }
 
@@ -284,8 +369,11 @@ fn the_chart_values_table_matches_the_schema() {
 /// names it. A row that says "same key" names only keys Kruise's chart has.
 #[test]
 fn kruises_chart_values_keep_their_meaning_or_are_refused() {
-    let kruise: Vec<String> =
-        page("tests/golden/kruise-chart-1.9-values.txt").lines().filter(|l| !l.starts_with('#') && !l.is_empty()).map(String::from).collect();
+    let kruise: Vec<String> = page("tests/golden/kruise-chart-1.9-values.txt")
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .map(String::from)
+        .collect();
     let schema: serde_json::Value = serde_json::from_str(&page("charts/cloneset-operator/values.schema.json")).unwrap();
     let mut refused = Vec::new();
     refused_paths(&schema, "", &mut refused);
@@ -306,7 +394,10 @@ fn kruises_chart_values_keep_their_meaning_or_are_refused() {
         let Some((names, cell)) = rows.iter().find(|(names, _)| names.iter().any(|n| at_or_under(key, n))) else {
             panic!("Kruise's chart has {key}: values.schema.json neither declares nor refuses it")
         };
-        assert!(cell.starts_with("same key"), "Kruise's chart has {key}; the chart README's row for {names:?} says {cell:?}, not \"same key\"");
+        assert!(
+            cell.starts_with("same key"),
+            "Kruise's chart has {key}; the chart README's row for {names:?} says {cell:?}, not \"same key\""
+        );
     }
     for (names, cell) in rows.iter().filter(|(_, cell)| cell.starts_with("same key")) {
         for name in names {
