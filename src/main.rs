@@ -461,7 +461,7 @@ fn log_gates(settings: &GateSettings) {
 const CHART_NAMESPACE: &str = "cloneset-system";
 
 async fn migrate(args: MigrateArgs, run: RunArgs) -> anyhow::Result<()> {
-    use cloneset_operator::migrate::{self, Release, apply};
+    use cloneset_operator::migrate::{self, Release, apply, apply_to_kruise};
     if !args.to_kruise && !run.namespace.is_empty() {
         anyhow::bail!(
             "--namespace={}: only `migrate --to-kruise` works on one namespace; `migrate` takes the whole CRD over",
@@ -480,7 +480,7 @@ async fn migrate(args: MigrateArgs, run: RunArgs) -> anyhow::Result<()> {
     let prefix = if dry_run { format!("{command} (dry run): ") } else { format!("{command}: ") };
     let mut say = |line: &str| println!("{prefix}{line}");
     let (steps, done, next) = if args.to_kruise {
-        let opts = apply::ToKruiseOptions {
+        let opts = apply_to_kruise::ToKruiseOptions {
             operator_lease_namespace: if run.leader_election_namespace.is_empty() {
                 CHART_NAMESPACE.to_string()
             } else {
@@ -492,7 +492,7 @@ async fn migrate(args: MigrateArgs, run: RunArgs) -> anyhow::Result<()> {
             dry_run,
             lease_timeout: args.lease_timeout,
         };
-        let steps = apply::run_to_kruise(&client, &opts, &mut say).await?;
+        let steps = apply_to_kruise::run_to_kruise(&client, &opts, &mut say).await?;
         let next = format!("now start Kruise's manager (`helm upgrade {}` ...)", opts.target.name);
         (steps, "ready for Kruise's manager", next)
     } else {

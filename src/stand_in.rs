@@ -51,7 +51,8 @@ struct Served {
 /// applied); a create stores the object (named from `generateName` if need be, given a uid), or
 /// answers 409 when one of that name is held; a replace (PUT) swaps a held object; a patch merges
 /// into the stored object (a strategic one merging conditions by type), or into an empty one of
-/// that name; each write gets the next resourceVersion; a deletion removes the object; a request
+/// that name, and a JSON patch applies to a held object (422 when it does not apply); each write
+/// gets the next resourceVersion; a deletion removes the object; a request
 /// the test refuses gets its code and a Status.
 #[derive(Clone, Default)]
 pub(crate) struct Apiserver(Arc<Mutex<Served>>);
@@ -157,6 +158,21 @@ impl Served {
                 meta["resourceVersion"] = json!(version);
                 self.objects.insert(format!("{path}/{name}"), obj.clone());
                 (StatusCode::CREATED, obj)
+            }
+            // A JSON patch (`[{"op": ...}]`), as the apiserver applies one: 422 when an
+            // operation (a `test` among them) does not apply.
+            _ if sent.body.is_array() => {
+                let Some(held) = self.objects.get_mut(&path) else { return not_found() };
+                let mut patched = held.clone();
+                let applied = serde_json::from_value::<json_patch::Patch>(sent.body)
+                    .map_err(|e| e.to_string())
+                    .and_then(|p| json_patch::patch(&mut patched, &p).map_err(|e| e.to_string()));
+                if let Err(e) = applied {
+                    return (StatusCode::UNPROCESSABLE_ENTITY, failure(422, &e));
+                }
+                *held = patched;
+                held["metadata"]["resourceVersion"] = json!(version);
+                (StatusCode::OK, held.clone())
             }
             _ => {
                 let name = path.rsplit('/').next().unwrap_or_default().to_string();

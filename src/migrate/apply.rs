@@ -10,7 +10,7 @@
 use std::time::Duration;
 
 use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration};
-use k8s_openapi::api::apps::v1::{ControllerRevision, Deployment};
+use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -18,10 +18,8 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt as _};
 
-use super::to_kruise::{self, TemplatePlan};
 use super::*;
 use crate::api::CloneSet;
-use crate::core::gojson;
 
 /// What `cloneset-operator migrate` was asked to do.
 #[derive(Clone, Debug)]
@@ -357,147 +355,6 @@ async fn rewrite_clonesets(client: &Client) -> Result<(usize, Vec<String>), Migr
     Ok((rewritten, failed))
 }
 
-/// What `cloneset-operator migrate --to-kruise` was asked to do.
-#[derive(Clone, Debug)]
-pub struct ToKruiseOptions {
-    /// Kruise's Helm release, given the CRD back.
-    pub target: Release,
-    /// This operator's leader-election Lease (`<namespace>`, `<name>`): it must not be held.
-    pub operator_lease_namespace: String,
-    pub operator_lease_name: String,
-    /// Only CloneSets in this namespace; all when `None`.
-    pub namespace: Option<String>,
-    /// Change nothing; say what would change (writes are sent as server-side dry runs).
-    pub dry_run: bool,
-    /// How long to wait for this operator's Lease to lapse.
-    pub lease_timeout: Duration,
-}
-
-/// Prepares the cluster for Kruise's manager (see [`super::to_kruise`]): once this operator no
-/// longer leads, stores each CloneSet's template as Kruise's webhook would have, then gives the CRD
-/// to Kruise's release. Every CloneSet is tried; the ones that failed make the error (run again).
-pub async fn run_to_kruise(client: &Client, opts: &ToKruiseOptions, say: &mut dyn FnMut(&str)) -> Result<Vec<Step>, MigrateError> {
-    let mut steps = Vec::new();
-    let mut record = |steps: &mut Vec<Step>, done: bool, line: String| {
-        say(&line);
-        steps.push(Step { done, line });
-    };
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let crd = crds.get_opt(CRD_NAME).await?.ok_or(MigrateError::NoCrd)?;
-
-    // 1. This operator must have stopped, or it would reconcile beside Kruise's manager.
-    let lease = LeaseRef { namespace: &opts.operator_lease_namespace, name: &opts.operator_lease_name, whose: "this operator's" };
-    let state = wait_for_lease(client, &lease, opts.dry_run, opts.lease_timeout, &mut |l| record(&mut steps, false, l.to_string()))
-        .await?
-        .map_err(|(holder, waited)| MigrateError::OperatorStillLeads {
-            lease: format!("{}/{}", lease.namespace, lease.name),
-            holder,
-            waited,
-        })?;
-    if state == LeaseState::Absent {
-        record(
-            &mut steps,
-            false,
-            format!(
-                "warning: no Lease {}/{}: if this operator runs elsewhere (another --leader-election-namespace, or \
-                 without leader election), stop it before starting Kruise's manager",
-                lease.namespace, lease.name
-            ),
-        );
-    } else {
-        record(
-            &mut steps,
-            false,
-            format!("this operator's Lease {}/{}: {}", lease.namespace, lease.name, describe(&state, "the operator")),
-        );
-    }
-
-    // 2. Templates as Kruise's webhook stores them.
-    let clonesets: Api<CloneSet> = match &opts.namespace {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
-    };
-    let write = if opts.dry_run { PatchParams::default().dry_run() } else { PatchParams::default() };
-    let mut failed = Vec::new();
-    let mut listed = clonesets.list(&ListParams::default()).await?.items;
-    listed.sort_by_key(|cs| (cs.namespace().unwrap_or_default(), cs.name_any()));
-    for cs in &listed {
-        let ns = cs.namespace().unwrap_or_default();
-        let name = format!("{ns}/{}", cs.name_any());
-        if cs.metadata.deletion_timestamp.is_some() {
-            record(&mut steps, false, format!("CloneSet {name}: being deleted, left alone"));
-            continue;
-        }
-        let update_revision = cs.status.as_ref().map(|s| s.update_revision.clone()).filter(|r| !r.is_empty());
-        let revisions: Api<ControllerRevision> = Api::namespaced(client.clone(), &ns);
-        let read = match &update_revision {
-            Some(r) => revisions.get_opt(r).await.map(|r| r.and_then(|r| r.data).map(|d| gojson::encode_value(&d.0))),
-            None => Ok(None),
-        };
-        let stored = serde_json::to_value(&cs.spec.template);
-        let (data, stored) = match (read, stored) {
-            (Ok(data), Ok(stored)) => (data, stored),
-            (Err(e), _) => {
-                record(&mut steps, false, format!("CloneSet {name}: error: its update revision cannot be read ({e}); run again"));
-                failed.push(name);
-                continue;
-            }
-            (_, Err(e)) => {
-                record(&mut steps, false, format!("CloneSet {name}: error: its template cannot be read ({e})"));
-                failed.push(name);
-                continue;
-            }
-        };
-        let revision = update_revision.as_deref().unwrap_or_default();
-        match to_kruise::plan_template(&stored, data.as_deref()) {
-            TemplatePlan::Keep => {
-                record(&mut steps, false, format!("CloneSet {name}: template already hashes to update revision {revision}"))
-            }
-            TemplatePlan::NewRevisionAnyway => {
-                let outcome = to_kruise::revision_outcome(update_revision.as_deref(), data.is_some(), false);
-                record(&mut steps, false, format!("CloneSet {name}: template already has Kruise's defaults; {outcome}"))
-            }
-            TemplatePlan::Write { template, keeps_revision } => {
-                let resource_version = cs.resource_version().unwrap_or_default();
-                let patch = to_kruise::template_patch(&resource_version, &template);
-                let outcome = to_kruise::revision_outcome(update_revision.as_deref(), data.is_some(), keeps_revision);
-                match Api::<CloneSet>::namespaced(client.clone(), &ns).patch(&cs.name_any(), &write, &Patch::<()>::Json(patch)).await {
-                    Ok(_) => {
-                        let v = verb(opts.dry_run, "stored", "store");
-                        record(&mut steps, true, format!("CloneSet {name}: {v} its template with Kruise's defaults; {outcome}"));
-                    }
-                    Err(e) => {
-                        record(&mut steps, false, format!("CloneSet {name}: error: its template was not written ({e}); run again"));
-                        failed.push(name);
-                    }
-                }
-            }
-        }
-    }
-
-    // 3. The CRD back to Kruise's release, so `helm upgrade` of it adopts the CRD again. A run
-    // over one namespace leaves the cluster-wide CRD as it is; after a failed write the CRD stays
-    // this operator's, so Helm refuses to reinstall Kruise until a run succeeds.
-    match crd_ownership_patch(&crd.metadata, &opts.target) {
-        _ if !failed.is_empty() => {
-            record(&mut steps, false, format!("CRD {CRD_NAME} left as it is: {} CloneSet(s) not prepared", failed.len()))
-        }
-        _ if opts.namespace.is_some() => {
-            record(&mut steps, false, format!("CRD {CRD_NAME} left as it is: --namespace prepares that namespace's CloneSets only"))
-        }
-        Some(patch) => {
-            crds.patch(CRD_NAME, &write, &Patch::Merge(&patch)).await?;
-            let v = verb(opts.dry_run, "gave", "give");
-            record(&mut steps, true, format!("{v} CRD {CRD_NAME} to Helm release {}, with helm.sh/resource-policy=keep", opts.target));
-        }
-        None => record(&mut steps, false, format!("CRD {CRD_NAME} already belongs to Helm release {} and is kept", opts.target)),
-    }
-    if !failed.is_empty() {
-        return Err(MigrateError::TemplatesNotWritten { clonesets: failed });
-    }
-    Ok(steps)
-}
-
 /// Removes the webhooks this operator replaces from Kruise's two configurations; one line per
 /// configuration found, and whether it changed.
 async fn cut_webhooks(client: &Client, replace: &PostParams, dry_run: bool) -> Result<Vec<(bool, String)>, MigrateError> {
@@ -534,7 +391,8 @@ fn cut_line(dry_run: bool, config: &str, remove: &[String], keep: &[String]) -> 
     }
 }
 
-fn describe(state: &LeaseState, manager: &str) -> String {
+/// A Lease's state in the words the command prints.
+pub(super) fn describe(state: &LeaseState, manager: &str) -> String {
     match state {
         LeaseState::Absent => format!("absent ({manager} is not running)"),
         LeaseState::Released => format!("released ({manager} stopped)"),
@@ -552,16 +410,16 @@ async fn wait_for_kruise_lease(client: &Client, opts: &Options, say: &mut dyn Fn
 }
 
 /// A leader-election Lease and whose it is, in the words the command prints.
-struct LeaseRef<'a> {
-    namespace: &'a str,
-    name: &'a str,
-    whose: &'a str,
+pub(super) struct LeaseRef<'a> {
+    pub(super) namespace: &'a str,
+    pub(super) name: &'a str,
+    pub(super) whose: &'a str,
 }
 
 /// Polls a Lease until it is no longer held (client-go's rule: the same record for a whole lease
 /// duration on our clock). A dry run looks once and does not wait. `Ok(Err((holder, waited)))`
 /// when it is still held after `timeout`.
-async fn wait_for_lease(
+pub(super) async fn wait_for_lease(
     client: &Client,
     lease_ref: &LeaseRef<'_>,
     dry_run: bool,

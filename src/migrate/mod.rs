@@ -22,6 +22,7 @@
 //! This module holds the decisions (pure, tested without a cluster); [`apply`] is the IO.
 
 pub mod apply;
+pub mod apply_to_kruise;
 pub mod storage;
 pub mod to_kruise;
 
