@@ -5,6 +5,8 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
+mod common;
+
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
@@ -15,17 +17,7 @@ fn pages() -> Vec<PathBuf> {
         .map(|p| root().join(p))
         .filter(|p| p.exists())
         .collect();
-    let mut dirs = vec![root().join("docs")];
-    while let Some(dir) = dirs.pop() {
-        for entry in std::fs::read_dir(&dir).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                dirs.push(path);
-            } else if path.extension().is_some_and(|e| e == "md") {
-                out.push(path);
-            }
-        }
-    }
+    out.extend(common::files_under(&root().join("docs"), "md"));
     for chart in std::fs::read_dir(root().join("charts")).unwrap() {
         let readme = chart.unwrap().path().join("README.md");
         if readme.exists() {

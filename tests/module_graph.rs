@@ -6,20 +6,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
+mod common;
+
 /// Each source file's module path (`src/core/sync.rs` → `["core", "sync"]`).
 fn modules(src: &Path) -> BTreeMap<Vec<String>, PathBuf> {
-    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
-        for entry in std::fs::read_dir(dir).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                walk(&path, out);
-            } else if path.extension().is_some_and(|e| e == "rs") {
-                out.push(path);
-            }
-        }
-    }
-    let mut files = Vec::new();
-    walk(src, &mut files);
+    let files = common::files_under(src, "rs");
     files
         .into_iter()
         .filter_map(|f| {

@@ -5,6 +5,8 @@ use std::path::Path;
 
 use cloneset_operator::core::gates::{FeatureGates, KRUISE_GATES, Stage};
 
+mod common;
+
 fn page(path: &str) -> String {
     std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(path)).unwrap_or_else(|e| panic!("{path}: {e}"))
 }
@@ -214,18 +216,6 @@ fn every_kruise_flag_is_accepted_as_documented() {
     }
 }
 
-/// Every `.rs` file below `dir`, as paths relative to the workspace.
-fn rust_files(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            rust_files(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path);
-        }
-    }
-}
-
 /// docs/development.md's map of the code names every source file: by its file name, or by its
 /// stem beside its folder's name (`bench/ (flows, ...)`). A module's `mod.rs` and `tests.rs`
 /// go with the module.
@@ -234,10 +224,7 @@ fn the_map_of_the_code_names_every_file() {
     let text = page("docs/development.md");
     let map = text.split_once("\n## Map of the code\n").unwrap().1.split("\n## ").next().unwrap();
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let mut files = Vec::new();
-    for dir in ["src", "tests", "e2e/src"] {
-        rust_files(&root.join(dir), &mut files);
-    }
+    let files: Vec<_> = ["src", "tests", "e2e/src"].iter().flat_map(|dir| common::files_under(&root.join(dir), "rs")).collect();
     let is_word = |w: &str| map.split(|c: char| !(c.is_alphanumeric() || c == '_' || c == '-' || c == '.')).any(|x| x == w);
     let mut unnamed: Vec<String> = files
         .iter()

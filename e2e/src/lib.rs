@@ -24,6 +24,25 @@ pub fn node_is_ready(node: &Node) -> bool {
     node.status.as_ref().and_then(|s| s.conditions.as_ref()).is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
+/// Every `.rs` file below `dir`, at any depth, sorted: for the tests that read the test files.
+#[cfg(test)]
+fn rust_files_under(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    let mut dirs = vec![dir.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                out.push(path);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
 #[cfg(test)]
 mod readme_map {
     use std::collections::BTreeMap;
@@ -48,23 +67,11 @@ mod readme_map {
         tests
     }
 
-    fn files_under(dir: &Path, out: &mut Vec<PathBuf>) {
-        for entry in std::fs::read_dir(dir).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                files_under(&path, out);
-            } else if path.extension().is_some_and(|e| e == "rs") {
-                out.push(path);
-            }
-        }
-    }
-
     /// Cargo finds no test file in a folder by itself: one not declared would never run.
     #[test]
     fn every_test_file_is_a_declared_test_binary() {
         let declared = declared_tests();
-        let mut files = Vec::new();
-        files_under(&crate_dir().join("tests"), &mut files);
+        let files = crate::rust_files_under(&crate_dir().join("tests"));
         for file in &files {
             assert!(declared.values().any(|p| p == file), "{} is not a [[test]] in e2e/Cargo.toml: it never runs", file.display());
         }

@@ -237,18 +237,10 @@ mod tests {
     /// on some supported release.
     #[test]
     fn every_version_dependent_test_exists_and_runs_somewhere() {
-        let mut sources = String::new();
-        let mut dirs = vec![std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests")];
-        while let Some(dir) = dirs.pop() {
-            for entry in std::fs::read_dir(dir).unwrap() {
-                let path = entry.unwrap().path();
-                if path.is_dir() {
-                    dirs.push(path);
-                } else if path.extension().is_some_and(|e| e == "rs") {
-                    sources += &std::fs::read_to_string(path).unwrap();
-                }
-            }
-        }
+        let sources: String = crate::rust_files_under(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests"))
+            .iter()
+            .map(|f| std::fs::read_to_string(f).unwrap())
+            .collect();
         for t in VERSION_DEPENDENT {
             assert_eq!(sources.matches(&format!("fn {}(", t.test)).count(), 1, "{}", t.test);
             assert!(supported().iter().any(|r| t.runs_on.includes(r.minor)), "{} runs nowhere", t.test);
