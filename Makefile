@@ -72,10 +72,9 @@ run: build cluster-toolchain ## Run the operator on the local control plane (sta
 	  export KUBECONFIG=$$PWD/$$kc; \
 	  echo "make run: CLUSTER=$(CLUSTER): installing the chart's CRD, admission policy and RBAC on context $$ctx and running the operator there"; \
 	fi; \
-	$(CHART_RELEASE) "$$KUBECONFIG" --set manager.replicas=0 $(if $(V1BETA1),--set crds.v1beta1=true); \
+	$(CHART_RELEASE) "$$KUBECONFIG" --set manager.replicas=0 \
+	  $(if $(V1BETA1),--set crds.v1beta1=true --set crds.conversionURL=https://$(RUN_WEBHOOK_ADDR)/convert); \
 	if [ -n "$(V1BETA1)" ]; then \
-	  kubectl patch crd clonesets.apps.kruise.io --type merge \
-	    -p '{"spec":{"conversion":{"webhook":{"clientConfig":{"service":null,"url":"https://$(RUN_WEBHOOK_ADDR)/convert"}}}}}' >/dev/null; \
 	  echo "make run: v1beta1 served, converted by this process (until it stops; then run again, or without V1BETA1)"; \
 	fi; \
 	exec $(OPERATOR) run --leader-election-namespace=cloneset-system $(if $(V1BETA1),--webhook-addr=$(RUN_WEBHOOK_ADDR) --webhook-hosts=$(RUN_WEBHOOK_HOST))

@@ -323,12 +323,94 @@ fn crds_v1beta1_serves_both_versions_through_the_releases_webhook_service() {
         json!({"namespace": "platform", "name": "edge-webhook", "path": "/convert", "port": 443})
     );
     assert!(webhook["clientConfig"]["caBundle"].is_null(), "the operator or cert-manager keeps the caBundle");
+    assert_eq!(webhook["clientConfig"]["url"], Value::Null, "written as null, so an upgrade removes a URL set outside Helm");
     assert_eq!(both["metadata"]["annotations"]["helm.sh/resource-policy"], "keep");
+    let url = crd_of(&["--set", "crds.v1beta1=true", "--set", "crds.conversionURL=https://127.0.0.1:9876/convert"]);
+    let client_config = url["spec"]["conversion"]["webhook"]["clientConfig"].as_object().unwrap();
+    assert_eq!(client_config.get("url"), Some(&json!("https://127.0.0.1:9876/convert")));
+    assert_eq!(client_config.get("service"), Some(&Value::Null), "the Service written as null");
     let with_cert_manager = crd_of(&["--set", "crds.v1beta1=true", "--set", "manager.webhook.certManager.enabled=true"]);
     assert_eq!(
         with_cert_manager["metadata"]["annotations"]["cert-manager.io/inject-ca-from"],
         "cloneset-system/cloneset-operator-webhook-cert"
     );
+}
+
+/// Every way the CRD's conversion can be left upgrades cleanly, each step a `helm upgrade` (or
+/// `helm rollback`) that the apiserver accepts: pointed at a URL by the chart
+/// (`crds.conversionURL`, as `make run V1BETA1=1` does) twice in a row; back to the release's
+/// Service; pointed at a URL outside Helm (`migrate --conversion-url`) and upgraded; v1beta1
+/// turned off and on again; and a rollback to the URL. Helm merges a CRD three ways, so a
+/// clientConfig left with both a URL and a Service (which the apiserver refuses) is what fails.
+#[tokio::test]
+async fn every_way_the_crds_conversion_was_left_upgrades_cleanly() {
+    let _one_at_a_time = CLUSTER.lock().await;
+    let client = testenv::client().await.unwrap();
+    install_api().await.unwrap();
+    let id = unique();
+    let release = format!("cso-conv-{id}");
+    let ns = format!("e2e-conv-{id}");
+    adopt_policy(&client, &release, "default").await;
+    let kubeconfig = testenv::kubeconfig().await.unwrap();
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let url = "https://127.0.0.1:9/convert";
+    let ns_value = format!("installation.namespace={ns}");
+    let upgrade = |extra: &[&str]| {
+        let mut args: Vec<String> = ["upgrade", "--install", &release, chart_dir().to_str().unwrap(), "--namespace", "default"]
+            .into_iter()
+            .map(String::from)
+            .collect();
+        args.extend(["--kubeconfig".to_string(), kubeconfig.display().to_string()]);
+        args.extend(["--set", &ns_value, "--set", "manager.replicas=0"].map(String::from));
+        args.extend(extra.iter().map(|s| s.to_string()));
+        args
+    };
+    // The served versions, and where conversions go: `url`, `service` or nothing.
+    let left = || async {
+        let crd = crds.get("clonesets.apps.kruise.io").await.unwrap();
+        let served: Vec<String> = crd.spec.versions.iter().filter(|v| v.served).map(|v| v.name.clone()).collect();
+        let config = crd.spec.conversion.and_then(|c| c.webhook).and_then(|w| w.client_config).unwrap_or_default();
+        let to = match (config.url, config.service) {
+            (Some(u), None) => u,
+            (None, Some(s)) => format!("service {}/{}", s.namespace, s.name),
+            (None, None) => "nowhere".to_string(),
+            (Some(u), Some(s)) => panic!("both {u} and service {}/{}", s.namespace, s.name),
+        };
+        (served.join(","), to)
+    };
+    let run = |args: Vec<String>| async move {
+        let out = helm_async(args.clone()).await;
+        assert!(out.status.success(), "helm {} failed:\n{}", args.join(" "), String::from_utf8_lossy(&out.stderr));
+    };
+    let service = format!("service {ns}/{release}-cloneset-operator-webhook");
+    let to_url = ["--set", "crds.v1beta1=true", "--set", &format!("crds.conversionURL={url}")].map(String::from);
+    let to_url: Vec<&str> = to_url.iter().map(String::as_str).collect();
+
+    run(upgrade(&to_url)).await;
+    assert_eq!(left().await, ("v1alpha1,v1beta1".to_string(), url.to_string()), "installed pointing at the URL");
+    run(upgrade(&to_url)).await;
+    assert_eq!(left().await.1, url, "the same again");
+    run(upgrade(&["--set", "crds.v1beta1=true"])).await;
+    assert_eq!(left().await.1, service, "back to the release's Service");
+    let elsewhere = json!({"spec": {"conversion": {"webhook": {"clientConfig": {"service": null, "url": url}}}}});
+    crds.patch("clonesets.apps.kruise.io", &PatchParams::default(), &Patch::Merge(&elsewhere)).await.unwrap();
+    run(upgrade(&["--set", "crds.v1beta1=true"])).await;
+    assert_eq!(left().await.1, service, "a URL set outside Helm gives way to the chart's Service");
+    run(upgrade(&[])).await;
+    assert_eq!(left().await, ("v1alpha1".to_string(), "nowhere".to_string()), "v1beta1 off");
+    run(upgrade(&to_url)).await;
+    assert_eq!(left().await.1, url, "v1beta1 on again, at the URL");
+    run(upgrade(&["--set", "crds.v1beta1=true"])).await;
+    let kc = kubeconfig.display().to_string();
+    run(["rollback", &release, "6", "--namespace", "default", "--kubeconfig", &kc].map(String::from).to_vec()).await;
+    assert_eq!(left().await.1, url, "a rollback to the URL's revision");
+
+    let uninstall = ["uninstall", &release, "--namespace", "default", "--kubeconfig", &kc, "--wait", "--timeout", "3m"];
+    run(uninstall.map(String::from).to_vec()).await;
+    wait_deleted(&Api::<Namespace>::all(client.clone()), &ns, T).await.unwrap();
+    // The CRD every other test uses, without conversion; the admission policies as they were.
+    testenv::apply_crd(&client, &cloneset_operator::api::crd::crd()).await.unwrap();
+    restore_policy(&client).await;
 }
 
 /// The chart's RBAC in its two modes. Whether it is exactly what the operator calls is checked
