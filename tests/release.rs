@@ -27,15 +27,26 @@ fn the_chart_and_the_binary_have_one_version() {
     assert_eq!(major, "0", "0.x until the API is stable (see docs/development.md)");
 }
 
+/// CHANGELOG.md opens with `## [Unreleased]`, where changes since the last release collect, then
+/// this version's dated section, then the earlier releases, newest first.
 #[test]
 fn the_changelog_opens_with_this_version() {
     let changelog = read("CHANGELOG.md");
-    // Changes since the last release collect under `## [Unreleased]`, above it.
-    let first = changelog.lines().find(|l| l.starts_with("## [") && *l != "## [Unreleased]").expect("a release section");
+    let sections: Vec<&str> = changelog.lines().filter(|l| l.starts_with("## [")).collect();
+    assert_eq!(sections.first(), Some(&"## [Unreleased]"), "CHANGELOG.md's first section");
     let heading = format!("## [{}] - ", env!("CARGO_PKG_VERSION"));
+    let first = sections.get(1).expect("a release section");
     assert!(first.starts_with(&heading), "CHANGELOG.md's first release is {first:?}, not {heading}<date>");
-    let date = &first[heading.len()..];
-    assert!(date.len() == 10 && date.chars().filter(|c| *c == '-').count() == 2, "a date, YYYY-MM-DD: {date:?}");
+    let mut dates = Vec::new();
+    for release in &sections[1..] {
+        let date = release.rsplit_once("] - ").unwrap_or_else(|| panic!("{release:?}: no date")).1;
+        assert!(
+            date.len() == 10 && date.split('-').map(|p| p.parse::<u32>().is_ok()).filter(|ok| *ok).count() == 3,
+            "{release:?}: a date, YYYY-MM-DD"
+        );
+        dates.push(date);
+    }
+    assert!(dates.windows(2).all(|w| w[0] >= w[1]), "releases newest first: {dates:?}");
 }
 
 #[test]
