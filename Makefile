@@ -170,6 +170,11 @@ dist: ## A static release binary for workstations (e.g. `migrate`), with LICENSE
 	(cd $(DIST_DIR) && sha256sum $$name.tar.gz > $$name.tar.gz.sha256); \
 	echo "make dist: $(DIST_DIR)/$$name.tar.gz ($$(cut -c1-16 $(DIST_DIR)/$$name.tar.gz.sha256)...)"
 
+.PHONY: release
+RELEASE_DIR := target/releases/$(VERSION)
+release: image dist ## Everything a release of VERSION ships, in target/releases/VERSION: image archive, binary, both charts, notes, SHA256SUMS
+	@IMAGE_ARCHIVE=$(IMAGE_ARCHIVE) DIST_DIR=$(DIST_DIR) bash e2e/scripts/release.sh $(VERSION) $(HOST_TRIPLE) $(RELEASE_DIR)
+
 .PHONY: cluster-up
 cluster-up: build cluster-toolchain ## Start the local control plane with REAL_NODES real nodes (idempotent); prints `export KUBECONFIG=...` last
 	@$(LOCAL_CLUSTER) --dir $(CLUSTER_DIR) up --real-nodes $(REAL_NODES)
