@@ -56,7 +56,7 @@ pub async fn run(client: &Client, opts: &Options, say: &mut dyn FnMut(&str)) -> 
     if let Some(stored) = &take_over.stored_elsewhere {
         m.stored_as_v1alpha1(stored).await?;
     }
-    Ok(m.steps)
+    Ok(m.said.steps)
 }
 
 /// One run of `migrate`: the steps in the order [`run`] takes them, each a no-op when done
@@ -68,8 +68,7 @@ struct Migration<'a> {
     /// Patches and replacements: server-side dry runs in a dry run.
     write: PatchParams,
     replace: PostParams,
-    steps: Vec<Step>,
-    say: &'a mut dyn FnMut(&str),
+    said: Said<'a>,
 }
 
 impl<'a> Migration<'a> {
@@ -80,14 +79,8 @@ impl<'a> Migration<'a> {
             crds: Api::all(client.clone()),
             write: if opts.dry_run { PatchParams::default().dry_run() } else { PatchParams::default() },
             replace: PostParams { dry_run: opts.dry_run, field_manager: None },
-            steps: Vec::new(),
-            say,
+            said: Said::new(say),
         }
-    }
-
-    fn record(&mut self, done: bool, line: String) {
-        (self.say)(&line);
-        self.steps.push(Step { done, line });
     }
 
     /// Step 1: Kruise's manager must be gone, or it takes its Lease back and restores its webhooks.
@@ -104,7 +97,7 @@ impl<'a> Migration<'a> {
                 "Kruise's manager {}/{KRUISE_MANAGER_DEPLOYMENT} runs {replicas} replica(s): the real run refuses until it is scaled to 0",
                 self.opts.kruise_namespace
             );
-            self.record(false, line);
+            self.said.record(false, line);
         }
         Ok(())
     }
@@ -122,7 +115,7 @@ impl<'a> Migration<'a> {
             "{v} the CRD's conversion from {} to {}, trusting the CAs this operator's replicas published",
             take_over.previous, self.opts.conversion
         );
-        self.record(true, line);
+        self.said.record(true, line);
         Ok(())
     }
 
@@ -132,7 +125,7 @@ impl<'a> Migration<'a> {
     /// cuts them again after the lapse.
     async fn cut_kruise_webhooks(&mut self) -> Result<(), MigrateError> {
         for (done, line) in cut_webhooks(self.client, &self.replace, self.opts.dry_run).await? {
-            self.record(done, line);
+            self.said.record(done, line);
         }
         Ok(())
     }
@@ -140,14 +133,10 @@ impl<'a> Migration<'a> {
     /// Step 4: Kruise's Lease lapsed: no Kruise replica is left to undo steps 2 and 3.
     async fn kruise_lease_lapsed(&mut self) -> Result<(), MigrateError> {
         let (client, opts) = (self.client, self.opts);
-        let (say, steps) = (&mut self.say, &mut self.steps);
-        let state = wait_for_kruise_lease(client, opts, &mut |l| {
-            say(l);
-            steps.push(Step { done: false, line: l.to_string() });
-        })
-        .await?;
+        let said = &mut self.said;
+        let state = wait_for_kruise_lease(client, opts, &mut |l| said.progress(l)).await?;
         let line = format!("Kruise's Lease {}/{KRUISE_LEASE_NAME}: {}", opts.kruise_namespace, describe(&state, "Kruise's manager"));
-        self.record(false, line);
+        self.said.record(false, line);
         Ok(())
     }
 
@@ -162,7 +151,7 @@ impl<'a> Migration<'a> {
             self.crds.patch(CRD_NAME, &self.write, &Patch::Json::<()>(patch)).await?;
             let line =
                 format!("pointed the CRD's conversion at {} again: a stopping Kruise replica had put its own back", self.opts.conversion);
-            self.record(true, line);
+            self.said.record(true, line);
         }
         check_conversions(self.client, &self.opts.conversion).await?;
         // Kruise's manager rewrites the conversion in every replica, leader or not.
@@ -171,7 +160,7 @@ impl<'a> Migration<'a> {
         if !self.opts.conversion.is(&config) {
             return Err(MigrateError::ConversionTakenBack { by: crate::webhook::ca_bundle::target_host(&config).unwrap_or_default() });
         }
-        self.record(false, "CloneSets read through apps.kruise.io/v1alpha1 and v1beta1".to_string());
+        self.said.record(false, "CloneSets read through apps.kruise.io/v1alpha1 and v1beta1".to_string());
         Ok(())
     }
 
@@ -181,7 +170,7 @@ impl<'a> Migration<'a> {
             return Ok(());
         }
         for (_, line) in cut_webhooks(self.client, &self.replace, false).await?.into_iter().filter(|(done, _)| *done) {
-            self.record(true, format!("{line} again: a stopping Kruise replica had restored them"));
+            self.said.record(true, format!("{line} again: a stopping Kruise replica had restored them"));
         }
         Ok(())
     }
@@ -197,7 +186,7 @@ impl<'a> Migration<'a> {
                  (HELM_DRIVER), `helm uninstall {}` would still delete the CRD",
                 owner.name
             );
-            self.record(false, line);
+            self.said.record(false, line);
         }
         let mut listed = 0;
         for mut secret in records {
@@ -212,10 +201,10 @@ impl<'a> Migration<'a> {
             let v = verb(self.opts.dry_run, "removed", "remove");
             let line =
                 format!("{v} the CRD from Helm release record {}/{name}, so `helm uninstall {}` leaves it", owner.namespace, owner.name);
-            self.record(true, line);
+            self.said.record(true, line);
         }
         if listed == 0 {
-            self.record(false, format!("Helm release {owner} does not list the CRD (any more)"));
+            self.said.record(false, format!("Helm release {owner} does not list the CRD (any more)"));
         }
         Ok(())
     }
@@ -228,13 +217,13 @@ impl<'a> Migration<'a> {
     ) -> Result<(), MigrateError> {
         let target = &self.opts.target;
         let Some(patch) = crd_ownership_patch(&crd.metadata, target) else {
-            self.record(false, format!("CRD {CRD_NAME} already belongs to Helm release {target} and is kept"));
+            self.said.record(false, format!("CRD {CRD_NAME} already belongs to Helm release {target} and is kept"));
             return Ok(());
         };
         self.crds.patch(CRD_NAME, &self.write, &Patch::Merge(&patch)).await?;
         let from = previous_owner.map_or("no Helm release".to_string(), |o| format!("Helm release {o}"));
         let v = verb(self.opts.dry_run, "moved", "move");
-        self.record(true, format!("{v} CRD {CRD_NAME} from {from} to Helm release {target}, with helm.sh/resource-policy=keep"));
+        self.said.record(true, format!("{v} CRD {CRD_NAME} from {from} to Helm release {target}, with helm.sh/resource-policy=keep"));
         Ok(())
     }
 
@@ -246,7 +235,7 @@ impl<'a> Migration<'a> {
             let before = storage_version_hash(self.client).await;
             self.crds.patch(CRD_NAME, &self.write, &Patch::Json::<()>(patch.clone())).await?;
             let v = verb(self.opts.dry_run, "made", "make");
-            self.record(
+            self.said.record(
                 true,
                 format!("{v} {}/{} the CRD's storage version", crate::api::conversion::GROUP, crate::api::crd::STORAGE_VERSION),
             );
@@ -255,19 +244,19 @@ impl<'a> Migration<'a> {
             }
         }
         if self.opts.dry_run {
-            self.record(
+            self.said.record(
                 true,
                 format!("would rewrite every CloneSet as v1alpha1 (some are stored as {stored}) and set the CRD's storedVersions"),
             );
             return Ok(());
         }
         let (rewritten, failed) = rewrite_clonesets(self.client).await?;
-        self.record(true, format!("rewrote {rewritten} CloneSet(s), so each is stored as v1alpha1"));
+        self.said.record(true, format!("rewrote {rewritten} CloneSet(s), so each is stored as v1alpha1"));
         if !failed.is_empty() {
             return Err(MigrateError::NotRewritten { clonesets: failed });
         }
         self.crds.patch_status(CRD_NAME, &self.write, &Patch::Merge(storage::stored_versions_patch())).await?;
-        self.record(true, format!("set the CRD's storedVersions to [{}] (was {stored} too)", crate::api::crd::STORAGE_VERSION));
+        self.said.record(true, format!("set the CRD's storedVersions to [{}] (was {stored} too)", crate::api::crd::STORAGE_VERSION));
         Ok(())
     }
 }
@@ -552,14 +541,14 @@ mod tests {
         let mut m = Migration::new(&client, &real, &mut quiet);
         let refused = m.kruise_manager_stopped().await;
         assert!(matches!(refused, Err(MigrateError::KruiseManagerScaledUp { replicas: 2 })), "{refused:?}");
-        assert!(m.steps.is_empty());
+        assert!(m.said.steps.is_empty());
         let mut m = Migration::new(&client, &dry, &mut quiet);
         m.kruise_manager_stopped().await.unwrap();
-        assert!(matches!(&m.steps[..], [s] if !s.done && s.line.contains("runs 2 replica(s)")), "{:?}", m.steps);
+        assert!(matches!(&m.said.steps[..], [s] if !s.done && s.line.contains("runs 2 replica(s)")), "{:?}", m.said.steps);
         apiserver.put(&format!("{DEPLOYMENTS}/{KRUISE_MANAGER_DEPLOYMENT}"), manager(0));
         let mut m = Migration::new(&client, &real, &mut quiet);
         m.kruise_manager_stopped().await.unwrap();
-        assert!(m.steps.is_empty());
+        assert!(m.said.steps.is_empty());
         assert!(sent(&apiserver).iter().all(|l| l.starts_with("GET ")), "reads only");
     }
 
@@ -575,7 +564,7 @@ mod tests {
         let dry = options(true);
         let mut m = Migration::new(&client, &dry, &mut quiet);
         m.cut_kruise_webhooks().await.unwrap();
-        assert!(m.steps[0].line.starts_with("would remove mpod.kb.io"), "{:?}", m.steps);
+        assert!(m.said.steps[0].line.starts_with("would remove mpod.kb.io"), "{:?}", m.said.steps);
         assert_eq!(apiserver.get(&path), Some(kruise_webhooks()), "a dry run changes nothing");
         assert!(sent(&apiserver).contains(&format!("PUT {path} (dry run)")));
 
@@ -586,11 +575,11 @@ mod tests {
         let names: Vec<&str> = held["webhooks"].as_array().unwrap().iter().map(|w| w["name"].as_str().unwrap()).collect();
         assert_eq!(names, ["mstatefulset.kb.io"]);
         let expected = format!("removed mpod.kb.io from {KRUISE_MUTATING_CONFIG} (1 others, for Kruise's other kinds, kept)");
-        assert!(matches!(&m.steps[..], [s] if s.done && s.line == expected), "{:?}", m.steps);
+        assert!(matches!(&m.said.steps[..], [s] if s.done && s.line == expected), "{:?}", m.said.steps);
         assert!(sent(&apiserver).contains(&format!("PUT {path}")));
         let mut m = Migration::new(&client, &real, &mut quiet);
         m.cut_kruise_webhooks().await.unwrap();
-        assert!(matches!(&m.steps[..], [s] if !s.done && s.line.contains("no pod or CloneSet webhook left")), "{:?}", m.steps);
+        assert!(matches!(&m.said.steps[..], [s] if !s.done && s.line.contains("no pod or CloneSet webhook left")), "{:?}", m.said.steps);
         assert!(!sent(&apiserver).iter().any(|l| l.starts_with("PUT ")), "nothing left to write");
     }
 
@@ -605,7 +594,7 @@ mod tests {
         let mut m = Migration::new(&client, &real, &mut quiet);
         m.kruise_lease_lapsed().await.unwrap();
         let absent = format!("Kruise's Lease kruise-system/{KRUISE_LEASE_NAME}: absent (Kruise's manager is not running)");
-        assert!(matches!(&m.steps[..], [s] if s.line == absent), "{:?}", m.steps);
+        assert!(matches!(&m.said.steps[..], [s] if s.line == absent), "{:?}", m.said.steps);
         let renewed = k8s_openapi::jiff::Timestamp::now().to_string();
         apiserver.put(
             &format!("{LEASES}/{KRUISE_LEASE_NAME}"),
@@ -614,7 +603,7 @@ mod tests {
         );
         let mut m = Migration::new(&client, &dry, &mut quiet);
         m.kruise_lease_lapsed().await.unwrap();
-        assert!(matches!(&m.steps[..], [s] if s.line.contains("held by kruise-0")), "{:?}", m.steps);
+        assert!(matches!(&m.said.steps[..], [s] if s.line.contains("held by kruise-0")), "{:?}", m.said.steps);
     }
 
     /// Step 5: the CRD leaves Kruise's release record (the record's other objects stay), so
@@ -632,15 +621,19 @@ mod tests {
         m.out_of_previous_release(&kruise).await.unwrap();
         let manifest = manifest_of(&apiserver.get(&path).unwrap());
         assert!(!manifest.contains(CRD_NAME) && manifest.contains("kind: Namespace"), "{manifest}");
-        assert!(matches!(&m.steps[..], [s] if s.done && s.line.contains("removed the CRD from Helm release record")), "{:?}", m.steps);
+        assert!(
+            matches!(&m.said.steps[..], [s] if s.done && s.line.contains("removed the CRD from Helm release record")),
+            "{:?}",
+            m.said.steps
+        );
         assert_eq!(sent(&apiserver), [format!("GET {SECRETS}"), format!("PUT {path}")]);
         let mut m = Migration::new(&client, &real, &mut quiet);
         m.out_of_previous_release(&kruise).await.unwrap();
-        assert!(matches!(&m.steps[..], [s] if !s.done && s.line.contains("does not list the CRD")), "{:?}", m.steps);
+        assert!(matches!(&m.said.steps[..], [s] if !s.done && s.line.contains("does not list the CRD")), "{:?}", m.said.steps);
         let elsewhere = Release { name: "kruise".into(), namespace: "other".into() };
         let mut m = Migration::new(&client, &real, &mut quiet);
         m.out_of_previous_release(&elsewhere).await.unwrap();
-        assert!(m.steps[0].line.starts_with("warning: no Helm release records"), "{:?}", m.steps);
+        assert!(m.said.steps[0].line.starts_with("warning: no Helm release records"), "{:?}", m.said.steps);
     }
 
     /// Step 6: the CRD moves from Kruise's release to ours, kept on uninstall; then it is ours.
@@ -664,11 +657,11 @@ mod tests {
         );
         assert_eq!(annotations["helm.sh/resource-policy"], "keep");
         let moved = "moved CRD clonesets.apps.kruise.io from Helm release kruise-system/kruise to Helm release ops/cloneset-operator";
-        assert!(matches!(&m.steps[..], [s] if s.done && s.line.starts_with(moved)), "{:?}", m.steps);
+        assert!(matches!(&m.said.steps[..], [s] if s.done && s.line.starts_with(moved)), "{:?}", m.said.steps);
         let ours: CustomResourceDefinition = serde_json::from_value(held).unwrap();
         let mut m = Migration::new(&client, &real, &mut quiet);
         m.crd_to_target_release(&ours, helm_owner(&ours.metadata).as_ref()).await.unwrap();
-        assert!(matches!(&m.steps[..], [s] if !s.done && s.line.contains("already belongs")), "{:?}", m.steps);
+        assert!(matches!(&m.said.steps[..], [s] if !s.done && s.line.contains("already belongs")), "{:?}", m.said.steps);
     }
 
     /// The whole pipeline as a dry run over a cluster Kruise ran on: every step says what it

@@ -43,7 +43,7 @@ pub async fn run_to_kruise(client: &Client, opts: &ToKruiseOptions, say: &mut dy
     if !failed.is_empty() {
         return Err(MigrateError::TemplatesNotWritten { clonesets: failed });
     }
-    Ok(m.steps)
+    Ok(m.said.steps)
 }
 
 /// One run of `migrate --to-kruise`: the steps in the order [`run_to_kruise`] takes them.
@@ -53,8 +53,7 @@ struct ToKruise<'a> {
     crds: Api<CustomResourceDefinition>,
     /// Patches: server-side dry runs in a dry run.
     write: PatchParams,
-    steps: Vec<Step>,
-    say: &'a mut dyn FnMut(&str),
+    said: Said<'a>,
 }
 
 impl<'a> ToKruise<'a> {
@@ -64,31 +63,18 @@ impl<'a> ToKruise<'a> {
             opts,
             crds: Api::all(client.clone()),
             write: if opts.dry_run { PatchParams::default().dry_run() } else { PatchParams::default() },
-            steps: Vec::new(),
-            say,
+            said: Said::new(say),
         }
-    }
-
-    fn record(&mut self, done: bool, line: String) {
-        (self.say)(&line);
-        self.steps.push(Step { done, line });
     }
 
     /// Step 1: this operator must have stopped, or it would reconcile beside Kruise's manager.
     async fn operator_stopped(&mut self) -> Result<(), MigrateError> {
         let (client, opts) = (self.client, self.opts);
         let lease = LeaseRef { namespace: &opts.operator_lease_namespace, name: &opts.operator_lease_name, whose: "this operator's" };
-        let (say, steps) = (&mut self.say, &mut self.steps);
-        let state = wait_for_lease(client, &lease, opts.dry_run, opts.lease_timeout, &mut |l| {
-            say(l);
-            steps.push(Step { done: false, line: l.to_string() });
-        })
-        .await?
-        .map_err(|(holder, waited)| MigrateError::OperatorStillLeads {
-            lease: format!("{}/{}", lease.namespace, lease.name),
-            holder,
-            waited,
-        })?;
+        let said = &mut self.said;
+        let state = wait_for_lease(client, &lease, opts.dry_run, opts.lease_timeout, &mut |l| said.progress(l)).await?.map_err(
+            |(holder, waited)| MigrateError::OperatorStillLeads { lease: format!("{}/{}", lease.namespace, lease.name), holder, waited },
+        )?;
         let line = if state == LeaseState::Absent {
             format!(
                 "warning: no Lease {}/{}: if this operator runs elsewhere (another --leader-election-namespace, or \
@@ -98,7 +84,7 @@ impl<'a> ToKruise<'a> {
         } else {
             format!("this operator's Lease {}/{}: {}", lease.namespace, lease.name, describe(&state, "the operator"))
         };
-        self.record(false, line);
+        self.said.record(false, line);
         Ok(())
     }
 
@@ -121,7 +107,7 @@ impl<'a> ToKruise<'a> {
                     (false, format!("error: {reason}"))
                 }
             };
-            self.record(done, format!("CloneSet {name}: {line}"));
+            self.said.record(done, format!("CloneSet {name}: {line}"));
         }
         Ok(failed)
     }
@@ -178,12 +164,12 @@ impl<'a> ToKruise<'a> {
                 self.crds.patch(CRD_NAME, &self.write, &Patch::Merge(&patch)).await?;
                 let v = verb(self.opts.dry_run, "gave", "give");
                 let line = format!("{v} CRD {CRD_NAME} to Helm release {target}, with helm.sh/resource-policy=keep");
-                self.record(true, line);
+                self.said.record(true, line);
                 return Ok(());
             }
             None => format!("CRD {CRD_NAME} already belongs to Helm release {target} and is kept"),
         };
-        self.record(false, line);
+        self.said.record(false, line);
         Ok(())
     }
 }
@@ -246,9 +232,9 @@ mod tests {
         let mut m = ToKruise::new(&client, &real, &mut quiet);
         m.operator_stopped().await.unwrap();
         assert!(
-            matches!(&m.steps[..], [s] if s.line.starts_with("warning: no Lease cloneset-system/cloneset-operator-leader")),
+            matches!(&m.said.steps[..], [s] if s.line.starts_with("warning: no Lease cloneset-system/cloneset-operator-leader")),
             "{:?}",
-            m.steps
+            m.said.steps
         );
         apiserver.put(
             LEASE,
@@ -260,10 +246,10 @@ mod tests {
         let mut m = ToKruise::new(&client, &real, &mut quiet);
         let refused = m.operator_stopped().await;
         assert!(matches!(&refused, Err(MigrateError::OperatorStillLeads { holder, .. }) if holder == "operator-0"), "{refused:?}");
-        assert!(m.steps[0].line.starts_with("waiting up to 0s for this operator's Lease"), "{:?}", m.steps);
+        assert!(m.said.steps[0].line.starts_with("waiting up to 0s for this operator's Lease"), "{:?}", m.said.steps);
         let mut m = ToKruise::new(&client, &dry, &mut quiet);
         m.operator_stopped().await.unwrap();
-        assert!(matches!(&m.steps[..], [s] if s.line.contains("held by operator-0")), "{:?}", m.steps);
+        assert!(matches!(&m.said.steps[..], [s] if s.line.contains("held by operator-0")), "{:?}", m.said.steps);
     }
 
     /// Step 2: a template as written is stored with Kruise's defaults (a dry run only says so),
@@ -281,12 +267,12 @@ mod tests {
         let mut m = ToKruise::new(&client, &dry, &mut quiet);
         assert_eq!(m.templates_with_kruise_defaults().await.unwrap(), ["ns/broken"]);
         assert_eq!(apiserver.get(&format!("{CLONESETS}/web")).unwrap()["spec"]["template"], written(), "a dry run changes nothing");
-        assert!(m.steps[2].line.starts_with("CloneSet ns/web: would store its template"), "{:?}", m.steps);
+        assert!(m.said.steps[2].line.starts_with("CloneSet ns/web: would store its template"), "{:?}", m.said.steps);
 
         let real = options(false, Some("ns"));
         let mut m = ToKruise::new(&client, &real, &mut quiet);
         assert_eq!(m.templates_with_kruise_defaults().await.unwrap(), ["ns/broken"]);
-        let lines: Vec<(bool, &str)> = m.steps.iter().map(|s| (s.done, s.line.as_str())).collect();
+        let lines: Vec<(bool, &str)> = m.said.steps.iter().map(|s| (s.done, s.line.as_str())).collect();
         let (broken, rest) = lines.split_first().unwrap();
         assert!(!broken.0 && broken.1.starts_with("CloneSet ns/broken: error: its update revision cannot be read ("), "{broken:?}");
         assert!(broken.1.ends_with("; run again"), "{broken:?}");
@@ -309,7 +295,7 @@ mod tests {
 
         let mut m = ToKruise::new(&client, &real, &mut quiet);
         m.templates_with_kruise_defaults().await.unwrap();
-        assert!(m.steps[2].line.starts_with("CloneSet ns/web: template already has Kruise's defaults"), "{:?}", m.steps);
+        assert!(m.said.steps[2].line.starts_with("CloneSet ns/web: template already has Kruise's defaults"), "{:?}", m.said.steps);
         assert!(!apiserver.take().iter().any(|s| s.method == http::Method::PATCH), "nothing left to write");
     }
 
@@ -325,10 +311,10 @@ mod tests {
         let (all, one) = (options(false, None), options(false, Some("ns")));
         let mut m = ToKruise::new(&client, &all, &mut quiet);
         m.crd_to_kruise_release(&ours, 1).await.unwrap();
-        assert_eq!(m.steps[0].line, format!("CRD {CRD_NAME} left as it is: 1 CloneSet(s) not prepared"));
+        assert_eq!(m.said.steps[0].line, format!("CRD {CRD_NAME} left as it is: 1 CloneSet(s) not prepared"));
         let mut m = ToKruise::new(&client, &one, &mut quiet);
         m.crd_to_kruise_release(&ours, 0).await.unwrap();
-        assert!(m.steps[0].line.ends_with("--namespace prepares that namespace's CloneSets only"), "{:?}", m.steps);
+        assert!(m.said.steps[0].line.ends_with("--namespace prepares that namespace's CloneSets only"), "{:?}", m.said.steps);
         assert_eq!(apiserver.get(CRD), Some(crd("ops", "cloneset-operator")), "left as it is");
 
         let mut m = ToKruise::new(&client, &all, &mut quiet);
@@ -340,13 +326,13 @@ mod tests {
             (&json!("kruise"), &json!("kruise-system"))
         );
         assert!(
-            matches!(&m.steps[..], [s] if s.done && s.line.starts_with("gave CRD clonesets.apps.kruise.io to Helm release kruise-system/kruise")),
+            matches!(&m.said.steps[..], [s] if s.done && s.line.starts_with("gave CRD clonesets.apps.kruise.io to Helm release kruise-system/kruise")),
             "{:?}",
-            m.steps
+            m.said.steps
         );
         let kruise_s: CustomResourceDefinition = serde_json::from_value(held).unwrap();
         let mut m = ToKruise::new(&client, &all, &mut quiet);
         m.crd_to_kruise_release(&kruise_s, 0).await.unwrap();
-        assert!(matches!(&m.steps[..], [s] if !s.done && s.line.contains("already belongs")), "{:?}", m.steps);
+        assert!(matches!(&m.said.steps[..], [s] if !s.done && s.line.contains("already belongs")), "{:?}", m.said.steps);
     }
 }

@@ -277,6 +277,29 @@ pub struct Step {
     pub line: String,
 }
 
+/// What a run has said: each line handed to `say` as it comes, and kept as a step.
+pub(crate) struct Said<'a> {
+    pub(crate) steps: Vec<Step>,
+    say: &'a mut dyn FnMut(&str),
+}
+
+impl<'a> Said<'a> {
+    pub(crate) fn new(say: &'a mut dyn FnMut(&str)) -> Self {
+        Self { steps: Vec::new(), say }
+    }
+
+    /// A step: `done` when it changed (or, in a dry run, would change) something.
+    pub(crate) fn record(&mut self, done: bool, line: String) {
+        (self.say)(&line);
+        self.steps.push(Step { done, line });
+    }
+
+    /// A line said while waiting, which changes nothing.
+    pub(crate) fn progress(&mut self, line: &str) {
+        self.record(false, line.to_string());
+    }
+}
+
 /// Counts changes made (or, in a dry run, that would be) over the steps.
 pub fn changes(steps: &[Step]) -> usize {
     steps.iter().filter(|s| s.done).count()
