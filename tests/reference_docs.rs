@@ -102,10 +102,10 @@ fn the_flag_tables_match_the_argument_parser() {
     let section = text.split_once("\n## Flags of `run`\n").unwrap().1.split("\n## ").next().unwrap();
     let mut documented: Vec<(String, String)> = Vec::new();
     for row in section.lines().filter(|l| l.starts_with("| `-")) {
-        let cells: Vec<&str> = row.trim_matches('|').split('|').map(str::trim).collect();
+        let cells = cells(row);
         // The long name: the last of the first cell's names (`-v`, `--v`).
         let name = cells[0].split(", ").last().unwrap().trim_matches('`').to_string();
-        documented.push((name, cells[1].to_string()));
+        documented.push((name, cells[1].clone()));
     }
     let help = help_flags();
     for (name, default) in &help {
@@ -125,12 +125,16 @@ fn the_flag_tables_match_the_argument_parser() {
     }
 }
 
+/// The lines of a golden list (tests/golden/), without its `#` comments.
+fn golden_lines(path: &str) -> Vec<String> {
+    page(path).lines().filter(|l| !l.starts_with('#') && !l.is_empty()).map(String::from).collect()
+}
+
 /// The flags `kruise-manager` v1.9.0 registers (tests/golden/kruise-manager-v1.9.0-flags.tsv):
 /// `(name, Go type, default)`.
 fn kruise_flags() -> Vec<(String, String, String)> {
-    page("tests/golden/kruise-manager-v1.9.0-flags.tsv")
-        .lines()
-        .filter(|l| !l.starts_with('#') && !l.is_empty())
+    golden_lines("tests/golden/kruise-manager-v1.9.0-flags.tsv")
+        .iter()
         .map(|l| {
             let mut cells = l.split('\t').map(String::from);
             (cells.next().unwrap(), cells.next().unwrap(), cells.next().unwrap_or_default().trim_matches('"').to_string())
@@ -174,14 +178,14 @@ fn every_kruise_flag_is_accepted_as_documented() {
                 _ => "",
             };
             let default = if default.is_empty() { zero } else { default.as_str() };
+            let row = row_of(&flag);
             if !same_default(ours, default) {
-                let row = row_of(&flag);
                 assert!(
                     row.contains("Kruise") && row.contains(default),
                     "{flag}: the default here is {ours:?}, Kruise's {default:?}; its row on docs/reference/flags.md does not name Kruise's: {row}"
                 );
             }
-            assert!(!row_of(&flag).contains("Not a Kruise flag"), "{flag} is a Kruise flag; its row says it is not");
+            assert!(!row.contains("Not a Kruise flag"), "{flag} is a Kruise flag; its row says it is not");
             continue;
         }
         let Some((_, kind)) = KRUISE_FLAGS_WITHOUT_EFFECT.iter().find(|(n, _)| n == name) else {
@@ -277,32 +281,27 @@ async fn the_metrics_table_matches_what_is_served() {
     assert_eq!(documented, served, "docs/reference/metrics.md's table against /metrics:\n{served_text}");
 }
 
-/// The value paths `schema` declares: `(path, is_leaf)`, leaving out the Kruise-only keys it
-/// refuses (a `const` that says so) and Helm's own `global`.
-fn schema_paths(schema: &serde_json::Value, prefix: &str, out: &mut Vec<(String, bool)>) {
-    let Some(props) = schema.get("properties").and_then(|p| p.as_object()) else { return };
-    for (key, sub) in props {
-        let refused = sub.get("const").and_then(|c| c.as_str()).is_some_and(|c| c.starts_with("Kruise-only"));
-        if refused || (prefix.is_empty() && key == "global") {
-            continue;
-        }
-        let path = if prefix.is_empty() { key.clone() } else { format!("{prefix}.{key}") };
-        out.push((path.clone(), sub.get("properties").is_none()));
-        schema_paths(sub, &path, out);
-    }
-}
-
-/// The Kruise-only keys `schema` refuses (a `const` that says so), as paths.
-fn refused_paths(schema: &serde_json::Value, prefix: &str, out: &mut Vec<String>) {
-    let Some(props) = schema.get("properties").and_then(|p| p.as_object()) else { return };
-    for (key, sub) in props {
-        let path = if prefix.is_empty() { key.clone() } else { format!("{prefix}.{key}") };
-        if sub.get("const").and_then(|c| c.as_str()).is_some_and(|c| c.starts_with("Kruise-only")) {
-            out.push(path);
-        } else {
-            refused_paths(sub, &path, out);
+/// The value paths `schema` declares, `(path, is_leaf)`, and the Kruise-only ones it refuses (a
+/// `const` that says so), by path; Helm's own `global` is neither.
+fn schema_paths(schema: &serde_json::Value) -> (Vec<(String, bool)>, Vec<String>) {
+    fn walk(schema: &serde_json::Value, prefix: &str, declared: &mut Vec<(String, bool)>, refused: &mut Vec<String>) {
+        let Some(props) = schema.get("properties").and_then(|p| p.as_object()) else { return };
+        for (key, sub) in props {
+            if prefix.is_empty() && key == "global" {
+                continue;
+            }
+            let path = if prefix.is_empty() { key.clone() } else { format!("{prefix}.{key}") };
+            if sub.get("const").and_then(|c| c.as_str()).is_some_and(|c| c.starts_with("Kruise-only")) {
+                refused.push(path);
+                continue;
+            }
+            declared.push((path.clone(), sub.get("properties").is_none()));
+            walk(sub, &path, declared, refused);
         }
     }
+    let (mut declared, mut refused) = (Vec::new(), Vec::new());
+    walk(schema, "", &mut declared, &mut refused);
+    (declared, refused)
 }
 
 /// The chart README's table of values: each row's value paths (`a.b` / `.c` is `a.b` and
@@ -336,8 +335,7 @@ fn at_or_under(path: &str, ancestor: &str) -> bool {
 #[test]
 fn the_chart_values_table_matches_the_schema() {
     let schema: serde_json::Value = serde_json::from_str(&page("charts/cloneset-operator/values.schema.json")).unwrap();
-    let mut paths = Vec::new();
-    schema_paths(&schema, "", &mut paths);
+    let (paths, _) = schema_paths(&schema);
     let listed: Vec<String> = chart_value_rows().into_iter().flat_map(|(names, _)| names).collect();
     for name in &listed {
         assert!(paths.iter().any(|(p, _)| p == name), "the chart README lists {name}, which values.schema.json does not declare");
@@ -356,23 +354,16 @@ fn the_chart_values_table_matches_the_schema() {
 /// names it. A row that says "same key" names only keys Kruise's chart has.
 #[test]
 fn kruises_chart_values_keep_their_meaning_or_are_refused() {
-    let kruise: Vec<String> = page("tests/golden/kruise-chart-1.9-values.txt")
-        .lines()
-        .filter(|l| !l.starts_with('#') && !l.is_empty())
-        .map(String::from)
-        .collect();
+    let kruise = golden_lines("tests/golden/kruise-chart-1.9-values.txt");
     let schema: serde_json::Value = serde_json::from_str(&page("charts/cloneset-operator/values.schema.json")).unwrap();
-    let mut refused = Vec::new();
-    refused_paths(&schema, "", &mut refused);
+    let (_, mut refused) = schema_paths(&schema);
     let readme = page("charts/cloneset-operator/README.md");
     let refused_list = readme.split_once("\nRefused, with a message").expect("the chart README's refused keys").1;
     let refused_list = refused_list.split("\n\n").next().unwrap();
-    let refused_named: Vec<&str> = refused_list.split('`').skip(1).step_by(2).collect();
-    let mut named_sorted = refused_named.clone();
-    named_sorted.sort_unstable();
-    let mut refused_sorted: Vec<&str> = refused.iter().map(String::as_str).collect();
-    refused_sorted.sort_unstable();
-    assert_eq!(named_sorted, refused_sorted, "the chart README's refused keys against values.schema.json's");
+    let mut named: Vec<&str> = refused_list.split('`').skip(1).step_by(2).collect();
+    named.sort_unstable();
+    refused.sort_unstable();
+    assert_eq!(named, refused, "the chart README's refused keys against values.schema.json's");
     let rows = chart_value_rows();
     for key in &kruise {
         if refused.iter().any(|r| at_or_under(key, r)) {
