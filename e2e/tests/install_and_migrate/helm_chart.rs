@@ -354,6 +354,16 @@ async fn every_way_the_crds_conversion_was_left_upgrades_cleanly() {
     let kubeconfig = testenv::kubeconfig().await.unwrap();
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     let url = "https://127.0.0.1:9/convert";
+    // A CloneSet elsewhere in the cluster, as other tests leave while their namespaces go: while
+    // nothing answers conversions, no list of CloneSets through v1beta1 succeeds.
+    let elsewhere_ns = TestNamespace::create("conv-other").await.unwrap();
+    let other: CloneSet = serde_json::from_value(json!({
+        "apiVersion": "apps.kruise.io/v1alpha1", "kind": "CloneSet", "metadata": {"name": "other"},
+        "spec": {"replicas": 0, "selector": {"matchLabels": {"app": "other"}},
+                 "template": {"metadata": {"labels": {"app": "other"}}, "spec": {"containers": [{"name": "c", "image": "nginx:1.27"}]}}},
+    }))
+    .unwrap();
+    elsewhere_ns.api::<CloneSet>().create(&PostParams::default(), &other).await.unwrap();
     let ns_value = format!("installation.namespace={ns}");
     let upgrade = |extra: &[&str]| {
         let mut args: Vec<String> = ["upgrade", "--install", &release, chart_dir().to_str().unwrap(), "--namespace", "default"]
@@ -404,10 +414,16 @@ async fn every_way_the_crds_conversion_was_left_upgrades_cleanly() {
     let kc = kubeconfig.display().to_string();
     run(["rollback", &release, "6", "--namespace", "default", "--kubeconfig", &kc].map(String::from).to_vec()).await;
     assert_eq!(left().await.1, url, "a rollback to the URL's revision");
+    // Off again before uninstalling: with v1beta1 served and nothing answering at the URL, the
+    // apiserver cannot list CloneSets through v1beta1 while one exists anywhere (`other`), so no
+    // namespace deletion could finish, this release's included.
+    run(upgrade(&[])).await;
+    assert_eq!(left().await, ("v1alpha1".to_string(), "nowhere".to_string()), "v1beta1 off before the uninstall");
 
     let uninstall = ["uninstall", &release, "--namespace", "default", "--kubeconfig", &kc, "--wait", "--timeout", "3m"];
     run(uninstall.map(String::from).to_vec()).await;
     wait_deleted(&Api::<Namespace>::all(client.clone()), &ns, T).await.unwrap();
+    drop(elsewhere_ns);
     // The CRD every other test uses, without conversion; the admission policies as they were.
     testenv::apply_crd(&client, &cloneset_operator::api::crd::crd()).await.unwrap();
     restore_policy(&client).await;
