@@ -699,24 +699,27 @@ async fn migrate_takes_over_a_kruise_2_crd_storing_v1beta1_without_restarting_a_
     drop(operator);
 
     // The documented release steps: installed beside Kruise without the CRD, then given it with
-    // v1beta1 still served. The chart's CRD sends conversions to its Service (which reaches no
-    // local process here, so nothing is read after this) and keeps the caBundle in place. First
-    // the CRD as the default `--conversion-service` leaves it (a URL here, for the local process).
+    // v1beta1 still served, the values given again each time. The CRD as `migrate
+    // --conversion-url` left it: with the same URL as `crds.conversionURL` the upgrade keeps it;
+    // without, it sends conversions to the release's Service (which reaches no local process
+    // here, so nothing is read after this). Either way the caBundle migrate wrote stays.
     let bundle = config.ca_bundle.clone();
-    let as_service = json!({"spec": {"conversion": {"webhook": {"clientConfig": {"url": null,
-        "service": {"namespace": "cloneset-system", "name": "cloneset-operator-webhook", "path": "/convert", "port": 443}}}}}});
-    crds.patch(CRD, &PatchParams::default(), &Patch::Merge(as_service)).await.unwrap();
     let chart = repo_root().join("charts/cloneset-operator");
     let chart = chart.to_str().unwrap();
     let release = ["--namespace", "default", "--set", "manager.replicas=0"];
     run_ok(helm.clone(), &[&["install", "cloneset-operator", chart, "--set", "crds.managed=false"][..], &release].concat(), &kc).await;
-    let upgrade = ["upgrade", "cloneset-operator", chart, "--reuse-values", "--set", "crds.managed=true", "--set", "crds.v1beta1=true"];
-    run_ok(helm.clone(), &[&upgrade[..], &release[..2]].concat(), &kc).await;
+    let upgrade = ["upgrade", "cloneset-operator", chart, "--set", "crds.managed=true", "--set", "crds.v1beta1=true"];
+    let at_url = format!("crds.conversionURL={url}");
+    run_ok(helm.clone(), &[&upgrade[..], &release, &["--set", &at_url]].concat(), &kc).await;
     let crd = crds.get(CRD).await.unwrap();
     let served: Vec<&str> = crd.spec.versions.iter().filter(|v| v.served).map(|v| v.name.as_str()).collect();
     assert_eq!(served, ["v1alpha1", "v1beta1"]);
     assert_eq!(storage_and_stored(&crd), (vec!["v1alpha1".to_string()], vec!["v1alpha1".to_string()]));
     let config = crd.spec.conversion.unwrap().webhook.unwrap().client_config.unwrap();
+    assert_eq!((config.url.as_deref(), config.service.is_none()), (Some(url.as_str()), true), "the URL migrate set, kept");
+    assert_eq!(config.ca_bundle, bundle, "the upgrade kept the caBundle migrate wrote");
+    run_ok(helm.clone(), &[&upgrade[..], &release].concat(), &kc).await;
+    let config = crds.get(CRD).await.unwrap().spec.conversion.unwrap().webhook.unwrap().client_config.unwrap();
     let service = config.service.expect("conversions to the release's Service");
     assert_eq!((service.namespace.as_str(), service.name.as_str(), config.url), ("cloneset-system", "cloneset-operator-webhook", None));
     assert_eq!(config.ca_bundle, bundle, "the upgrade kept the caBundle migrate wrote");
