@@ -89,11 +89,16 @@ test: build ## Unit tests, then the e2e tests (`make e2e`) on K8S_VERSION
 # The e2e stage runs with the network guard on (e2e/scripts/net-guard.sh, when root): every packet
 # to an address outside loopback is dropped and counted, and a count above zero fails the stage.
 # So everything it runs is built and installed first.
-e2e: net-guard-clear build cluster-toolchain ## E2e tests on K8S_VERSION against a local control plane started and stopped here, with the network guard on
+e2e: net-guard-clear build previous-release cluster-toolchain ## E2e tests on K8S_VERSION against a local control plane started and stopped here, with the network guard on
 	@bash e2e/scripts/build-helm.sh >/dev/null
 	@$(LOCAL_CLUSTER) prepare --real-nodes $(REAL_NODES)
 	$(CARGO) test -p e2e --test '*' --no-run
 	@CARGO=$(CARGO) REAL_NODES=$(REAL_NODES) bash e2e/scripts/e2e-stage.sh $(LOCAL_CLUSTER) $(TEST_CLUSTER_DIR)
+
+.PHONY: previous-release
+# Built after this checkout, whose compiled dependencies it starts from.
+previous-release: build ## Build the release an upgrade is tested from (e2e/previous-release): its operator and chart, once
+	@CARGO=$(CARGO) bash e2e/scripts/build-previous-release.sh >/dev/null
 
 .PHONY: test-matrix
 # MINORS="1.32 1.37" runs those legs only; the others keep their last result in the table.

@@ -55,3 +55,36 @@ fn the_license_file_is_the_one_cargo_names() {
     let license = read("LICENSE");
     assert!(license.trim_start().starts_with("Apache License\n") && license.contains("Version 2.0, January 2004"));
 }
+
+/// `e2e/previous-release` names the release the upgrade test starts from: the newest one before
+/// this checkout (the top dated section of CHANGELOG.md while Unreleased lists changes, the one
+/// below it when this commit is itself the release), at the commit that cut it, whose Cargo.toml
+/// carries that version and whose CHANGELOG opens with it.
+#[test]
+fn the_upgrade_is_tested_from_the_newest_earlier_release() {
+    let row = read("e2e/previous-release");
+    let row = row.lines().find(|l| !l.starts_with('#') && !l.trim().is_empty()).expect("e2e/previous-release names a release");
+    let [version, commit] = row.split_whitespace().collect::<Vec<_>>()[..] else { panic!("{row:?}: not `<version> <commit>`") };
+    let changelog = read("CHANGELOG.md");
+    let unreleased = changelog.split("\n## [").nth(1).expect("an Unreleased section");
+    let pending = unreleased.lines().skip(1).any(|l| l.starts_with("- "));
+    let released: Vec<&str> =
+        changelog.lines().filter_map(|l| l.strip_prefix("## [")).filter_map(|l| l.split_once("] - ")).map(|(v, _)| v).collect();
+    let expected = if pending { released[0] } else { released[1] };
+    assert_eq!(version, expected, "the newest release before this checkout (pending changes: {pending})");
+
+    let show = |path: &str| {
+        let out = std::process::Command::new("git")
+            .args(["show", &format!("{commit}:{path}")])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .output()
+            .expect("git runs");
+        assert!(out.status.success(), "git show {commit}:{path}: {} (a shallow clone lacks it)", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let cargo = show("Cargo.toml");
+    assert!(cargo.lines().any(|l| l == format!("version = \"{version}\"")), "{commit}'s Cargo.toml is not version {version}");
+    let then = show("CHANGELOG.md");
+    let top = then.lines().find(|l| l.starts_with("## [")).unwrap_or_default();
+    assert!(top.starts_with(&format!("## [{version}] - ")), "{commit} is not where {version} was cut: its CHANGELOG opens with {top:?}");
+}

@@ -7,6 +7,7 @@ pub mod chaos;
 pub mod chart;
 pub mod cluster;
 pub mod freezing_proxy;
+pub mod helm_release;
 pub mod host;
 pub mod image;
 pub mod nodes;

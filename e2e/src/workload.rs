@@ -205,3 +205,102 @@ pub fn watch_pods(pods: Api<Pod>, selector: &str) -> (Arc<Mutex<History>>, tokio
     });
     (hist, handle)
 }
+
+/// A pod as [`Disturbances`] compares it: per container its image (spec) and its id and restart
+/// count (status), and its revision label.
+type Seen = (BTreeMap<String, (Option<String>, Option<String>, i32)>, Option<String>);
+
+/// What happened to pods that should have been left alone, from a watch: each pod as first seen
+/// (its uid, and per container its image, id and restart count, and its revision), then every
+/// departure from that.
+#[derive(Default, Debug)]
+pub struct Disturbances {
+    first: BTreeMap<String, (String, Seen)>,
+    /// Pods already terminating when first seen: their end is no departure.
+    leaving: BTreeSet<String>,
+    listed: bool,
+    /// One line per departure: a pod created, deleted or marked for deletion, a container
+    /// restarted or replaced, a pod no longer Ready.
+    pub seen: Vec<String>,
+}
+
+impl Disturbances {
+    /// The pods seen when the watch began (name by uid), once it has listed them.
+    pub fn pods(&self) -> Option<BTreeMap<String, String>> {
+        self.listed.then(|| self.first.iter().map(|(uid, (name, _))| (uid.clone(), name.clone())).collect())
+    }
+
+    fn note(&mut self, line: String) {
+        if !self.seen.contains(&line) {
+            self.seen.push(line);
+        }
+    }
+
+    fn observe(&mut self, p: &Pod) {
+        let uid = p.metadata.uid.clone().unwrap_or_default();
+        let name = p.name_any();
+        let images: BTreeMap<String, Option<String>> =
+            p.spec.iter().flat_map(|s| &s.containers).map(|c| (c.name.clone(), c.image.clone())).collect();
+        let containers: BTreeMap<String, (Option<String>, Option<String>, i32)> = p
+            .status
+            .as_ref()
+            .and_then(|s| s.container_statuses.clone())
+            .unwrap_or_default()
+            .into_iter()
+            .map(|c| (c.name.clone(), (images.get(&c.name).cloned().flatten(), c.container_id, c.restart_count)))
+            .collect();
+        let now: Seen = (containers, label(p, keys::CONTROLLER_REVISION_HASH).map(str::to_string));
+        if self.leaving.contains(&uid) {
+            return;
+        }
+        let Some((_, was)) = self.first.get(&uid).cloned() else {
+            if !self.listed && p.metadata.deletion_timestamp.is_some() {
+                self.leaving.insert(uid);
+            } else if self.listed {
+                self.note(format!("{name} created (uid {uid})"));
+            } else {
+                self.first.insert(uid, (name, now));
+            }
+            return;
+        };
+        if p.metadata.deletion_timestamp.is_some() {
+            self.note(format!("{name} marked for deletion"));
+        }
+        for (container, then) in &was.0 {
+            let is = now.0.get(container);
+            if is != Some(then) {
+                self.note(format!("{name}/{container}: (image, id, restarts) {then:?} became {is:?}"));
+            }
+        }
+        if now.1 != was.1 {
+            self.note(format!("{name}: revision {:?} became {:?}", was.1, now.1));
+        }
+        if condition(p, "Ready").as_deref() != Some("True") {
+            self.note(format!("{name} not Ready"));
+        }
+    }
+}
+
+/// Watches the pods `selector` picks from now on and records their [`Disturbances`].
+pub fn watch_disturbances(pods: Api<Pod>, selector: &str) -> (Arc<Mutex<Disturbances>>, tokio::task::JoinHandle<()>) {
+    let seen = Arc::new(Mutex::new(Disturbances::default()));
+    let out = seen.clone();
+    let selector = selector.to_string();
+    let handle = tokio::spawn(async move {
+        let stream = watcher::watcher(pods, watcher::Config::default().labels(&selector));
+        futures::pin_mut!(stream);
+        while let Ok(Some(ev)) = stream.try_next().await {
+            let mut d = out.lock().unwrap();
+            match ev {
+                Event::InitApply(p) | Event::Apply(p) => d.observe(&p),
+                Event::Delete(p) if !d.leaving.contains(p.metadata.uid.as_deref().unwrap_or_default()) => {
+                    d.note(format!("{} deleted", p.name_any()))
+                }
+                Event::Delete(_) => {}
+                Event::Init => {}
+                Event::InitDone => d.listed = true,
+            }
+        }
+    });
+    (seen, handle)
+}

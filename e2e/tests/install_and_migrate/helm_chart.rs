@@ -7,14 +7,13 @@
 //! the repository); its own state lives in `target/helm-home`, never in the user's Helm config.
 
 use std::collections::BTreeSet;
-use std::path::PathBuf;
-use std::process::{Command, Output};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::process::Command;
 use std::time::Duration;
 
 use cloneset_operator::api::CloneSet;
 use cloneset_operator::api::crd::{POLICY_NAME, TEMPLATE_FIELDS_POLICY_NAME};
 use e2e::chart::{self, chart_dir, repo_root};
+use e2e::helm_release::{Release, adopt_policy, helm_async, push_operator_image, restore_policy, this_operator, unique};
 use e2e::rbac::Access;
 use e2e::testenv::{self, Credentials, Operator, OperatorOptions, TestNamespace, install_api, wait_deleted, wait_until, watch_until};
 use k8s_openapi::api::admissionregistration::v1::{ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding};
@@ -24,7 +23,7 @@ use k8s_openapi::api::core::v1::{Event, Namespace, PersistentVolumeClaim, Pod, S
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
-use kube::{Api, Client, ResourceExt as _};
+use kube::{Api, ResourceExt as _};
 use serde_json::{Value, json};
 
 const T: Duration = Duration::from_secs(120);
@@ -37,11 +36,6 @@ fn helm_ok(args: &[&str]) -> String {
 
 fn parse_docs(yaml: &str) -> Vec<Value> {
     chart::parse_docs(yaml).unwrap()
-}
-
-/// [`chart::helm`] off the async runtime (install and uninstall wait for minutes).
-async fn helm_async(args: Vec<String>) -> Output {
-    tokio::task::spawn_blocking(move || chart::helm(&args.iter().map(String::as_str).collect::<Vec<_>>()).unwrap()).await.unwrap()
 }
 
 /// `helm template` of the chart with extra arguments (`--set ...`), parsed.
@@ -711,105 +705,6 @@ fn values_change_the_output() {
 /// The cluster tests install cluster-scoped objects (the admission policy, roles): one at a time.
 static CLUSTER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-fn unique() -> String {
-    static N: AtomicU32 = AtomicU32::new(0);
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
-    format!("{:x}{:x}", nanos % 0xfffff, N.fetch_add(1, Ordering::Relaxed))
-}
-
-/// A Helm release on the test cluster, uninstalled on drop if the test did not.
-struct Release {
-    name: String,
-    namespace: String,
-    kubeconfig: PathBuf,
-    installed: bool,
-}
-
-impl Release {
-    async fn install(name: &str, namespace: &str, extra: &[&str]) -> (Self, Output) {
-        Self::install_chart(&chart_dir(), name, namespace, extra).await
-    }
-
-    async fn install_chart(chart: &std::path::Path, name: &str, namespace: &str, extra: &[&str]) -> (Self, Output) {
-        let kubeconfig = testenv::kubeconfig().await.unwrap();
-        let mut args: Vec<String> =
-            ["install", name, chart.to_str().unwrap(), "--namespace", namespace, "--kubeconfig"].into_iter().map(String::from).collect();
-        args.push(kubeconfig.display().to_string());
-        args.extend(extra.iter().map(|s| s.to_string()));
-        let release = Self { name: name.into(), namespace: namespace.into(), kubeconfig, installed: true };
-        let out = helm_async(args.clone()).await;
-        assert!(
-            out.status.success(),
-            "helm {} failed:\n{}\n{}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        (release, out)
-    }
-
-    fn uninstall_args(&self) -> Vec<String> {
-        let kc = self.kubeconfig.display().to_string();
-        ["uninstall", &self.name, "--namespace", &self.namespace, "--kubeconfig", &kc, "--wait", "--timeout", "3m"]
-            .into_iter()
-            .map(String::from)
-            .collect()
-    }
-
-    async fn uninstall(&mut self) {
-        let out = helm_async(self.uninstall_args()).await;
-        self.installed = false;
-        assert!(out.status.success(), "helm uninstall failed:\n{}", String::from_utf8_lossy(&out.stderr));
-    }
-}
-
-impl Drop for Release {
-    fn drop(&mut self) {
-        if self.installed {
-            let args = self.uninstall_args();
-            let _ = chart::helm(&args.iter().map(String::as_str).collect::<Vec<_>>());
-        }
-    }
-}
-
-/// `testenv::install_api` (other tests, other test binaries) creates the admission policies
-/// without Helm's ownership metadata, so `helm install` would refuse them. Mark them as the
-/// release's, as an operator adopting existing objects into a release would. Returns whether
-/// there was one to adopt.
-async fn adopt_policy(client: &Client, release: &str, release_namespace: &str) -> bool {
-    let patch = json!({"metadata": {
-        "labels": {"app.kubernetes.io/managed-by": "Helm"},
-        "annotations": {"meta.helm.sh/release-name": release, "meta.helm.sh/release-namespace": release_namespace},
-    }});
-    let pp = PatchParams::default();
-    let policies: Api<ValidatingAdmissionPolicy> = Api::all(client.clone());
-    let bindings: Api<ValidatingAdmissionPolicyBinding> = Api::all(client.clone());
-    for name in [POLICY_NAME, TEMPLATE_FIELDS_POLICY_NAME] {
-        if policies.get_opt(name).await.unwrap().is_some() {
-            policies.patch(name, &pp, &Patch::Merge(&patch)).await.unwrap();
-        }
-        if bindings.get_opt(name).await.unwrap().is_some() {
-            bindings.patch(name, &pp, &Patch::Merge(&patch)).await.unwrap();
-        }
-    }
-    // The chart's CRD template adopts the CRD the same way.
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    if crds.get_opt("clonesets.apps.kruise.io").await.unwrap().is_some() {
-        crds.patch("clonesets.apps.kruise.io", &pp, &Patch::Merge(&patch)).await.unwrap();
-    }
-    policies.get_opt(POLICY_NAME).await.unwrap().is_some()
-}
-
-/// Puts the admission policies back the way `testenv::install_api` applies them.
-async fn restore_policy(client: &Client) {
-    let ssa = PatchParams::apply("cloneset-e2e").force();
-    for (policy, binding) in cloneset_operator::api::crd::admission_policies() {
-        let name = policy.metadata.name.clone().unwrap();
-        Api::<ValidatingAdmissionPolicy>::all(client.clone()).patch(&name, &ssa, &Patch::Apply(&policy)).await.unwrap();
-        Api::<ValidatingAdmissionPolicyBinding>::all(client.clone()).patch(&name, &ssa, &Patch::Apply(&binding)).await.unwrap();
-    }
-}
-
 #[tokio::test]
 async fn helm_install_and_uninstall_on_the_local_control_plane() {
     let _one_at_a_time = CLUSTER.lock().await;
@@ -1172,26 +1067,6 @@ fn the_grafana_dashboard_is_a_configmap_for_the_sidecar_when_enabled() {
     assert_eq!(rendered, serde_json::from_str::<Value>(&file).unwrap(), "the chart ships the dashboard file unchanged");
 }
 
-/// The image of this build's operator binary (static, as `make` builds it; debug information
-/// stripped, as it does not run), copied into the test cluster's registry as
-/// `docker.io/library/cloneset-operator:<tag>`; returns the registry's digest.
-fn push_operator_image(real: &e2e::nodes::real::RealNodes, tag: &str) -> String {
-    let binary = e2e::cluster::sibling_binary("cloneset-operator").unwrap();
-    let work = repo_root().join("target/e2e-images");
-    std::fs::create_dir_all(&work).unwrap();
-    let stripped = work.join(format!("cloneset-operator-{tag}"));
-    let copied = Command::new("objcopy").args(["--strip-debug"]).arg(&binary).arg(&stripped).status().is_ok_and(|s| s.success());
-    let bytes = std::fs::read(if copied { &stripped } else { &binary }).unwrap();
-    e2e::image::check_static(&bytes)
-        .unwrap_or_else(|e| panic!("{}: {e:#}; build with `make` (it links statically) before running this test", binary.display()));
-    let reference = format!("docker.io/library/cloneset-operator:{tag}");
-    let archive = work.join(format!("cloneset-operator-{tag}.oci.tar"));
-    let version = e2e::image::BinaryVersion::of(&binary).unwrap();
-    e2e::image::write_archive(&archive, &e2e::image::build(&e2e::image::operator_image(&reference, bytes, &version))).unwrap();
-    let _ = std::fs::remove_file(&stripped);
-    e2e::registry::push(&archive, real.registry, &reference).unwrap()
-}
-
 fn ready(p: &Pod) -> bool {
     p.status.as_ref().and_then(|s| s.conditions.as_ref()).is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
@@ -1248,8 +1123,8 @@ async fn the_chart_runs_the_operators_own_image_on_a_real_node() {
     let (release, ns) = (format!("cso-real-{id}"), format!("e2e-helm-real-{id}"));
     let fullname = format!("{release}-cloneset-operator");
     let (tag, next_tag) = (format!("e2e-{id}"), format!("e2e-{id}-next"));
-    let digest = push_operator_image(&real, &tag);
-    push_operator_image(&real, &next_tag);
+    let digest = push_operator_image(&real, &this_operator(), &tag);
+    push_operator_image(&real, &this_operator(), &next_tag);
     let had_policy = adopt_policy(&client, &release, "default").await;
 
     let real_node = &real.nodes[0].name;
@@ -1493,7 +1368,7 @@ async fn the_migrate_chart_runs_migrate_from_the_operators_image_as_a_job() {
     let client = testenv::client().await.unwrap();
     let id = unique();
     let (release, ns) = (format!("cso-migrate-{id}"), format!("e2e-migrate-job-{id}"));
-    let digest = push_operator_image(&real, &format!("e2e-migrate-{id}"));
+    let digest = push_operator_image(&real, &this_operator(), &format!("e2e-migrate-{id}"));
     let sets = ["image.repository=docker.io/library/cloneset-operator".to_string(), format!("image.digest={digest}"), "dryRun=true".into()];
     let selector = format!("nodeSelector={{\"{}\":\"true\"}}", e2e::nodes::real::LABEL);
     let toleration = format!("tolerations=[{{\"key\":\"{}\",\"operator\":\"Exists\",\"effect\":\"NoSchedule\"}}]", e2e::nodes::real::TAINT);
