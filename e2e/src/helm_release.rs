@@ -210,3 +210,15 @@ pub fn previous_release() -> anyhow::Result<PreviousRelease> {
     }
     Ok(PreviousRelease { version, commit, binary, chart: dir.join("charts").join(chart::CHART_NAME) })
 }
+
+/// `chart` packaged by Helm and pushed to the registry at `registry` under `charts/` (plain
+/// HTTP, as the test registry serves), as a platform team publishes one; returns the
+/// `oci://` reference to install it from with `--version`.
+pub fn push_chart(chart: &Path, registry: std::net::SocketAddr, work: &Path) -> anyhow::Result<String> {
+    let out = chart::helm_ok(&["package", &chart.display().to_string(), "--destination", &work.display().to_string()])?;
+    // "Successfully packaged chart and saved it to: <path>"
+    let package = out.rsplit(": ").next().map(str::trim).context("helm package printed no path")?.to_string();
+    let repository = format!("oci://{registry}/charts");
+    chart::helm_ok(&["push", &package, &repository, "--plain-http"])?;
+    Ok(format!("{repository}/{}", chart.file_name().context("a chart directory")?.to_string_lossy()))
+}

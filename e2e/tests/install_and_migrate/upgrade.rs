@@ -5,6 +5,7 @@
 //! manager pods on a real node, pulled from the local registry.
 
 use std::collections::BTreeSet;
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -34,12 +35,12 @@ async fn real_nodes() -> e2e::nodes::real::RealNodes {
 }
 
 /// The values file a platform team keeps for the release: the installation namespace, the image
-/// tag, and the manager pods on the real node.
-fn values_file(dir: &std::path::Path, ns: &str, tag: &str) -> String {
+/// pinned by its digest (the tag says which release it is), and the manager pods on the real node.
+fn values_file(dir: &Path, ns: &str, tag: &str, digest: &str) -> String {
     let values = json!({
         "installation": {"namespace": ns},
         "manager": {
-            "image": {"tag": tag},
+            "image": {"tag": tag, "digest": digest},
             "nodeSelector": {e2e::nodes::real::LABEL: "true"},
             "tolerations": [{"key": e2e::nodes::real::TAINT, "operator": "Exists", "effect": "NoSchedule"}],
         },
@@ -81,7 +82,7 @@ fn pod_of(identity: &str) -> &str {
     identity.rsplit_once('_').map_or(identity, |(pod, _)| pod)
 }
 
-/// Checks one change of the manager's version (`what`): the manager pods now run `tag`, a new one
+/// Checks one change of the manager's version (`what`): the manager pods now run `digest`, a new one
 /// leads, the Lease went from an old manager to a new one only through a release (never taken
 /// over once expired, and never held by two at once), and, once the new leader has reconciled
 /// both CloneSets, no CloneSet pod was disturbed.
@@ -89,7 +90,7 @@ async fn check_handover(
     what: &str,
     pods: &Api<Pod>,
     release: &str,
-    tag: &str,
+    digest: &str,
     before: &BTreeSet<String>,
     (holders, lease_watch): (Arc<Mutex<Vec<String>>>, tokio::task::JoinHandle<()>),
     (disturbances, pod_watch): (Arc<Mutex<Disturbances>>, tokio::task::JoinHandle<()>),
@@ -97,7 +98,7 @@ async fn check_handover(
     let now = managers(pods, release).await;
     for p in &now {
         let image = p.spec.as_ref().unwrap().containers[0].image.clone().unwrap_or_default();
-        assert!(image.ends_with(&format!(":{tag}")), "{what}: {} runs {image}, not {tag}", p.name_any());
+        assert!(image.ends_with(&format!("@{digest}")), "{what}: {} runs {image}, not {digest}", p.name_any());
         assert!(!before.contains(&p.name_any()), "{what}: {} was not replaced", p.name_any());
     }
     let names: BTreeSet<String> = now.iter().map(|p| p.name_any()).collect();
@@ -157,20 +158,27 @@ async fn an_upgrade_from_the_previous_release_and_back_restarts_no_pod() {
     let id = unique();
     let (release, ns) = (format!("cso-up-{id}"), format!("e2e-upgrade-{id}"));
     let (old_tag, new_tag) = (format!("{}-{id}", previous.version), format!("e2e-{id}"));
-    push_operator_image(&real, &previous.binary, &old_tag);
-    push_operator_image(&real, &this_operator(), &new_tag);
+    let old_digest = push_operator_image(&real, &previous.binary, &old_tag);
+    let new_digest = push_operator_image(&real, &this_operator(), &new_tag);
     let work_dir = repo_root().join("target/e2e-upgrade").join(&id);
     std::fs::create_dir_all(&work_dir).unwrap();
-    let (old_values, new_values) = (values_file(&work_dir, &ns, &old_tag), values_file(&work_dir, &ns, &new_tag));
+    let old_values = values_file(&work_dir, &ns, &old_tag, &old_digest);
+    let new_values = values_file(&work_dir, &ns, &new_tag, &new_digest);
     let had_policy = adopt_policy(&client, &release, "default").await;
 
+    // The previous release as published: its chart from the registry (oci://), its image by digest.
+    let published = e2e::helm_release::push_chart(&previous.chart, real.registry, &work_dir).unwrap();
     let wait = ["--wait", "--timeout", "3m"];
-    let (mut rel, _) =
-        Release::install_chart(&previous.chart, &release, "default", &[&["-f", old_values.as_str()], &wait[..]].concat()).await;
+    let from_registry = ["--version", previous.version.as_str(), "--plain-http", "-f", old_values.as_str()];
+    let (mut rel, _) = Release::install_chart(Path::new(&published), &release, "default", &[&from_registry[..], &wait[..]].concat()).await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
     let leases: Api<Lease> = Api::namespaced(client.clone(), &ns);
     let first = managers(&pods, &release).await;
     assert_eq!(first.len(), 2, "the previous release runs two manager pods");
+    for p in &first {
+        let status = &p.status.as_ref().unwrap().container_statuses.as_ref().unwrap()[0];
+        assert_eq!(status.image_id, format!("docker.io/library/cloneset-operator@{old_digest}"), "the image pinned by digest");
+    }
     wait_until(T, "a manager of the previous release to lead", || async {
         let holder = leases.get_opt(cloneset_operator::leader::LEASE_NAME).await?.and_then(|l| l.spec).and_then(|s| s.holder_identity);
         Ok(holder.is_some_and(|h| first.iter().any(|p| p.name_any() == pod_of(&h))))
@@ -233,7 +241,7 @@ async fn an_upgrade_from_the_previous_release_and_back_restarts_no_pod() {
     let pod_watch = watch_disturbances(work_pods.clone(), selector);
     wait_until(T, "the pod watch to list the CloneSet pods", || async { Ok(pod_watch.0.lock().unwrap().pods().is_some()) }).await.unwrap();
     rel.upgrade(&chart_dir(), &[&["-f", new_values.as_str()], &wait[..]].concat()).await;
-    check_handover("the upgrade", &pods, &release, &new_tag, &before, lease_watch, pod_watch).await;
+    check_handover("the upgrade", &pods, &release, &new_digest, &before, lease_watch, pod_watch).await;
 
     // The new manager keeps the revisions and the status as they were, and finishes both canaries.
     for ((name, _), (current, update)) in strategies.iter().zip(&status_before) {
@@ -250,7 +258,7 @@ async fn an_upgrade_from_the_previous_release_and_back_restarts_no_pod() {
     let pod_watch = watch_disturbances(work_pods.clone(), selector);
     wait_until(T, "the pod watch to list the CloneSet pods", || async { Ok(pod_watch.0.lock().unwrap().pods().is_some()) }).await.unwrap();
     rel.rollback(1, &wait).await;
-    check_handover("the rollback", &pods, &release, &old_tag, &upgraded, lease_watch, pod_watch).await;
+    check_handover("the rollback", &pods, &release, &old_digest, &upgraded, lease_watch, pod_watch).await;
     for (name, _) in &strategies {
         partition(name, "nginx:1.29", 3).await;
         partition(name, "nginx:1.29", 0).await;
