@@ -155,9 +155,18 @@ deny-advisories: toolchain ## cargo deny: RustSec advisories (fetches the adviso
 fmt: ## Format the code
 	$(CARGO) fmt --all
 
+# The release binary carries the list of the crates built into it (cargo auditable: a `.dep-v0`
+# section that scanners such as trivy, grype and `cargo audit bin` read); cargo-auditable is built
+# once from crates.io into the cache.
+CARGO_AUDITABLE_VERSION := 0.7.7
+# The release's SBOM is that list as CycloneDX (auditable2cdx, from the same project).
+AUDITABLE2CDX_VERSION := 0.1.0
+RELEASE_BUILD = PATH="$$(dirname "$$(bash e2e/scripts/build-cargo-tool.sh cargo-auditable $(CARGO_AUDITABLE_VERSION) --debug)"):$$PATH" \
+	$(CARGO) auditable build --release --locked -p cloneset-operator --bin cloneset-operator
+
 .PHONY: image
 image: toolchain ## Build the operator's OCI image (static release binary, non-root, no shell) as $(IMAGE_ARCHIVE)
-	$(CARGO) build --release --locked -p cloneset-operator --bin cloneset-operator
+	$(RELEASE_BUILD)
 	$(CARGO) build -p e2e --bin local-cluster
 	@$(LOCAL_CLUSTER) image --binary target/$(HOST_TRIPLE)/release/cloneset-operator --reference $(IMAGE) --out $(IMAGE_ARCHIVE)
 
@@ -178,8 +187,8 @@ deploy: image cluster-up ## Build the image, push it to the local registry and h
 	echo "make deploy: the operator runs in namespace cloneset-system; export KUBECONFIG=$$kc"
 
 .PHONY: dist
-dist: ## A static release binary for workstations (e.g. `migrate`), with LICENSE and a checksum, in target/dist
-	$(CARGO) build --release --locked -p cloneset-operator --bin cloneset-operator
+dist: toolchain ## A static release binary for workstations (e.g. `migrate`), with LICENSE and a checksum, in target/dist
+	$(RELEASE_BUILD)
 	@set -e; name=cloneset-operator-$(VERSION)-$(HOST_TRIPLE); dir=$(DIST_DIR)/$$name; \
 	rm -rf $$dir; mkdir -p $$dir; \
 	cp target/$(HOST_TRIPLE)/release/cloneset-operator LICENSE CHANGELOG.md $$dir/; \
@@ -190,8 +199,9 @@ dist: ## A static release binary for workstations (e.g. `migrate`), with LICENSE
 
 .PHONY: release
 RELEASE_DIR := target/releases/$(VERSION)
-release: image dist ## Everything a release of VERSION ships, in target/releases/VERSION: image archive, binary, both charts, notes, SHA256SUMS
-	@IMAGE_ARCHIVE=$(IMAGE_ARCHIVE) DIST_DIR=$(DIST_DIR) bash e2e/scripts/release.sh $(VERSION) $(HOST_TRIPLE) $(RELEASE_DIR)
+release: image dist ## Everything a release of VERSION ships, in target/releases/VERSION: image archive, binary, SBOM, both charts, notes, SHA256SUMS
+	@sbom=$$(bash e2e/scripts/build-cargo-tool.sh auditable2cdx $(AUDITABLE2CDX_VERSION) --debug) && \
+	IMAGE_ARCHIVE=$(IMAGE_ARCHIVE) DIST_DIR=$(DIST_DIR) AUDITABLE2CDX=$$sbom bash e2e/scripts/release.sh $(VERSION) $(HOST_TRIPLE) $(RELEASE_DIR)
 
 .PHONY: cluster-up
 cluster-up: build cluster-toolchain ## Start the local control plane with REAL_NODES real nodes (idempotent); prints `export KUBECONFIG=...` last

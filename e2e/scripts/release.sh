@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Gathers one release of cloneset-operator into a directory: the image archive and the static
-# binary that `make image` and `make dist` built, both charts packaged by Helm, the release notes
-# (the version's CHANGELOG.md section) and SHA256SUMS over them all. `make release` runs it.
+# binary that `make image` and `make dist` built, the binary's SBOM (from the dependency list it
+# carries), both charts packaged by Helm, the release notes (the version's CHANGELOG.md section)
+# and SHA256SUMS over them all. `make release` runs it.
 #
 # Usage: release.sh VERSION HOST_TRIPLE OUT_DIR
-# Env:   IMAGE_ARCHIVE, DIST_DIR (as the Makefile sets them)
+# Env:   IMAGE_ARCHIVE, DIST_DIR, AUDITABLE2CDX (as the Makefile sets them)
 set -euo pipefail
 
 version=$1
@@ -39,6 +40,15 @@ if [ -n "$(section '## [Unreleased]' | tr -d '[:space:]')" ]; then
     echo "Changes since $version:"; echo; section '## [Unreleased]'; } > "$out/release-notes.md"
 else
   { echo "# cloneset-operator $version (${heading#*] - })"; echo; section "$heading"; } > "$out/release-notes.md"
+fi
+
+# What is inside, for scanners and security teams: the crates the binary carries (cargo
+# auditable), as a CycloneDX SBOM. A binary without the list is not released.
+sbom="$out/cloneset-operator-$version.cdx.json"
+if ! "${AUDITABLE2CDX:?}" "target/$triple/release/cloneset-operator" >"$sbom" 2>/dev/null ||
+  ! grep -q '"name": *"kube-runtime"' "$sbom"; then
+  echo "make release: $sbom names no kube-runtime: the binary carries no dependency list (not built by cargo auditable?)" >&2
+  exit 1
 fi
 
 cp "${IMAGE_ARCHIVE:?}" "$out/"
