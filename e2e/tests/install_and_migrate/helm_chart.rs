@@ -1106,18 +1106,11 @@ async fn finishes_within_max_unavailable(
     assert!(seen <= 1, "the rollout exceeded maxUnavailable 1 across {fault}: {seen} unready at once");
 }
 
-/// The test cluster's real nodes; a clear failure when it has none.
-async fn real_nodes() -> e2e::nodes::real::RealNodes {
-    testenv::cluster_state().await.unwrap().real.unwrap_or_else(|| {
-        panic!("the test cluster has no real node: `make test` starts one when it runs as root; as another user this test cannot run")
-    })
-}
-
 #[tokio::test]
 #[ignore = "needs a real node (root: kubelet, containerd, a bridge); make test runs it as root"]
 async fn the_chart_runs_the_operators_own_image_on_a_real_node() {
     let _one_at_a_time = CLUSTER.lock().await;
-    let real = real_nodes().await;
+    let real = e2e::real_node::real_cluster().await.real;
     let client = testenv::client().await.unwrap();
     let id = unique();
     let (release, ns) = (format!("cso-real-{id}"), format!("e2e-helm-real-{id}"));
@@ -1364,7 +1357,7 @@ async fn the_chart_runs_the_operators_own_image_on_a_real_node() {
 async fn the_migrate_chart_runs_migrate_from_the_operators_image_as_a_job() {
     let _one_at_a_time = CLUSTER.lock().await;
     install_api().await.unwrap();
-    let real = real_nodes().await;
+    let real = e2e::real_node::real_cluster().await.real;
     let client = testenv::client().await.unwrap();
     let id = unique();
     let (release, ns) = (format!("cso-migrate-{id}"), format!("e2e-migrate-job-{id}"));

@@ -27,13 +27,6 @@ use serde_json::json;
 
 const T: Duration = Duration::from_secs(120);
 
-/// The test cluster's real nodes; a clear failure when it has none.
-async fn real_nodes() -> e2e::nodes::real::RealNodes {
-    testenv::cluster_state().await.unwrap().real.unwrap_or_else(|| {
-        panic!("the test cluster has no real node: `make test` starts one when it runs as root; as another user this test cannot run")
-    })
-}
-
 /// The values file a platform team keeps for the release: the installation namespace, the image
 /// pinned by its digest (the tag says which release it is), and the manager pods on the real node.
 fn values_file(dir: &Path, ns: &str, tag: &str, digest: &str) -> String {
@@ -151,7 +144,7 @@ async fn revisions(api: &Api<ControllerRevision>) -> BTreeSet<String> {
 #[tokio::test]
 #[ignore = "needs a real node (root: kubelet, containerd, a bridge); make test runs it as root"]
 async fn an_upgrade_from_the_previous_release_and_back_restarts_no_pod() {
-    let real = real_nodes().await;
+    let real = e2e::real_node::real_cluster().await.real;
     let previous: PreviousRelease = previous_release().unwrap_or_else(|e| panic!("{e:#}"));
     let client = testenv::client().await.unwrap();
     install_api().await.unwrap();
