@@ -13,7 +13,7 @@ use std::time::Duration;
 use cloneset_operator::api::CloneSet;
 use cloneset_operator::api::crd::{POLICY_NAME, TEMPLATE_FIELDS_POLICY_NAME};
 use e2e::chart::{self, chart_dir, repo_root};
-use e2e::helm_release::{Release, adopt_policy, helm_async, push_operator_image, restore_policy, this_operator, unique};
+use e2e::helm_release::{Release, adopt_policy, helm_must, push_operator_image, restore_policy, this_operator, unique};
 use e2e::rbac::Access;
 use e2e::testenv::{self, Credentials, Operator, OperatorOptions, TestNamespace, install_api, wait_deleted, wait_until, watch_until};
 use k8s_openapi::api::admissionregistration::v1::{ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding};
@@ -382,10 +382,7 @@ async fn every_way_the_crds_conversion_was_left_upgrades_cleanly() {
         };
         (served.join(","), to)
     };
-    let run = |args: Vec<String>| async move {
-        let out = helm_async(args.clone()).await;
-        assert!(out.status.success(), "helm {} failed:\n{}", args.join(" "), String::from_utf8_lossy(&out.stderr));
-    };
+    let run = helm_must;
     let service = format!("service {ns}/{release}-cloneset-operator-webhook");
     let to_url = ["--set", "crds.v1beta1=true", "--set", &format!("crds.conversionURL={url}")].map(String::from);
     let to_url: Vec<&str> = to_url.iter().map(String::as_str).collect();

@@ -64,6 +64,24 @@ fn watch_holders(leases: Api<Lease>) -> (Arc<Mutex<Vec<String>>>, tokio::task::J
     (holders, handle)
 }
 
+/// The Lease's holders and the CloneSet pods' disturbances, watched across one change of manager.
+struct Watches {
+    holders: (Arc<Mutex<Vec<String>>>, tokio::task::JoinHandle<()>),
+    disturbances: (Arc<Mutex<Disturbances>>, tokio::task::JoinHandle<()>),
+}
+
+/// Starts both watches, and returns once the pod watch has listed the pods it compares with.
+async fn watch_handover(leases: &Api<Lease>, work_pods: &Api<Pod>) -> Watches {
+    let watches = Watches {
+        holders: watch_holders(leases.clone()),
+        disturbances: watch_disturbances(work_pods.clone(), "app in (inplace,recreate)"),
+    };
+    wait_until(T, "the pod watch to list the CloneSet pods", || async { Ok(watches.disturbances.0.lock().unwrap().pods().is_some()) })
+        .await
+        .unwrap();
+    watches
+}
+
 /// The manager pods of the release that are not terminating.
 async fn managers(pods: &Api<Pod>, release: &str) -> Vec<Pod> {
     let list = pods.list(&ListParams::default().labels(&format!("app.kubernetes.io/instance={release}"))).await.unwrap();
@@ -85,8 +103,7 @@ async fn check_handover(
     release: &str,
     digest: &str,
     before: &BTreeSet<String>,
-    (holders, lease_watch): (Arc<Mutex<Vec<String>>>, tokio::task::JoinHandle<()>),
-    (disturbances, pod_watch): (Arc<Mutex<Disturbances>>, tokio::task::JoinHandle<()>),
+    Watches { holders: (holders, lease_watch), disturbances: (disturbances, pod_watch) }: Watches,
 ) {
     let now = managers(pods, release).await;
     for p in &now {
@@ -228,13 +245,10 @@ async fn an_upgrade_from_the_previous_release_and_back_restarts_no_pod() {
     };
 
     // `helm upgrade` to this checkout's chart and image, with the values file.
-    let selector = "app in (inplace,recreate)";
     let before: BTreeSet<String> = first.iter().map(|p| p.name_any()).collect();
-    let lease_watch = watch_holders(leases.clone());
-    let pod_watch = watch_disturbances(work_pods.clone(), selector);
-    wait_until(T, "the pod watch to list the CloneSet pods", || async { Ok(pod_watch.0.lock().unwrap().pods().is_some()) }).await.unwrap();
+    let watches = watch_handover(&leases, &work_pods).await;
     rel.upgrade(&chart_dir(), &[&["-f", new_values.as_str()], &wait[..]].concat()).await;
-    check_handover("the upgrade", &pods, &release, &new_digest, &before, lease_watch, pod_watch).await;
+    check_handover("the upgrade", &pods, &release, &new_digest, &before, watches).await;
 
     // The new manager keeps the revisions and the status as they were, and finishes both canaries.
     for ((name, _), (current, update)) in strategies.iter().zip(&status_before) {
@@ -247,11 +261,9 @@ async fn an_upgrade_from_the_previous_release_and_back_restarts_no_pod() {
     // `helm rollback` to the previous release: the same, the other way; its manager runs the
     // next canary to its end.
     let upgraded: BTreeSet<String> = managers(&pods, &release).await.iter().map(|p| p.name_any()).collect();
-    let lease_watch = watch_holders(leases.clone());
-    let pod_watch = watch_disturbances(work_pods.clone(), selector);
-    wait_until(T, "the pod watch to list the CloneSet pods", || async { Ok(pod_watch.0.lock().unwrap().pods().is_some()) }).await.unwrap();
+    let watches = watch_handover(&leases, &work_pods).await;
     rel.rollback(1, &wait).await;
-    check_handover("the rollback", &pods, &release, &old_digest, &upgraded, lease_watch, pod_watch).await;
+    check_handover("the rollback", &pods, &release, &old_digest, &upgraded, watches).await;
     for (name, _) in &strategies {
         partition(name, "nginx:1.29", 3).await;
         partition(name, "nginx:1.29", 0).await;
