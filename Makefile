@@ -6,9 +6,12 @@ CARGO        ?= cargo
 # Every binary is linked statically (glibc's crt-static), for the host's own target triple: the
 # operator's image needs a static binary, and one build serves `make run`, the tests and the
 # image. (With the triple named, build scripts and proc-macros stay dynamic, as they must.)
-HOST_TRIPLE  := $(shell rustc -vV 2>/dev/null | sed -n 's/^host: //p')
+# The Rust release is rust-toolchain.toml's; the script makes it available (without a download
+# when it is the installed stable) before anything here calls rustc.
+HOST_TRIPLE  := $(shell bash e2e/scripts/rust-toolchain.sh)
 export CARGO_BUILD_TARGET := $(HOST_TRIPLE)
-export CARGO_TARGET_$(shell echo '$(HOST_TRIPLE)' | tr 'a-z-' 'A-Z_')_RUSTFLAGS := -C target-feature=+crt-static
+TARGET_RUSTFLAGS := CARGO_TARGET_$(shell echo '$(HOST_TRIPLE)' | tr 'a-z-' 'A-Z_')_RUSTFLAGS
+export $(TARGET_RUSTFLAGS) := -C target-feature=+crt-static
 TARGET_DIR   := target/$(HOST_TRIPLE)/debug
 OPERATOR     := $(TARGET_DIR)/cloneset-operator
 LOCAL_CLUSTER:= $(TARGET_DIR)/local-cluster
@@ -161,7 +164,11 @@ fmt: ## Format the code
 CARGO_AUDITABLE_VERSION := 0.7.7
 # The release's SBOM is that list as CycloneDX (auditable2cdx, from the same project).
 AUDITABLE2CDX_VERSION := 0.1.0
+# Panic messages name the source files of dependencies under cargo's home, which differs between
+# machines: remapped, one commit gives one binary wherever it is built (paths in the checkout are
+# relative already).
 RELEASE_BUILD = PATH="$$(dirname "$$(bash e2e/scripts/build-cargo-tool.sh cargo-auditable $(CARGO_AUDITABLE_VERSION) --debug)"):$$PATH" \
+	$(TARGET_RUSTFLAGS)="$$$(TARGET_RUSTFLAGS) --remap-path-prefix=$${CARGO_HOME:-$$HOME/.cargo}=/cargo" \
 	$(CARGO) auditable build --release --locked -p cloneset-operator --bin cloneset-operator
 
 .PHONY: image
@@ -221,7 +228,8 @@ kubernetes: ## Build (once) K8S_VERSION's kube-apiserver, controller-manager, sc
 
 .PHONY: toolchain
 toolchain:
-	@command -v $(CARGO) >/dev/null || { echo "cargo not found: install Rust (stable, 1.89 or newer)"; exit 1; }
+	@command -v $(CARGO) >/dev/null || { echo "cargo not found: install Rust with rustup (rust-toolchain.toml names the release)"; exit 1; }
+	@[ -n "$(HOST_TRIPLE)" ] || { echo "rustc does not run: the Rust release rust-toolchain.toml names is missing (see above)"; exit 1; }
 
 .PHONY: cluster-toolchain
 # What the local control plane, Helm and the tests need beyond Rust.
