@@ -94,6 +94,7 @@ test: build ## Unit tests, then the e2e tests (`make e2e`) on K8S_VERSION
 # So everything it runs is built and installed first.
 e2e: net-guard-clear build previous-release cluster-toolchain ## E2e tests on K8S_VERSION against a local control plane started and stopped here, with the network guard on
 	@bash e2e/scripts/build-helm.sh >/dev/null
+	@bash e2e/scripts/cosign.sh version >/dev/null
 	@$(LOCAL_CLUSTER) prepare --real-nodes $(REAL_NODES)
 	$(CARGO) test -p e2e --test '*' --no-run
 	@CARGO=$(CARGO) REAL_NODES=$(REAL_NODES) bash e2e/scripts/e2e-stage.sh $(LOCAL_CLUSTER) $(TEST_CLUSTER_DIR)
@@ -137,7 +138,7 @@ helm-lint: ## helm lint the chart
 	@h=$$(bash e2e/scripts/build-helm.sh) && $$h lint --strict charts/cloneset-operator charts/cloneset-operator-migrate
 
 .PHONY: lint
-lint: toolchain helm-lint deny ## rustfmt check, clippy with warnings as errors, helm lint, cargo deny
+lint: toolchain helm-lint deny lint-workflows ## rustfmt check, clippy with warnings as errors, helm lint, cargo deny
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
@@ -153,6 +154,17 @@ deny: toolchain ## cargo deny: every dependency's license, source and version re
 .PHONY: deny-advisories
 deny-advisories: toolchain ## cargo deny: RustSec advisories (fetches the advisory database from GitHub)
 	@d=$(CARGO_DENY) && $$d deny check advisories
+
+.PHONY: lint-workflows
+# The hosted CI's release workflow cannot run here: actionlint checks it (its expressions, its
+# actions' inputs, runner labels, and its shell scripts through shellcheck, from Debian).
+ACTIONLINT_VERSION := v1.7.12
+lint-workflows: ## actionlint (with shellcheck) the hosted CI's workflows in .github/workflows
+	@command -v shellcheck >/dev/null || { [ "$$(id -u)" = 0 ] && DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq shellcheck >/dev/null; } || \
+	  { echo "lint-workflows: shellcheck is missing (apt-get install shellcheck)"; exit 1; }
+	@a=$$(bash e2e/scripts/build-go-tool.sh github.com/rhysd/actionlint/cmd/actionlint $(ACTIONLINT_VERSION)) && \
+	  $$a -shellcheck "$$(command -v shellcheck)" .github/workflows/*.yaml && echo "lint-workflows: .github/workflows clean"
 
 .PHONY: fmt
 fmt: ## Format the code
@@ -209,6 +221,18 @@ RELEASE_DIR := target/releases/$(VERSION)
 release: image dist ## Everything a release of VERSION ships, in target/releases/VERSION: image archive, binary, SBOM, both charts, notes, SHA256SUMS
 	@sbom=$$(bash e2e/scripts/build-cargo-tool.sh auditable2cdx $(AUDITABLE2CDX_VERSION) --debug) && \
 	IMAGE_ARCHIVE=$(IMAGE_ARCHIVE) DIST_DIR=$(DIST_DIR) AUDITABLE2CDX=$$sbom bash e2e/scripts/release.sh $(VERSION) $(HOST_TRIPLE) $(RELEASE_DIR)
+
+.PHONY: version
+version: ## Print the version (Cargo.toml's), e.g. for the release workflow
+	@echo $(VERSION)
+
+.PHONY: publish
+# The registry a release is published to (host/path); COSIGN_KEY names the key to sign with
+# (COSIGN_PASSWORD its passphrase), unset, cosign signs keylessly (the hosted release workflow).
+REGISTRY ?=
+publish: ## Push target/releases/VERSION to REGISTRY: image and charts signed with cosign (COSIGN_KEY, or keyless), SBOM attested
+	$(CARGO) build -p e2e --bin local-cluster
+	@LOCAL_CLUSTER=$(LOCAL_CLUSTER) bash e2e/scripts/publish.sh $(RELEASE_DIR) $(VERSION) "$(REGISTRY)"
 
 .PHONY: cluster-up
 cluster-up: build cluster-toolchain ## Start the local control plane with REAL_NODES real nodes (idempotent); prints `export KUBECONFIG=...` last

@@ -5,8 +5,17 @@
 # and SHA256SUMS over them all. `make release` runs it.
 #
 # Usage: release.sh VERSION HOST_TRIPLE OUT_DIR
+#        release.sh --sums DIR   (writes DIR/SHA256SUMS again, over every file in DIR: the release
+#                                 workflow does, once it has put both architectures' files together)
 # Env:   IMAGE_ARCHIVE, DIST_DIR, AUDITABLE2CDX (as the Makefile sets them)
 set -euo pipefail
+
+# SHA256SUMS over every other file of the directory, sorted.
+sums() { (cd "$1" && find . -maxdepth 1 -type f ! -name 'SHA256SUMS*' -printf '%P\n' | LC_ALL=C sort | xargs sha256sum > SHA256SUMS.new && mv SHA256SUMS.new SHA256SUMS); }
+if [ "${1:-}" = --sums ]; then
+  sums "$2"
+  exit 0
+fi
 
 version=$1
 triple=$2
@@ -58,7 +67,7 @@ for chart in charts/cloneset-operator charts/cloneset-operator-migrate; do
   "$helm" package "$chart" --destination "$out" >/dev/null
 done
 
-(cd "$out" && find . -maxdepth 1 -type f ! -name SHA256SUMS -printf '%P\n' | LC_ALL=C sort | xargs sha256sum > SHA256SUMS)
+sums "$out"
 digest=$(tar -xOf "$out/$(basename "$IMAGE_ARCHIVE")" index.json | grep -o '"digest":"sha256:[0-9a-f]*"' | head -1 | cut -d'"' -f4)
 echo "make release: cloneset-operator $version in $out (image $digest)"
 (cd "$out" && ls -l | tail -n +2)

@@ -149,22 +149,53 @@ pub async fn restore_policy(client: &Client) {
     }
 }
 
-/// The operator's image made from `binary` (debug info stripped, as it does not run), copied into
-/// the test cluster's registry as `docker.io/library/cloneset-operator:<tag>`; returns the
-/// registry's digest.
-pub fn push_operator_image(real: &crate::nodes::real::RealNodes, binary: &Path, tag: &str) -> String {
+/// The values a platform team keeps for a release on the test cluster: the installation
+/// namespace, the manager's `image` values, and the manager pods on the real node.
+pub fn real_node_values(namespace: &str, image: serde_json::Value) -> serde_json::Value {
+    json!({
+        "installation": {"namespace": namespace},
+        "manager": {
+            "image": image,
+            "nodeSelector": {crate::nodes::real::LABEL: "true"},
+            "tolerations": [{"key": crate::nodes::real::TAINT, "operator": "Exists", "effect": "NoSchedule"}],
+        },
+    })
+}
+
+/// Puts back what every other test uses once a test's release is gone: the CRD without the
+/// release's settings, and the admission policies if there were any to adopt.
+pub async fn restore_test_api(client: &Client, had_policy: bool) {
+    testenv::apply_crd(client, &cloneset_operator::api::crd::crd()).await.unwrap();
+    if had_policy {
+        restore_policy(client).await;
+    }
+}
+
+/// The operator's image made from `binary` (debug info stripped, as it does not run), named
+/// `reference` and labelled for `architecture`, as an OCI archive in target/e2e-images (`name`
+/// tells the archives apart).
+pub fn operator_archive(binary: &Path, reference: &str, name: &str, architecture: &str) -> PathBuf {
     let work = repo_root().join("target/e2e-images");
     std::fs::create_dir_all(&work).unwrap();
-    let stripped = work.join(format!("cloneset-operator-{tag}"));
+    let stripped = work.join(format!("cloneset-operator-{name}"));
     let copied = Command::new("objcopy").args(["--strip-debug"]).arg(binary).arg(&stripped).status().is_ok_and(|s| s.success());
     let bytes = std::fs::read(if copied { &stripped } else { binary }).unwrap();
     crate::image::check_static(&bytes)
         .unwrap_or_else(|e| panic!("{}: {e:#}; build with `make` (it links statically) before running this test", binary.display()));
-    let reference = format!("docker.io/library/cloneset-operator:{tag}");
-    let archive = work.join(format!("cloneset-operator-{tag}.oci.tar"));
+    let archive = work.join(format!("cloneset-operator-{name}.oci.tar"));
     let version = crate::image::BinaryVersion::of(binary).unwrap();
-    crate::image::write_archive(&archive, &crate::image::build(&crate::image::operator_image(&reference, bytes, &version))).unwrap();
+    let image = crate::image::build_for(&crate::image::operator_image(reference, bytes, &version), architecture);
+    crate::image::write_archive(&archive, &image).unwrap();
     let _ = std::fs::remove_file(&stripped);
+    archive
+}
+
+/// The operator's image made from `binary` ([`operator_archive`]), copied into the test
+/// cluster's registry as `docker.io/library/cloneset-operator:<tag>`; returns the registry's
+/// digest.
+pub fn push_operator_image(real: &crate::nodes::real::RealNodes, binary: &Path, tag: &str) -> String {
+    let reference = format!("docker.io/library/cloneset-operator:{tag}");
+    let archive = operator_archive(binary, &reference, tag, crate::image::host_architecture());
     crate::registry::push(&archive, real.registry, &reference).unwrap()
 }
 

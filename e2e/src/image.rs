@@ -128,8 +128,13 @@ pub fn host_architecture() -> &'static str {
     }
 }
 
-/// Builds the config and manifest of an image.
+/// Builds the config and manifest of an image for this machine's architecture.
 pub fn build(spec: &ImageSpec) -> BuiltImage {
+    build_for(spec, host_architecture())
+}
+
+/// Builds the config and manifest of an image for `architecture` (OCI's name for it).
+pub fn build_for(spec: &ImageSpec, architecture: &str) -> BuiltImage {
     let mut config = serde_json::Map::new();
     let run = &spec.config;
     let strings = |v: &[String]| Value::from(v.to_vec());
@@ -153,7 +158,7 @@ pub fn build(spec: &ImageSpec) -> BuiltImage {
     }
     config.insert("WorkingDir".into(), "/".into());
     let image_config = json!({
-        "architecture": host_architecture(),
+        "architecture": architecture,
         "os": "linux",
         "config": config,
         "rootfs": {"type": "layers", "diff_ids": spec.layers.iter().map(|l| digest(l)).collect::<Vec<_>>()},

@@ -10,6 +10,7 @@ pub mod freezing_proxy;
 pub mod helm_release;
 pub mod host;
 pub mod image;
+pub mod image_index;
 pub mod nodes;
 pub mod rbac;
 pub mod real_node;

@@ -52,6 +52,16 @@ enum Cmd {
         #[arg(long)]
         out: PathBuf,
     },
+    /// Merge image archives of one image each (one per architecture) into one archive whose
+    /// `reference`'s tag names an image index over them (`skopeo copy --all` pushes it).
+    ImageIndex {
+        /// Full reference, e.g. docker.io/library/cloneset-operator:0.1.0.
+        #[arg(long)]
+        reference: String,
+        #[arg(long)]
+        out: PathBuf,
+        archives: Vec<PathBuf>,
+    },
     /// Copy an image archive's image into this control plane's registry as `reference`.
     Push {
         #[arg(long)]
@@ -138,6 +148,14 @@ async fn main() -> anyhow::Result<()> {
             let digest = e2e::image::write_archive(&out, &image)?;
             eprintln!("local-cluster: {reference} written to {} (manifest {digest})", out.display());
             eprintln!("  skopeo copy oci-archive:{}:{} docker://<registry>/cloneset-operator:{}", out.display(), image.tag(), image.tag());
+        }
+        Cmd::ImageIndex { reference, out, archives } => {
+            let read = |a: &PathBuf| std::fs::read(a).with_context(|| format!("reading {}", a.display()));
+            let archives = archives.iter().map(read).collect::<anyhow::Result<Vec<_>>>()?;
+            let tag = reference.rsplit_once(':').filter(|(_, t)| !t.contains('/')).map_or("latest", |(_, t)| t);
+            let merged = e2e::image_index::merge(&archives, tag, &reference, e2e::image::mtime_from_env())?;
+            std::fs::write(&out, merged).with_context(|| format!("writing {}", out.display()))?;
+            eprintln!("local-cluster: {reference} for {} architectures written to {}", archives.len(), out.display());
         }
         Cmd::Push { archive, reference } => {
             let state = cluster::read_state(&dir)?.context("no control plane runs here: start it first")?;

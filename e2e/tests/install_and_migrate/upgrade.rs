@@ -12,7 +12,8 @@ use std::time::Duration;
 use cloneset_operator::api::CloneSet;
 use e2e::chart::{chart_dir, repo_root};
 use e2e::helm_release::{
-    PreviousRelease, Release, adopt_policy, previous_release, push_operator_image, restore_policy, this_operator, unique,
+    PreviousRelease, Release, adopt_policy, previous_release, push_operator_image, real_node_values, restore_test_api, this_operator,
+    unique,
 };
 use e2e::testenv::{self, TestNamespace, install_api, wait_until, watch_until};
 use e2e::workload::{Disturbances, in_place, manifest, new_image, rolled_out, st, watch_disturbances};
@@ -30,14 +31,7 @@ const T: Duration = Duration::from_secs(120);
 /// The values file a platform team keeps for the release: the installation namespace, the image
 /// pinned by its digest (the tag says which release it is), and the manager pods on the real node.
 fn values_file(dir: &Path, ns: &str, tag: &str, digest: &str) -> String {
-    let values = json!({
-        "installation": {"namespace": ns},
-        "manager": {
-            "image": {"tag": tag, "digest": digest},
-            "nodeSelector": {e2e::nodes::real::LABEL: "true"},
-            "tolerations": [{"key": e2e::nodes::real::TAINT, "operator": "Exists", "effect": "NoSchedule"}],
-        },
-    });
+    let values = real_node_values(ns, json!({"tag": tag, "digest": digest}));
     let path = dir.join(format!("values-{tag}.yaml"));
     // JSON is YAML.
     std::fs::write(&path, serde_json::to_string_pretty(&values).unwrap()).unwrap();
@@ -271,10 +265,6 @@ async fn an_upgrade_from_the_previous_release_and_back_restarts_no_pod() {
 
     rel.uninstall().await;
     drop(work);
-    // The CRD and admission policies every other test uses, as they were.
-    testenv::apply_crd(&client, &cloneset_operator::api::crd::crd()).await.unwrap();
-    if had_policy {
-        restore_policy(&client).await;
-    }
+    restore_test_api(&client, had_policy).await;
     let _ = std::fs::remove_dir_all(&work_dir);
 }
