@@ -258,7 +258,9 @@ pub fn operator_image(reference: &str, binary: Vec<u8>, build: &BinaryVersion) -
     let labels = [
         ("org.opencontainers.image.title", "cloneset-operator"),
         ("org.opencontainers.image.description", "An OpenKruise-compatible CloneSet operator"),
-        ("org.opencontainers.image.licenses", "Apache-2.0"),
+        // The workspace's Cargo.toml says both, for the crates and the image alike.
+        ("org.opencontainers.image.licenses", env!("CARGO_PKG_LICENSE")),
+        ("org.opencontainers.image.source", env!("CARGO_PKG_REPOSITORY")),
         ("org.opencontainers.image.version", build.version.as_str()),
         ("org.opencontainers.image.revision", build.revision.as_str()),
     ];
@@ -539,6 +541,7 @@ mod tests {
         assert_eq!(labels["org.opencontainers.image.version"], "0.1.0");
         assert_eq!(labels["org.opencontainers.image.revision"], "1a2b3c4d5e6f");
         assert_eq!(labels["org.opencontainers.image.licenses"], "Apache-2.0");
+        assert!(labels["org.opencontainers.image.source"].as_str().is_some_and(|s| s.starts_with("https://")), "{labels}");
         assert_eq!(&json_of(&image.manifest)["annotations"], labels, "the manifest says the same");
     }
 
