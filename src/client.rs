@@ -10,7 +10,8 @@
 //! ```text
 //! Client (kube's own Buffer) → PodsInProtobuf (pod_cache/protobuf.rs) → Retry (429/503/504, server_retry)
 //!   → Throttle (token bucket + request metric) → ConcurrencyLimit ([`MAX_REQUESTS_IN_FLIGHT`])
-//!   → Buffer → the transport (transport.rs: kube's stack over HTTP/2 with pings, no retry)
+//!   → Timed (request latency) → Buffer → the transport (transport.rs: kube's stack over HTTP/2
+//!   with pings, no retry)
 //! ```
 //!
 //! kube's retry normally sits inside its stack, below anything added with
@@ -203,6 +204,59 @@ where
     }
 }
 
+/// Times each request below the in-flight limit, for `rest_client_request_duration_seconds`:
+/// what the connection and the apiserver take, without the wait for a slot. Watches are left
+/// out, as client-go leaves them out: their responses stream for minutes.
+pub(crate) struct TimedLayer {
+    metrics: Arc<Metrics>,
+    host: Arc<str>,
+}
+
+impl<S> Layer<S> for TimedLayer {
+    type Service = Timed<S>;
+
+    fn layer(&self, inner: S) -> Timed<S> {
+        Timed { inner, metrics: self.metrics.clone(), host: self.host.clone() }
+    }
+}
+
+/// The service [`TimedLayer`] builds.
+#[derive(Clone)]
+pub(crate) struct Timed<S> {
+    inner: S,
+    metrics: Arc<Metrics>,
+    host: Arc<str>,
+}
+
+impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for Timed<S>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>>,
+    S::Future: Send + 'static,
+{
+    type Response = Response<ResBody>;
+    type Error = S::Error;
+    type Future = BoxFuture<Result<Self::Response, Self::Error>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
+        let watch = req.uri().query().is_some_and(|q| q.split('&').any(|kv| kv == "watch=true" || kv == "watch=1"));
+        let method = req.method().clone();
+        let (metrics, host) = (self.metrics.clone(), self.host.clone());
+        let start = Instant::now();
+        let response = self.inner.call(req);
+        Box::pin(async move {
+            let res = response.await;
+            if !watch {
+                metrics.request_latency(&host, &method, start.elapsed().as_secs_f64());
+            }
+            res
+        })
+    }
+}
+
 /// Requests of one client waiting for their response at once: enough to keep an apiserver busy,
 /// few enough that one slow-start batch of pod creations cannot flood it (over HTTP/1.1, where an
 /// apiserver offers no HTTP/2, each would also hold a pooled connection with its buffers). A
@@ -226,6 +280,7 @@ pub fn build(mut config: kube::Config, limit: Option<RateLimit>, metrics: Arc<Me
     let builder = crate::transport::client_builder(&config)?
         // Makes kube's boxed stack cloneable, so a request can wait for its token first.
         .with_layer(&BufferLayer::new(1024))
+        .with_layer(&TimedLayer { metrics: metrics.clone(), host: host.as_str().into() })
         .with_layer(&ConcurrencyLimitLayer::new(MAX_REQUESTS_IN_FLIGHT))
         .with_layer(&ThrottleLayer::new(limit, metrics, &host));
     let pods = PodsInProtobufLayer { enabled: protobuf_pods };
@@ -326,6 +381,27 @@ mod tests {
             text.contains(
                 "rest_client_requests_total{code=\"200\",host=\"127.0.0.1:6443\",method=\"GET\",resource=\"\",subresource=\"\"} 3"
             ),
+            "{text}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn requests_are_timed_from_their_slot_to_their_answer_and_watches_are_not() {
+        let metrics = Arc::new(Metrics::new());
+        let apiserver = tower::service_fn(|_req: Request<()>| async {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            Ok::<_, std::convert::Infallible>(Response::new(()))
+        });
+        let mut svc = TimedLayer { metrics: metrics.clone(), host: "127.0.0.1:6443".into() }.layer(apiserver);
+        for uri in ["/api/v1/pods", "/api/v1/pods?watch=true&resourceVersion=1"] {
+            let req = Request::builder().method("POST").uri(uri).body(()).unwrap();
+            svc.ready().await.unwrap().call(req).await.unwrap();
+        }
+        let text = metrics.encode();
+        let series = "rest_client_request_duration_seconds_bucket{le=\"0.5\",verb=\"POST\",host=\"127.0.0.1:6443\"}";
+        assert!(text.contains(&format!("{series} 1")), "one request of 300 ms, the watch not counted:\n{text}");
+        assert!(
+            text.contains("rest_client_request_duration_seconds_bucket{le=\"0.25\",verb=\"POST\",host=\"127.0.0.1:6443\"} 0"),
             "{text}"
         );
     }

@@ -56,6 +56,13 @@ pub(crate) struct RequestLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct LatencyLabels {
+    pub verb: String,
+    /// The apiserver's `host:port`.
+    pub host: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct NameLabels {
     pub name: String,
 }
@@ -116,6 +123,13 @@ fn reconcile_histogram() -> Histogram {
     Histogram::new(RECONCILE_BUCKETS.iter().copied())
 }
 
+/// client-go's request-latency buckets (seconds).
+const REQUEST_BUCKETS: &[f64] = &[0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0];
+
+fn request_histogram() -> Histogram {
+    Histogram::new(REQUEST_BUCKETS.iter().copied())
+}
+
 /// client-go's work-queue buckets: 10ns to 1000s, ×10 each.
 fn queue_histogram() -> Histogram {
     Histogram::new(exponential_buckets(1e-8, 10.0, 12))
@@ -169,6 +183,7 @@ pub struct Metrics {
     unfinished_work: Family<QueueLabels, SecondsGauge>,
     longest_running: Family<QueueLabels, SecondsGauge>,
     rest_requests: Family<RequestLabels, Counter>,
+    request_latency: HistogramFamily<LatencyLabels>,
     expectation_leakage: Family<ObjectLabels, Gauge>,
     status_replicas: Family<StatusLabels, Gauge>,
     is_leader: Gauge,
@@ -205,6 +220,7 @@ impl Metrics {
         let unfinished_work = Family::<QueueLabels, SecondsGauge>::default();
         let longest_running = Family::<QueueLabels, SecondsGauge>::default();
         let rest_requests = Family::<RequestLabels, Counter>::default();
+        let request_latency: HistogramFamily<LatencyLabels> = Family::new_with_constructor(request_histogram);
         let expectation_leakage = Family::<ObjectLabels, Gauge>::default();
         let status_replicas = Family::<StatusLabels, Gauge>::default();
         let is_leader = Gauge::default();
@@ -259,6 +275,11 @@ impl Metrics {
             rest_requests.clone(),
         );
         registry.register(
+            "rest_client_request_duration_seconds",
+            "Request latency in seconds, from the request leaving the client's in-flight limit to its response's headers (watches not counted). Broken down by verb, and host.",
+            request_latency.clone(),
+        );
+        registry.register(
             "cloneset_scale_expectation_leakage",
             "CloneSet scale expectations that timed out (a counter in Kruise; see the operator's metrics docs)",
             expectation_leakage.clone(),
@@ -310,6 +331,7 @@ impl Metrics {
             unfinished_work,
             longest_running,
             rest_requests,
+            request_latency,
             expectation_leakage,
             status_replicas,
             is_leader,
@@ -382,6 +404,13 @@ impl Metrics {
             subresource: subresource.into(),
         };
         self.rest_requests.get_or_create(&labels).inc();
+    }
+
+    /// One request's latency: `seconds` from leaving the in-flight limit to its response's
+    /// headers (or its failure).
+    pub fn request_latency(&self, host: &str, method: &http::Method, seconds: f64) {
+        let labels = LatencyLabels { verb: method.as_str().to_string(), host: host.to_string() };
+        self.request_latency.get_or_create(&labels).observe(seconds);
     }
 
     /// A scale expectation of CloneSet `namespace/name` timed out.

@@ -256,6 +256,7 @@ async fn the_metrics_table_matches_what_is_served() {
     metrics.active_workers(1);
     metrics.reconciled(ReconcileResult::Error, std::time::Duration::from_millis(1));
     metrics.request("127.0.0.1:6443", &http::Method::GET, "/api/v1/pods", Some(http::StatusCode::OK));
+    metrics.request_latency("127.0.0.1:6443", &http::Method::GET, 0.01);
     metrics.set_status("ns", "web", [1; 6]);
     metrics.expectation_leaked("ns/web");
     metrics.set_leader(true, Some("cloneset-operator-leader"));

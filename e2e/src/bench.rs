@@ -161,6 +161,9 @@ pub struct Snapshot {
     /// controller-runtime's metrics, which Kruise's manager has too ([`cloneset_sum`]).
     pub reconciles: f64,
     pub reconcile_s: f64,
+    /// Seconds spent and requests answered by verb (`rest_client_request_duration_seconds`'s
+    /// sum and count: the operator's client, the raw baseline's too), for their mean latency.
+    pub latency: BTreeMap<String, (f64, f64)>,
 }
 
 impl Snapshot {
@@ -174,6 +177,12 @@ impl Snapshot {
             match labels.get("method").map(String::as_str) {
                 Some("GET") | None => {}
                 Some(m) => *s.writes_by_method.entry(m.to_string()).or_default() += value,
+            }
+        }
+        for (part, index) in [("sum", 0), ("count", 1)] {
+            for (labels, value) in samples(text, &format!("rest_client_request_duration_seconds_{part}")) {
+                let slot = s.latency.entry(labels.get("verb").cloned().unwrap_or_default()).or_default();
+                if index == 0 { slot.0 += value } else { slot.1 += value }
             }
         }
         s.reconciles = cloneset_sum(text, "controller_runtime_reconcile_total");
@@ -205,7 +214,24 @@ impl Snapshot {
             per_resource: self.per_resource && before.per_resource,
             reconciles: self.reconciles - before.reconciles,
             reconcile_s: self.reconcile_s - before.reconcile_s,
+            latency: self
+                .latency
+                .iter()
+                .map(|(verb, (sum, count))| {
+                    let (s0, c0) = before.latency.get(verb).copied().unwrap_or_default();
+                    (verb.clone(), (sum - s0, count - c0))
+                })
+                .collect(),
         }
+    }
+
+    /// `<prefix>latency_<verb>_ms`: each verb's mean request latency over the phase, in ms.
+    pub fn latency_extra(&self, prefix: &str) -> BTreeMap<String, f64> {
+        self.latency
+            .iter()
+            .filter(|(_, (_, count))| *count > 0.0)
+            .map(|(verb, (sum, count))| (format!("{prefix}latency_{}_ms", verb.to_lowercase()), round2(sum / count * 1000.0)))
+            .collect()
     }
 
     /// Requests per pod when the samples name resources; otherwise `None`, the writes going to
@@ -341,6 +367,17 @@ pub fn cpu_ticks_from_stat(text: &str) -> Option<u64> {
     let fields: Vec<&str> = after.split_whitespace().collect();
     // `after` starts at field 3 (state), so field 14 is index 11.
     Some(fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?)
+}
+
+/// The whole machine's busy and total clock ticks, from `/proc/stat`'s `cpu` line (idle and
+/// iowait are not busy): how saturated the machine was between two readings.
+pub fn machine_ticks(text: &str) -> Option<(u64, u64)> {
+    let line = text.lines().find(|l| l.starts_with("cpu "))?;
+    let fields: Vec<u64> = line.split_whitespace().skip(1).map(|f| f.parse().ok()).collect::<Option<_>>()?;
+    // user nice system idle iowait irq softirq steal (guest time is counted in user already).
+    let total: u64 = fields.iter().take(8).sum();
+    let idle = fields.get(3)? + fields.get(4).copied().unwrap_or(0);
+    Some((total - idle, total))
 }
 
 /// Which client-side rate limit a row's clients had: `none` (the operator's default: the
@@ -757,6 +794,28 @@ rest_client_requests_total{code=\"200\",host=\"10.0.0.1:6443\",method=\"GET\"} 4
         assert!(s.method_extra(1.0).is_empty());
         assert_eq!(s.per_pod(2.0).unwrap().pod_status, 1.0);
         assert_eq!(Snapshot::from_metrics("").throttled, 0.0);
+    }
+
+    #[test]
+    fn snapshots_give_each_verbs_mean_latency_over_a_phase() {
+        let text = |post_sum: f64, post_count: u32| {
+            format!(
+                "rest_client_request_duration_seconds_sum{{verb=\"POST\",host=\"h\"}} {post_sum}\n\
+                 rest_client_request_duration_seconds_count{{verb=\"POST\",host=\"h\"}} {post_count}\n\
+                 rest_client_request_duration_seconds_bucket{{le=\"0.005\",verb=\"POST\",host=\"h\"}} 0\n"
+            )
+        };
+        let before = Snapshot::from_metrics(&text(1.0, 10));
+        let after = Snapshot::from_metrics(&text(4.0, 40));
+        assert_eq!(after.since(&before).latency_extra("baseline_"), [("baseline_latency_post_ms".to_string(), 100.0)].into());
+        assert!(Snapshot::from_metrics("").latency_extra("").is_empty());
+    }
+
+    #[test]
+    fn the_machine_is_busy_but_for_idle_and_iowait() {
+        let stat = "cpu  100 5 50 800 20 3 2 0 0 0\ncpu0 50 2 25 400 10 1 1 0 0 0\n";
+        assert_eq!(machine_ticks(stat), Some((160, 980)));
+        assert_eq!(machine_ticks("intr 1"), None);
     }
 
     #[test]

@@ -17,7 +17,7 @@
 //!   creates at once; rollouts in maxUnavailable batches with as many pod writes per pod as the
 //!   operator made in the same rollout.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -36,7 +36,7 @@ use serde_json::{Value, json};
 use tokio::sync::Semaphore;
 
 use crate::cache::Cache;
-use crate::flows::{BasePhase, Bench, Phase};
+use crate::flows::{BasePhase, Bench, LoadMeter, Phase, containers_ready, timeline};
 use crate::{image, ready_with, running_image, window_pods};
 
 /// A baseline's namespace, client and view of its pods.
@@ -59,7 +59,7 @@ impl Baseline {
 
     /// Ends a phase that began at `t0` with `before` counts.
     fn phase(&self, t0: Instant, end: Instant, pods: u32, before: &Snapshot) -> BasePhase {
-        BasePhase { secs: end.duration_since(t0).as_secs_f64(), pods, counts: self.counts().since(before) }
+        BasePhase { secs: end.duration_since(t0).as_secs_f64(), pods, counts: self.counts().since(before), load: BTreeMap::new() }
     }
 
     fn pod(&self, name: &str, img: &str) -> anyhow::Result<Pod> {
@@ -158,13 +158,21 @@ impl Bench {
         let b = self.baseline(None, self.knobs.concurrency).await?;
         let img = image(1);
         let before = b.counts();
+        let load = LoadMeter::start(self.apiserver_pid(), None);
         let t0 = Instant::now();
         let mut names: Vec<String> = (0..n).map(|i| format!("web-{i}")).collect();
         // Pod sequences (and so requests) in flight: at most the bound.
         let creates = names.iter().map(|name| b.create(name, &img));
-        futures::stream::iter(creates).buffer_unordered(self.knobs.concurrency).try_collect::<Vec<_>>().await?;
+        let (sent, created, containers) = tokio::join!(
+            futures::stream::iter(creates).buffer_unordered(self.knobs.concurrency).try_collect::<Vec<_>>(),
+            b.pods.wait_count(n as usize, "created", |_| true),
+            b.pods.wait_count(n as usize, "with their containers ready", containers_ready),
+        );
+        sent?;
         let end = b.pods.wait_count(n as usize, "ready", |p| ready_with(p, &img)).await?;
-        let up = b.phase(t0, end, n, &before);
+        let mut up = b.phase(t0, end, n, &before);
+        up.load = load.extra("baseline_");
+        timeline("raw baseline", t0, [("created", created?), ("containers ready", containers?)], up.secs);
         let in_place = t.starts_with("InPlace");
         let mut rolls = Vec::new();
         for (i, w) in windows.iter().enumerate() {

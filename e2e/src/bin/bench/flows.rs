@@ -17,7 +17,7 @@ use kube::{Api, Client};
 use serde_json::json;
 
 use crate::cache::Cache;
-use crate::{External, Knobs, POLL, image, mib, proc_reading, ready_with, strategy};
+use crate::{External, Knobs, POLL, image, mib, proc_reading, ready_with, strategy, ticks_to_s};
 
 /// How long after its last rollout a controller's RSS is read (`rss_after_mib`).
 const RSS_SETTLE: Duration = Duration::from_secs(15);
@@ -64,11 +64,61 @@ impl Ctl {
     }
 }
 
+/// Whether every container of `p` reports ready (the kubelet's part of a pod's readiness).
+pub fn containers_ready(p: &Pod) -> bool {
+    p.status.iter().flat_map(|s| s.conditions.iter().flatten()).any(|c| c.type_ == "ContainersReady" && c.status == "True")
+}
+
+/// Prints when a scale-up reached each milestone, seconds after `t0`: where its time went.
+pub fn timeline<const N: usize>(who: &str, t0: Instant, milestones: [(&str, Instant); N], done_s: f64) {
+    let at: Vec<String> = milestones.iter().map(|(what, t)| format!("{what} {:.2}s", t.duration_since(t0).as_secs_f64())).collect();
+    eprintln!("bench: scale-up timeline ({who}): {}, done {done_s:.2}s", at.join(", "));
+}
+
+/// CPU readings at the start of a phase: the machine's, kube-apiserver's and the controller's.
+pub struct LoadMeter {
+    machine: Option<(u64, u64)>,
+    apiserver: Option<(u32, u64)>,
+    controller: Option<(u32, u64)>,
+}
+
+impl LoadMeter {
+    pub fn start(apiserver: Option<u32>, controller: Option<u32>) -> Self {
+        let ticks = |pid: Option<u32>| pid.and_then(|p| Some((p, proc_reading(p).ok()?.2)));
+        Self { machine: machine_reading(), apiserver: ticks(apiserver), controller: ticks(controller) }
+    }
+
+    /// Since the start: `<prefix>machine_busy` (the share of both cores in use),
+    /// `<prefix>apiserver_cpu_s` and `<prefix>controller_cpu_s`.
+    pub fn extra(&self, prefix: &str) -> BTreeMap<String, f64> {
+        let mut out = BTreeMap::new();
+        if let (Some((b0, t0)), Some((b1, t1))) = (self.machine, machine_reading())
+            && t1 > t0
+        {
+            out.insert(format!("{prefix}machine_busy"), bench::round2((b1 - b0) as f64 / (t1 - t0) as f64));
+        }
+        for (name, reading) in [("apiserver", self.apiserver), ("controller", self.controller)] {
+            if let Some((pid, before)) = reading
+                && let Ok((_, _, now)) = proc_reading(pid)
+            {
+                out.insert(format!("{prefix}{name}_cpu_s"), bench::round2(ticks_to_s(now.saturating_sub(before))));
+            }
+        }
+        out
+    }
+}
+
+fn machine_reading() -> Option<(u64, u64)> {
+    bench::machine_ticks(&std::fs::read_to_string("/proc/stat").ok()?)
+}
+
 /// One timed phase of a controller: seconds, and its requests over the phase for `pods` pods.
 pub struct Phase {
     pub secs: f64,
     pub pods: u32,
     pub counts: Option<Snapshot>,
+    /// CPU over the phase ([`LoadMeter::extra`]), where measured.
+    pub load: BTreeMap<String, f64>,
 }
 
 impl Phase {
@@ -81,6 +131,8 @@ impl Phase {
         let Some(c) = &self.counts else { return BTreeMap::new() };
         let mut extra = c.method_extra(f64::from(self.pods));
         extra.insert("operator_429".into(), c.throttled);
+        extra.extend(c.latency_extra(""));
+        extra.extend(self.load.clone());
         extra
     }
 }
@@ -90,15 +142,20 @@ pub struct BasePhase {
     pub secs: f64,
     pub pods: u32,
     pub counts: Snapshot,
+    /// CPU over the phase ([`LoadMeter::extra`]), where measured.
+    pub load: BTreeMap<String, f64>,
 }
 
 impl BasePhase {
     pub fn extra(&self) -> BTreeMap<String, f64> {
-        [
+        let mut extra: BTreeMap<String, f64> = [
             ("baseline_429".to_string(), self.counts.throttled),
             ("baseline_writes_per_pod".to_string(), bench::round2(self.counts.requests.writes() / f64::from(self.pods.max(1)))),
         ]
-        .into()
+        .into();
+        extra.extend(self.counts.latency_extra("baseline_"));
+        extra.extend(self.load.clone());
+        extra
     }
 }
 
@@ -218,16 +275,21 @@ impl Bench {
         let cs_api: Api<CloneSet> = ns.api();
         let ni = n as i32;
         let before = ctl.snapshot().await?;
+        let load = LoadMeter::start(self.apiserver_pid(), Some(ctl.pid()));
         let t0 = Instant::now();
         let min_gen = generation(&cs_api.create(&PostParams::default(), &manifest("web", ni, &image(1), strategy(t, "100%"))).await?);
-        let (a, c) = tokio::join!(
+        let (created, containers, a, c) = tokio::join!(
+            pods.wait_count(n as usize, "created", |_| true),
+            pods.wait_count(n as usize, "with their containers ready", containers_ready),
             pods.wait_count(n as usize, "ready", |p| ready_with(p, &image(1))),
             sets.wait_object("web", "to report all replicas ready", move |cs| observed(cs, min_gen, |s| converged(s, ni, false)))
         );
         let up_s = a?.max(c?).duration_since(t0).as_secs_f64();
+        let load = load.extra("");
+        timeline("operator", t0, [("created", created?), ("containers ready", containers?)], up_s);
         // Trailing writes (status, lifecycle) belong to the scale-up.
         tokio::time::sleep(Duration::from_secs(1)).await;
-        let up = Phase { secs: up_s, pods: n, counts: since(ctl.snapshot().await?, before) };
+        let up = Phase { secs: up_s, pods: n, counts: since(ctl.snapshot().await?, before), load };
         let mut rolls = Vec::new();
         for (i, w) in windows.iter().enumerate() {
             let v = i as u32 + 2;
@@ -242,7 +304,7 @@ impl Bench {
             // Trailing writes (status, refresh) belong to this rollout: wait for the pods to settle.
             pods.wait_count(n as usize, "ready on the new image", |p| ready_with(p, &image(v))).await?;
             tokio::time::sleep(Duration::from_secs(1)).await;
-            rolls.push(Phase { secs, pods: n, counts: since(ctl.snapshot().await?, before) });
+            rolls.push(Phase { secs, pods: n, counts: since(ctl.snapshot().await?, before), load: BTreeMap::new() });
         }
         // Settled, as a dashboard would show it between rollouts: long enough for the operator's
         // heap trim (every 10 s) and for a Go controller's scavenger to start returning memory.
