@@ -88,6 +88,16 @@ impl LoadMeter {
         Self { machine: machine_reading(), apiserver: ticks(apiserver), controller: ticks(controller) }
     }
 
+    /// CPU seconds kube-apiserver and the controller spent since the start (none where the
+    /// process could not be read).
+    pub fn cpu_s(&self) -> (Option<f64>, Option<f64>) {
+        let spent = |reading: Option<(u32, u64)>| {
+            let (pid, before) = reading?;
+            Some(ticks_to_s(proc_reading(pid).ok()?.2.saturating_sub(before)))
+        };
+        (spent(self.apiserver), spent(self.controller))
+    }
+
     /// Since the start: `<prefix>machine_busy` (the share of both cores in use),
     /// `<prefix>apiserver_cpu_s` and `<prefix>controller_cpu_s`.
     pub fn extra(&self, prefix: &str) -> BTreeMap<String, f64> {
@@ -97,11 +107,10 @@ impl LoadMeter {
         {
             out.insert(format!("{prefix}machine_busy"), bench::round2((b1 - b0) as f64 / (t1 - t0) as f64));
         }
-        for (name, reading) in [("apiserver", self.apiserver), ("controller", self.controller)] {
-            if let Some((pid, before)) = reading
-                && let Ok((_, _, now)) = proc_reading(pid)
-            {
-                out.insert(format!("{prefix}{name}_cpu_s"), bench::round2(ticks_to_s(now.saturating_sub(before))));
+        let (apiserver, controller) = self.cpu_s();
+        for (name, cpu_s) in [("apiserver", apiserver), ("controller", controller)] {
+            if let Some(s) = cpu_s {
+                out.insert(format!("{prefix}{name}_cpu_s"), bench::round2(s));
             }
         }
         out

@@ -18,7 +18,7 @@ use kube::{Api, ResourceExt as _};
 use serde_json::{Value, json};
 
 use crate::cache::Cache;
-use crate::flows::{Bench, Ctl, converged, generation, observed};
+use crate::flows::{Bench, Ctl, LoadMeter, converged, generation, observed};
 use crate::{External, POLL, TIMEOUT, image, mib, proc_reading, ready_with, strategy, ticks_to_s};
 
 /// The time between two probes of the large scenario (the first one this long after the
@@ -598,16 +598,10 @@ impl Bench {
     /// when its pid is known (the bench's own control plane) and the controller's.
     async fn roll_out_measured(&self, w: &Watched, pods: u32, version: u32, controller_pid: u32) -> anyhow::Result<RolloutCost> {
         // The pid is read once, as the restart's reading does: both ticks are of one process.
-        let apiserver_pid = self.apiserver_pid();
-        let ticks = |pid: Option<u32>| pid.and_then(|pid| proc_reading(pid).ok()).map(|(_, _, ticks)| ticks);
-        let (apiserver_before, controller_before) = (ticks(apiserver_pid), ticks(Some(controller_pid)));
+        let load = LoadMeter::start(self.apiserver_pid(), Some(controller_pid));
         let secs = roll_out(w, pods, version).await?;
-        let spent = |after: Option<u64>, before: Option<u64>| after.zip(before).map(|(a, b)| ticks_to_s(a.saturating_sub(b)));
-        Ok(RolloutCost {
-            secs,
-            apiserver_cpu_s: spent(ticks(apiserver_pid), apiserver_before),
-            controller_cpu_s: spent(ticks(Some(controller_pid)), controller_before),
-        })
+        let (apiserver_cpu_s, controller_cpu_s) = load.cpu_s();
+        Ok(RolloutCost { secs, apiserver_cpu_s, controller_cpu_s })
     }
 }
 
