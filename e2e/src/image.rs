@@ -115,7 +115,8 @@ impl BuiltImage {
     }
 }
 
-fn tag_of(reference: &str) -> &str {
+/// A reference's tag (`latest` when it names none).
+pub fn tag_of(reference: &str) -> &str {
     reference.rsplit_once(':').filter(|(_, t)| !t.contains('/')).map_or("latest", |(_, t)| t)
 }
 
@@ -198,18 +199,20 @@ pub fn archive(image: &BuiltImage, mtime: u64) -> Vec<u8> {
             },
         }],
     });
+    let blobs = [&image.manifest, &image.config].into_iter().chain(&image.layers).map(|b| (digest(b), b.clone())).collect();
+    layout_tar(&index, blobs, mtime)
+}
+
+/// An OCI image-layout archive: `oci-layout`, the top `index` and the `blobs` by digest.
+pub fn layout_tar(index: &Value, blobs: BTreeMap<String, Vec<u8>>, mtime: u64) -> Vec<u8> {
     let mut entries = vec![
         Entry::File { path: "oci-layout".into(), mode: 0o644, data: br#"{"imageLayoutVersion":"1.0.0"}"#.to_vec() },
-        Entry::File { path: "index.json".into(), mode: 0o644, data: serde_json::to_vec(&index).expect("JSON") },
+        Entry::File { path: "index.json".into(), mode: 0o644, data: serde_json::to_vec(index).expect("JSON") },
         Entry::Dir { path: "blobs".into(), mode: 0o755 },
         Entry::Dir { path: "blobs/sha256".into(), mode: 0o755 },
     ];
-    let mut blobs: BTreeMap<String, &[u8]> = BTreeMap::new();
-    for blob in [&image.manifest, &image.config].into_iter().chain(&image.layers) {
-        blobs.insert(digest(blob), blob);
-    }
-    for (d, bytes) in blobs {
-        entries.push(Entry::File { path: format!("blobs/sha256/{}", &d["sha256:".len()..]), mode: 0o644, data: bytes.to_vec() });
+    for (d, data) in blobs {
+        entries.push(Entry::File { path: format!("blobs/sha256/{}", &d["sha256:".len()..]), mode: 0o644, data });
     }
     layer_tar(&entries, mtime)
 }

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use anyhow::{Context as _, bail};
 use serde_json::{Value, json};
 
-use crate::image::{Entry, digest, layer_tar};
+use crate::image::{digest, layout_tar};
 
 const INDEX: &str = "application/vnd.oci.image.index.v1+json";
 const MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
@@ -28,8 +28,9 @@ fn files(tar_bytes: &[u8]) -> anyhow::Result<BTreeMap<String, Vec<u8>>> {
 }
 
 /// One archive holding the images of `archives` (one image each, of distinct platforms) under an
-/// image index tagged `tag` (named `name` for containerd), entries stamped `mtime`.
-pub fn merge(archives: &[Vec<u8>], tag: &str, name: &str, mtime: u64) -> anyhow::Result<Vec<u8>> {
+/// image index tagged as `name` is (and named `name` for containerd), entries stamped `mtime`.
+pub fn merge(archives: &[Vec<u8>], name: &str, mtime: u64) -> anyhow::Result<Vec<u8>> {
+    let tag = crate::image::tag_of(name);
     let mut blobs: BTreeMap<String, Vec<u8>> = BTreeMap::new();
     let mut manifests: BTreeMap<(String, String), Value> = BTreeMap::new();
     for (n, bytes) in archives.iter().enumerate() {
@@ -74,16 +75,7 @@ pub fn merge(archives: &[Vec<u8>], tag: &str, name: &str, mtime: u64) -> anyhow:
         }],
     });
     blobs.insert(digest(&index), index);
-    let mut entries = vec![
-        Entry::File { path: "oci-layout".into(), mode: 0o644, data: br#"{"imageLayoutVersion":"1.0.0"}"#.to_vec() },
-        Entry::File { path: "index.json".into(), mode: 0o644, data: serde_json::to_vec(&layout)? },
-        Entry::Dir { path: "blobs".into(), mode: 0o755 },
-        Entry::Dir { path: "blobs/sha256".into(), mode: 0o755 },
-    ];
-    for (d, data) in blobs {
-        entries.push(Entry::File { path: format!("blobs/sha256/{}", &d["sha256:".len()..]), mode: 0o644, data });
-    }
-    Ok(layer_tar(&entries, mtime))
+    Ok(layout_tar(&layout, blobs, mtime))
 }
 
 #[cfg(test)]
@@ -100,8 +92,8 @@ mod tests {
     #[test]
     fn the_index_names_each_platforms_image_and_every_blob_is_kept() {
         let (amd64, arm64) = (image("amd64"), image("arm64"));
-        let merged = merge(&[arm64.clone(), amd64.clone()], "0.1.0", "docker.io/library/cloneset-operator:0.1.0", 0).unwrap();
-        assert_eq!(merged, merge(&[amd64.clone(), arm64.clone()], "0.1.0", "docker.io/library/cloneset-operator:0.1.0", 0).unwrap());
+        let merged = merge(&[arm64.clone(), amd64.clone()], "docker.io/library/cloneset-operator:0.1.0", 0).unwrap();
+        assert_eq!(merged, merge(&[amd64.clone(), arm64.clone()], "docker.io/library/cloneset-operator:0.1.0", 0).unwrap());
         let files = files(&merged).unwrap();
         let layout: Value = serde_json::from_slice(&files["index.json"]).unwrap();
         assert_eq!(layout["manifests"][0]["mediaType"], INDEX);
@@ -122,7 +114,7 @@ mod tests {
 
     #[test]
     fn two_images_of_one_platform_are_refused() {
-        let err = merge(&[image("amd64"), image("amd64")], "0.1.0", "x", 0).unwrap_err();
+        let err = merge(&[image("amd64"), image("amd64")], "x:0.1.0", 0).unwrap_err();
         assert!(format!("{err:#}").contains("two images for linux/amd64"), "{err:#}");
     }
 }

@@ -152,8 +152,7 @@ async fn main() -> anyhow::Result<()> {
         Cmd::ImageIndex { reference, out, archives } => {
             let read = |a: &PathBuf| std::fs::read(a).with_context(|| format!("reading {}", a.display()));
             let archives = archives.iter().map(read).collect::<anyhow::Result<Vec<_>>>()?;
-            let tag = reference.rsplit_once(':').filter(|(_, t)| !t.contains('/')).map_or("latest", |(_, t)| t);
-            let merged = e2e::image_index::merge(&archives, tag, &reference, e2e::image::mtime_from_env())?;
+            let merged = e2e::image_index::merge(&archives, &reference, e2e::image::mtime_from_env())?;
             std::fs::write(&out, merged).with_context(|| format!("writing {}", out.display()))?;
             eprintln!("local-cluster: {reference} for {} architectures written to {}", archives.len(), out.display());
         }
