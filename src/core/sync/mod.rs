@@ -3,7 +3,7 @@
 //! refresh.rs, scale.rs and update.rs; this file holds what they share (the pass's input, the
 //! writes) and how a pass goes from one step to the next.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -68,8 +68,10 @@ impl<'a> SyncInput<'a> {
         status::pod_revision(pod).is_some_and(|h| hash_matches(h, self.update_revision))
     }
 
-    fn specified_delete(&self, pod: &dyn PodRead) -> bool {
-        pod.label(keys::SPECIFIED_DELETE).is_some() || self.cloneset.spec.scale_strategy.pods_to_delete.iter().any(|n| n == pod.name())
+    /// Which pods are specified for deletion, asked once per pod: `podsToDelete` as a set, so a
+    /// long list costs a lookup per pod rather than a scan.
+    fn specified_deletes(&self) -> SpecifiedDeletes<'a> {
+        SpecifiedDeletes(self.cloneset.spec.scale_strategy.pods_to_delete.iter().map(String::as_str).collect())
     }
 
     fn diff_input(&self) -> DiffInput<'_> {
@@ -91,6 +93,7 @@ impl<'a> SyncInput<'a> {
     /// pod count as updated; for updating, only the revision hash counts.
     fn views(&self, for_scale: bool) -> Vec<PodView> {
         let mrs = self.cloneset.spec.min_ready_seconds;
+        let specified = self.specified_deletes();
         self.pods
             .iter()
             .map(|&p| {
@@ -100,11 +103,20 @@ impl<'a> SyncInput<'a> {
                 PodView {
                     updated,
                     preparing_delete: st == Some(LifecycleState::PreparingDelete),
-                    specified_delete: self.specified_delete(p),
+                    specified_delete: specified.contains(p),
                     available: status::is_available(p, mrs, self.now),
                 }
             })
             .collect()
+    }
+}
+
+/// The specified-delete label or `scaleStrategy.podsToDelete` (see [`SyncInput::specified_deletes`]).
+struct SpecifiedDeletes<'a>(HashSet<&'a str>);
+
+impl SpecifiedDeletes<'_> {
+    fn contains(&self, pod: &dyn PodRead) -> bool {
+        pod.label(keys::SPECIFIED_DELETE).is_some() || self.0.contains(pod.name())
     }
 }
 

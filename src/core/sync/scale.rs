@@ -1,7 +1,7 @@
 //! The scale step: pods to create, delete or move to PreparingDelete (Kruise's
 //! `cloneset_scale.go`).
 
-use std::collections::BTreeSet;
+use std::collections::HashSet;
 
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
@@ -47,6 +47,7 @@ pub fn plan_scale(input: &SyncInput<'_>) -> ScalePlan {
     let pre_delete_hook = hooks.and_then(|l| l.pre_delete.as_ref());
     let preparing: Vec<&dyn PodRead> =
         input.pods.iter().copied().filter(|&p| lifecycle::state(p) == Some(LifecycleState::PreparingDelete)).collect();
+    let specified_delete = input.specified_deletes();
 
     // A scale-up cancels pending deletions first, unless a hook marks pods not ready.
     let mark_not_ready = [hooks.and_then(|l| l.pre_delete.as_ref()), hooks.and_then(|l| l.in_place_update.as_ref())]
@@ -56,7 +57,7 @@ pub fn plan_scale(input: &SyncInput<'_>) -> ScalePlan {
         let planned = input
             .pods
             .iter()
-            .filter(|&&p| input.specified_delete(p) || lifecycle::state(p) == Some(LifecycleState::PreparingDelete))
+            .filter(|&&p| specified_delete.contains(p) || lifecycle::state(p) == Some(LifecycleState::PreparingDelete))
             .count();
         let mut diff = input.cloneset.spec.replicas.unwrap_or(1) as i64 - input.pods.len() as i64 + planned as i64;
         let mut cancel = Vec::new();
@@ -64,7 +65,7 @@ pub fn plan_scale(input: &SyncInput<'_>) -> ScalePlan {
             if diff <= 0 {
                 break;
             }
-            if !input.specified_delete(p) {
+            if !specified_delete.contains(p) {
                 cancel.push(p.name().to_string());
                 diff -= 1;
             }
@@ -103,7 +104,7 @@ pub fn plan_scale(input: &SyncInput<'_>) -> ScalePlan {
         .pods
         .iter()
         .copied()
-        .filter(|&p| input.specified_delete(p) && lifecycle::state(p) != Some(LifecycleState::PreparingDelete))
+        .filter(|&p| specified_delete.contains(p) && lifecycle::state(p) != Some(LifecycleState::PreparingDelete))
         .collect();
     let mut ready_budget = diffs.delete_ready_limit;
     let mut take = |pods: &[&dyn PodRead], out: &mut Vec<String>| {
@@ -148,8 +149,14 @@ pub fn plan_scale(input: &SyncInput<'_>) -> ScalePlan {
 
 /// Pods their preDelete hook holds go to PreparingDelete instead of being deleted.
 fn split_hooked(input: &SyncInput<'_>, hook: Option<&crate::api::shared::LifecycleHook>, plan: &mut ScalePlan) {
-    let hooked = |name: &String| input.pods.iter().any(|p| p.name() == name && lifecycle::is_hooked(hook, *p));
-    let (held, free): (Vec<String>, Vec<String>) = plan.delete.drain(..).partition(hooked);
+    if hook.is_none() || plan.delete.is_empty() {
+        return;
+    }
+    // One pass over the pods, not one per deleted name.
+    let deleted: HashSet<&str> = plan.delete.iter().map(String::as_str).collect();
+    let held_names: HashSet<String> =
+        input.pods.iter().filter(|p| deleted.contains(p.name()) && lifecycle::is_hooked(hook, **p)).map(|p| p.name().to_string()).collect();
+    let (held, free): (Vec<String>, Vec<String>) = plan.delete.drain(..).partition(|n| held_names.contains(n));
     plan.delete = free;
     plan.prepare_delete = held;
 }
@@ -170,8 +177,13 @@ pub(crate) fn lifecycle_writes(cs: &CloneSet, pod: &Pod, state: LifecycleState, 
 
 /// Names in `podsToDelete` that are not active pods of this CloneSet (Kruise drops them).
 pub fn stale_pods_to_delete(cs: &CloneSet, active: &[&dyn PodRead]) -> Option<Vec<String>> {
-    let names: BTreeSet<&str> = active.iter().map(|p| p.name()).collect();
     let list = &cs.spec.scale_strategy.pods_to_delete;
-    let kept: Vec<String> = list.iter().filter(|n| names.contains(n.as_str())).cloned().collect();
+    if list.is_empty() {
+        return None;
+    }
+    // Looked up from the (short) list, so a pass costs one probe per pod.
+    let listed: HashSet<&str> = list.iter().map(String::as_str).collect();
+    let present: HashSet<&str> = active.iter().map(|p| p.name()).filter(|n| listed.contains(n)).collect();
+    let kept: Vec<String> = list.iter().filter(|n| present.contains(n.as_str())).cloned().collect();
     (kept.len() != list.len()).then_some(kept)
 }

@@ -97,12 +97,18 @@ pub fn plan_update(input: &SyncInput<'_>) -> UpdatePlan {
         input.cloneset.spec.min_ready_seconds,
         input.now,
     );
-    let pods = chosen.into_iter().map(|i| (input.pods[i].name().to_string(), pod_action(input, input.pods[i], target))).collect();
+    let mut specs = InPlaceSpecs::new();
+    let pods =
+        chosen.into_iter().map(|i| (input.pods[i].name().to_string(), pod_action(input, input.pods[i], target, &mut specs))).collect();
     UpdatePlan { diffs, pods, rolling_back, target: target.to_string() }
 }
 
+/// The in-place change from each pod revision to the target, worked out once per pass (it
+/// parses both revisions' templates) rather than once per pod.
+type InPlaceSpecs = std::collections::HashMap<Option<String>, Option<UpdateSpec>>;
+
 /// Recreate, or in place when the strategy allows and the change permits.
-fn pod_action(input: &SyncInput<'_>, pod: &dyn PodRead, target: &str) -> PodAction {
+fn pod_action(input: &SyncInput<'_>, pod: &dyn PodRead, target: &str, specs: &mut InPlaceSpecs) -> PodAction {
     let strategy = &input.cloneset.spec.update_strategy;
     let kind = if strategy.type_.is_empty() { update_type::RECREATE } else { strategy.type_.as_str() };
     if kind == update_type::RECREATE {
@@ -121,7 +127,12 @@ fn pod_action(input: &SyncInput<'_>, pod: &dyn PodRead, target: &str) -> PodActi
             _ => false,
         };
     let new = input.revision_data.get(target).filter(|_| !vct_changed);
-    let mut spec = new.and_then(|new| inplace::in_place_spec(old, new, target, grace, input.gates.in_place_workload_vertical_scaling));
+    let mut spec = specs
+        .entry(old_name.cloned())
+        .or_insert_with(|| {
+            new.and_then(|new| inplace::in_place_spec(old, new, target, grace, input.gates.in_place_workload_vertical_scaling))
+        })
+        .clone();
     // An env variable read from a changed label or annotation would stay stale in a container
     // updated in place: kruise-daemon, where it reports on the pod, restarts the container;
     // without it such a change takes a new pod.
