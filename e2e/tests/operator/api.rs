@@ -281,6 +281,13 @@ create_rule!(rule_pods_to_delete_no_duplicates,
     message: ["spec.scaleStrategy.podsToDelete", "duplicated items"],
     valid: json!({"spec": {"scaleStrategy": {"podsToDelete": ["a", "b"]}}}));
 
+// A scale-down of a large set names many pods: the duplicate check must not exceed the
+// apiserver's cost limit and refuse it.
+create_rule!(rule_pods_to_delete_long_list,
+    invalid: json!({"spec": {"scaleStrategy": {"podsToDelete": (0..256).map(|i| format!("web-{}", i % 255)).collect::<Vec<_>>()}}}),
+    message: ["spec.scaleStrategy.podsToDelete", "duplicated items"],
+    valid: json!({"spec": {"scaleStrategy": {"podsToDelete": (0..2000).map(|i| format!("web-{i:05}")).collect::<Vec<_>>()}}}));
+
 create_rule!(rule_update_type_enum,
     invalid: json!({"spec": {"updateStrategy": {"type": "OnDelete"}}}),
     message: ["spec.updateStrategy.type", "must be 'ReCreate', 'InPlaceIfPossible' or 'InPlaceOnly'"],
