@@ -37,7 +37,7 @@ use tokio::sync::Semaphore;
 
 use crate::cache::Cache;
 use crate::flows::{BasePhase, Bench, LoadMeter, Phase, containers_ready, timeline};
-use crate::{image, ready_with, running_image, window_pods};
+use crate::{image, one_set, ready_with, running_image, window_pods};
 
 /// A baseline's namespace, client and view of its pods.
 struct Baseline {
@@ -264,5 +264,84 @@ impl Bench {
         drop(pods);
         self.delete_namespace(ns).await?;
         Ok((up, rolls))
+    }
+}
+
+impl Bench {
+    /// The raw baseline of the one-set scenario (`one_set.rs`), phase by phase: the scale-up;
+    /// the in-place and the recreate rollouts step by step, each step's pods at most
+    /// maxUnavailable at a time; then the scale-down to half, labelling the named pods
+    /// specified-delete before deleting them as the operator does.
+    pub async fn one_set_baseline(&self, n: u32) -> anyhow::Result<Vec<BasePhase>> {
+        let mut b = self.baseline(None, self.knobs.concurrency).await?;
+        b.pods = b.pods.with_timeout(one_set::timeout_for(n));
+        let concurrency = self.knobs.concurrency;
+        let mut phases = Vec::new();
+        let start = |b: &Baseline| (b.counts(), LoadMeter::start(self.apiserver_pid(), None), Instant::now());
+        let end = |b: &Baseline, (before, load, t0): (Snapshot, LoadMeter, Instant), at: Instant, pods: u32| {
+            let mut phase = b.phase(t0, at, pods, &before);
+            phase.load = load.extra("baseline_");
+            phase
+        };
+
+        let img = image(1);
+        let names: Vec<String> = (0..n).map(|i| format!("web-{i}")).collect();
+        let s = start(&b);
+        futures::stream::iter(names.iter().map(|name| b.create(name, &img))).buffer_unordered(concurrency).try_collect::<Vec<_>>().await?;
+        let at = b.pods.wait_count(n as usize, "ready", |p| ready_with(p, &img)).await?;
+        phases.push(end(&b, s, at, n));
+
+        let window = window_pods(&self.knobs.one_set_window, n) as usize;
+        let mut names = names;
+        for (v, in_place) in [(2, true), (3, false)] {
+            let s = start(&b);
+            let mut pending: std::collections::VecDeque<String> = names.into();
+            let mut rolled = Vec::new();
+            for step in &self.knobs.one_set_steps {
+                let count = (one_set::updated_at(step, n) as usize).saturating_sub(rolled.len()).min(pending.len());
+                let sequences = pending.drain(..count).map(|name| {
+                    let b = &b;
+                    async move { if in_place { b.in_place(name, v).await } else { b.recreate(name, v).await } }
+                });
+                rolled.extend(futures::stream::iter(sequences).buffer_unordered(window).try_collect::<Vec<String>>().await?);
+            }
+            phases.push(end(&b, s, Instant::now(), n));
+            names = rolled.into_iter().chain(pending).collect();
+        }
+
+        let half = n / 2;
+        let named: BTreeSet<String> = one_set::named_for_deletion(names.clone()).into_iter().collect();
+        let others = names.iter().filter(|name| !named.contains(*name)).take((n - half) as usize - named.len().min((n - half) as usize));
+        let victims: Vec<(String, bool)> =
+            named.iter().map(|name| (name.clone(), true)).chain(others.map(|name| (name.clone(), false))).collect();
+        let s = start(&b);
+        let deletes = victims.into_iter().map(|(name, specified)| {
+            let b = &b;
+            async move {
+                if specified {
+                    b.label(&name, json!({keys::SPECIFIED_DELETE: "true"})).await?;
+                }
+                b.req(b.api.delete(&name, &DeleteParams::default())).await?;
+                anyhow::Ok(())
+            }
+        });
+        futures::stream::iter(deletes).buffer_unordered(concurrency).try_collect::<Vec<()>>().await?;
+        let (_, at) = b
+            .pods
+            .wait_all("half the pods left", |all| {
+                let left = all.iter().filter(|p| p.metadata.deletion_timestamp.is_none()).count();
+                if all.len() == half as usize && left == half as usize {
+                    Ok(())
+                } else {
+                    Err(format!("{} pods, {left} not terminating", all.len()))
+                }
+            })
+            .await?;
+        phases.push(end(&b, s, at, n - half));
+
+        let Baseline { ns, pods, .. } = b;
+        drop(pods);
+        self.delete_namespace(ns).await?;
+        Ok(phases)
     }
 }

@@ -5,6 +5,9 @@
 //!
 //! Scenarios, in this order, each skipped when its knob is empty:
 //!
+//! * `BENCH_DECISIONS` (default `1000,3000,10000,30000,100000`): one pass's pure decisions timed over
+//!   one CloneSet of each pod count, with no cluster (see `decisions.rs`); a decision growing
+//!   faster than n log n fails the run. With no other scenario the bench starts no cluster.
 //! * `BENCH_SIZES` (default `100x3,1000x1`: pods × repetitions): the scale-up 0 → N and one
 //!   rollout per window of `BENCH_WINDOWS` (default `100%,20%`: maxUnavailable) for each of
 //!   `BENCH_TYPES` (default `ReCreate,InPlaceIfPossible`), the operator at its defaults (no
@@ -23,6 +26,15 @@
 //!   while the operator, running as the chart's ServiceAccount, rolls one CloneSet of that many
 //!   pods in place, first in APF's `workload-low` and then in the priority level the chart
 //!   installs for it (see `fairness.rs`); one row each.
+//! * `BENCH_ONE_SET` (default empty: skipped; e.g. `1000,3000,10000`): one CloneSet of each
+//!   size scaled up, rolled in place and recreating through the partitions of
+//!   `BENCH_ONE_SET_STEPS` (default `80%,60%,40%,20%,0%`) at maxUnavailable
+//!   `BENCH_ONE_SET_WINDOW` (default `20%`), then scaled to half with pods named for deletion,
+//!   against the raw baseline (see `one_set.rs`).
+//! * `BENCH_REAL_NODE` (default empty: skipped; e.g. `20`): that many pods on a real node
+//!   (the bench's cluster starts one; needs root) rolled in place once per maxUnavailable of
+//!   `BENCH_REAL_NODE_WINDOWS` (default `1,25%`), the time split into the kubelet's and the
+//!   operator's (see `real_node.rs`).
 //! * `BENCH_LARGE` (default empty: skipped; e.g. `500x40` = 500 CloneSets × 40 pods): one
 //!   operator at its defaults over C×P pods in one namespace. First one CloneSet of
 //!   `BENCH_LARGE_ROLLOUT` (default 1000) pods, created and rolled in place `BENCH_LARGE_ROLLOUTS`
@@ -99,8 +111,11 @@
 
 mod baseline;
 mod cache;
+mod decisions;
 mod fairness;
 mod flows;
+mod one_set;
+mod real_node;
 mod scale;
 mod soak;
 
@@ -137,6 +152,8 @@ const SIM_PODS_PER_NODE_AT_SCALE: u32 = 1000;
 /// Everything the environment can set (see the module documentation).
 #[derive(Clone, Debug, PartialEq)]
 struct Knobs {
+    /// `BENCH_DECISIONS`: the pod counts one pass's decisions are timed at, ascending.
+    decisions: Vec<u32>,
     sizes: Vec<(u32, u32)>,
     scale_up_sizes: Vec<(u32, u32)>,
     limited_sizes: Vec<(u32, u32)>,
@@ -145,6 +162,15 @@ struct Knobs {
     resources: Vec<(u32, u32)>,
     resources_limit: Option<RateLimit>,
     concurrency: usize,
+    /// `BENCH_ONE_SET`: the pod counts of the one-CloneSet scenario, its partition steps
+    /// (`BENCH_ONE_SET_STEPS`) and maxUnavailable (`BENCH_ONE_SET_WINDOW`).
+    one_set: Vec<u32>,
+    one_set_steps: Vec<String>,
+    one_set_window: String,
+    /// `BENCH_REAL_NODE`: pods of the in-place rollout on a real node, and its maxUnavailable
+    /// values (`BENCH_REAL_NODE_WINDOWS`).
+    real_node: Option<u32>,
+    real_node_windows: Vec<String>,
     /// `BENCH_FAIRNESS`: pods of the fairness scenario's CloneSet.
     fairness: Option<u32>,
     large: Option<(u32, u32)>,
@@ -263,7 +289,34 @@ impl Knobs {
                 Some((cpu.trim().to_string(), memory.trim().to_string()))
             }
         };
+        let counts = |k: &str, default: &str| -> anyhow::Result<Vec<u32>> {
+            list(k, default)
+                .iter()
+                .map(|n| n.parse::<u32>().ok().filter(|&n| n > 0).with_context(|| format!("{k}: {n} is not a positive count")))
+                .collect()
+        };
+        let decisions = counts("BENCH_DECISIONS", "1000,3000,10000,30000,100000")?;
+        let real_node = match var("BENCH_REAL_NODE", "").trim() {
+            "" => None,
+            n => Some(n.parse::<u32>().ok().filter(|&n| n > 0).with_context(|| format!("BENCH_REAL_NODE={n}: expected a positive count"))?),
+        };
+        let real_node_windows = list("BENCH_REAL_NODE_WINDOWS", "1,25%");
+        if let Some(w) = real_node_windows.iter().find(|w| w.strip_suffix('%').unwrap_or(w).parse::<u32>().map_or(true, |n| n == 0)) {
+            bail!("BENCH_REAL_NODE_WINDOWS: {w} is not a positive count or percentage");
+        }
+        let one_set_steps = list("BENCH_ONE_SET_STEPS", "80%,60%,40%,20%,0%");
+        let one_set_window = var("BENCH_ONE_SET_WINDOW", "20%").trim().to_string();
+        one_set::check_steps(&one_set_steps, &one_set_window)?;
+        if decisions.len() == 1 {
+            bail!("BENCH_DECISIONS: give at least two sizes (growth is read between them)");
+        }
         Ok(Self {
+            decisions,
+            one_set: counts("BENCH_ONE_SET", "")?,
+            one_set_steps,
+            one_set_window,
+            real_node,
+            real_node_windows,
             sizes: pairs("BENCH_SIZES", "100x3,1000x1")?,
             scale_up_sizes: pairs("BENCH_SCALE_UP_SIZES", "5000x1")?,
             limited_sizes: pairs("BENCH_LIMITED_SIZES", "100x1")?,
@@ -309,7 +362,8 @@ impl Knobs {
 
     /// The most pods that exist at once in any scenario.
     fn most_pods(&self) -> u32 {
-        let timed = self.sizes.iter().chain(&self.scale_up_sizes).chain(&self.limited_sizes).map(|&(n, _)| n);
+        let timed =
+            self.sizes.iter().chain(&self.scale_up_sizes).chain(&self.limited_sizes).map(|&(n, _)| n).chain(self.one_set.iter().copied());
         let resources = self.resources.iter().map(|&(c, p)| c * p).chain(self.fairness);
         // The large scenario's pods, its big CloneSet, the probes' new pods and, beside them,
         // the raw baseline's copy of the big CloneSet's pods.
@@ -401,54 +455,21 @@ fn main() -> anyhow::Result<()> {
     {
         bail!("BENCH_EXTERNAL_PID={}: no such process", ext.pid);
     }
-    let mut guard = ClusterGuard(None);
-    let (kubeconfig, sim_args, scheduler_args) = match &knobs.kubeconfig {
-        Some(k) => {
-            eprintln!("bench: using the cluster of {} (not started or stopped here)", k.display());
-            (k.clone(), Vec::new(), Vec::new())
-        }
-        None => {
-            let mut opts = UpOptions::new(&knobs.cluster_dir);
-            opts.sim_kubelet_args = knobs.sim_kubelet_args();
-            opts.scheduler_args = knobs.scheduler_args();
-            opts.apiserver_args = knobs.apiserver_args();
-            eprintln!(
-                "bench: starting the control plane in {} (sim-kubelet {}; kube-scheduler {})",
-                knobs.cluster_dir.display(),
-                opts.sim_kubelet_args.join(" "),
-                if opts.scheduler_args.is_empty() { "at its default client QPS 50".to_string() } else { opts.scheduler_args.join(" ") }
-            );
-            if !knobs.keep_cluster {
-                guard.0 = Some(knobs.cluster_dir.clone());
-            }
-            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-            let (state, up) = rt.block_on(cluster::up(&opts))?;
-            if up.reused_running_cluster {
-                eprintln!("bench: reusing the control plane already running there (its sim-kubelet flags may differ)");
-            }
-            (state.kubeconfig, opts.sim_kubelet_args, opts.scheduler_args)
-        }
-    };
-    // Single-threaded so far: the helpers read these.
-    unsafe {
-        std::env::set_var(e2e::testenv::KUBECONFIG_VAR, &kubeconfig);
-        if std::env::var("E2E_OPERATOR_LOG").is_err() {
-            std::env::set_var("E2E_OPERATOR_LOG", "info");
-        }
-    }
     let mut rows = Vec::new();
     let mut failures = Vec::new();
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    let result = rt.block_on(async {
-        let state_dir = knobs.kubeconfig.as_ref().and_then(|k| k.parent()).unwrap_or(&knobs.cluster_dir);
-        let b = Bench { admin: cluster::client_for(&kubeconfig).await?, knobs: knobs.clone(), state_dir: state_dir.to_path_buf() };
-        tokio::select! {
-            r = run(&b, &mut rows, &mut failures) => r,
-            _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted")),
-        }
-    });
-    drop(rt);
-    drop(guard);
+    if !knobs.decisions.is_empty() {
+        // Pure CPU, before any control plane shares the machine.
+        eprintln!("bench: timing one pass's decisions at {:?} pods", knobs.decisions);
+        let (decided, slower) = decisions::run(&knobs.decisions);
+        rows.extend(decided);
+        failures.extend(slower);
+        eprintln!("{}", bench::table(&rows));
+    }
+    let (sim_args, scheduler_args, result) = if knobs.most_pods() == 0 && knobs.real_node.is_none() {
+        (Vec::new(), Vec::new(), Ok(()))
+    } else {
+        on_cluster(&knobs, &mut rows, &mut failures)?
+    };
 
     let total_s = started.elapsed().as_secs_f64();
     let revision = std::process::Command::new("git")
@@ -490,6 +511,63 @@ fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The scenarios that need a control plane, on the bench's own (started and stopped here) or on
+/// `BENCH_KUBECONFIG`'s: the simulated kubelet's and kube-scheduler's flags, and the outcome.
+fn on_cluster(
+    knobs: &Knobs,
+    rows: &mut Vec<Row>,
+    failures: &mut Vec<String>,
+) -> anyhow::Result<(Vec<String>, Vec<String>, anyhow::Result<()>)> {
+    let mut guard = ClusterGuard(None);
+    let (kubeconfig, sim_args, scheduler_args) = match &knobs.kubeconfig {
+        Some(k) => {
+            eprintln!("bench: using the cluster of {} (not started or stopped here)", k.display());
+            (k.clone(), Vec::new(), Vec::new())
+        }
+        None => {
+            let mut opts = UpOptions::new(&knobs.cluster_dir);
+            opts.sim_kubelet_args = knobs.sim_kubelet_args();
+            opts.scheduler_args = knobs.scheduler_args();
+            opts.apiserver_args = knobs.apiserver_args();
+            opts.real_nodes = usize::from(knobs.real_node.is_some());
+            eprintln!(
+                "bench: starting the control plane in {} (sim-kubelet {}; kube-scheduler {})",
+                knobs.cluster_dir.display(),
+                opts.sim_kubelet_args.join(" "),
+                if opts.scheduler_args.is_empty() { "at its default client QPS 50".to_string() } else { opts.scheduler_args.join(" ") }
+            );
+            if !knobs.keep_cluster {
+                guard.0 = Some(knobs.cluster_dir.clone());
+            }
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+            let (state, up) = rt.block_on(cluster::up(&opts))?;
+            if up.reused_running_cluster {
+                eprintln!("bench: reusing the control plane already running there (its sim-kubelet flags may differ)");
+            }
+            (state.kubeconfig, opts.sim_kubelet_args, opts.scheduler_args)
+        }
+    };
+    // Single-threaded so far: the helpers read these.
+    unsafe {
+        std::env::set_var(e2e::testenv::KUBECONFIG_VAR, &kubeconfig);
+        if std::env::var("E2E_OPERATOR_LOG").is_err() {
+            std::env::set_var("E2E_OPERATOR_LOG", "info");
+        }
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let result = rt.block_on(async {
+        let state_dir = knobs.kubeconfig.as_ref().and_then(|k| k.parent()).unwrap_or(&knobs.cluster_dir);
+        let b = Bench { admin: cluster::client_for(&kubeconfig).await?, knobs: knobs.clone(), state_dir: state_dir.to_path_buf() };
+        tokio::select! {
+            r = run(&b, rows, failures) => r,
+            _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted")),
+        }
+    });
+    drop(rt);
+    drop(guard);
+    Ok((sim_args, scheduler_args, result))
+}
+
 async fn run(b: &Bench, rows: &mut Vec<Row>, failures: &mut Vec<String>) -> anyhow::Result<()> {
     let k = &b.knobs;
     if k.external.is_none() {
@@ -519,6 +597,12 @@ async fn run(b: &Bench, rows: &mut Vec<Row>, failures: &mut Vec<String>) -> anyh
     if let (None, Some(n)) = (&k.external, k.fairness) {
         b.fairness(n, rows).await?;
         eprintln!("{}", bench::table(rows));
+    }
+    if !k.one_set.is_empty() {
+        b.one_set(&k.one_set, rows).await?;
+    }
+    if let Some(n) = k.real_node {
+        b.real_node(n, &k.real_node_windows, rows).await?;
     }
     if let Some((c, p)) = k.large {
         b.large(c, p, rows, failures).await?;
@@ -644,7 +728,7 @@ fn image(v: u32) -> String {
 }
 
 fn strategy(t: &str, window: &str) -> Value {
-    json!({"updateStrategy": {"type": t, "maxUnavailable": window}})
+    json!({"updateStrategy": {"type": t, "maxUnavailable": one_set::int_or_percent(window)}})
 }
 
 /// Pods rounded up from a percentage or count of `n` (at least 1).
@@ -686,6 +770,19 @@ mod tests {
         assert_eq!(window_pods("5", 100), 5);
 
         let d = knobs(&[]).unwrap();
+        assert_eq!(d.decisions, [1000, 3000, 10000, 30000, 100000]);
+        assert!(knobs(&[("BENCH_DECISIONS", "1000")]).is_err(), "growth needs two sizes");
+        assert!(knobs(&[("BENCH_DECISIONS", "")]).unwrap().decisions.is_empty());
+        assert!(d.one_set.is_empty());
+        assert_eq!((d.one_set_steps.len(), d.one_set_window.as_str()), (5, "20%"));
+        let one = knobs(&[("BENCH_ONE_SET", "1000,3000"), ("BENCH_ONE_SET_STEPS", "50%,0")]).unwrap();
+        assert_eq!((one.one_set, one.one_set_steps), (vec![1000, 3000], vec!["50%".to_string(), "0".to_string()]));
+        assert!(knobs(&[("BENCH_ONE_SET_STEPS", "0%,50%")]).is_err());
+        assert!(knobs(&[("BENCH_ONE_SET", "many")]).is_err());
+        assert_eq!((d.real_node, d.real_node_windows.as_slice()), (None, ["1".to_string(), "25%".to_string()].as_slice()));
+        assert_eq!(knobs(&[("BENCH_REAL_NODE", "20")]).unwrap().real_node, Some(20));
+        assert!(knobs(&[("BENCH_REAL_NODE", "0")]).is_err());
+        assert!(knobs(&[("BENCH_REAL_NODE_WINDOWS", "0")]).is_err());
         assert_eq!(d.sizes, vec![(100, 3), (1000, 1)]);
         assert_eq!(d.scale_up_sizes, vec![(5000, 1)]);
         assert_eq!(d.limited_sizes, vec![(100, 1)]);
