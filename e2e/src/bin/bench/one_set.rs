@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use cloneset_operator::api::CloneSet;
-use e2e::bench::{self, Row, Snapshot};
+use e2e::bench::{self, Row};
 use e2e::testenv::TestNamespace;
 use e2e::workload::manifest;
 use k8s_openapi::api::core::v1::Pod;
@@ -21,7 +21,7 @@ use kube::{Api, ResourceExt as _};
 use serde_json::{Value, json};
 
 use crate::cache::Cache;
-use crate::flows::{BasePhase, Bench, Ctl, LoadMeter, converged, generation, observed, since};
+use crate::flows::{BasePhase, Bench, Ctl, LoadMeter, Phase, converged, generation, observed, since};
 use crate::{TIMEOUT, image, proc_reading, ready_with, window_pods};
 
 /// The phases, in order, as the rows name them.
@@ -52,11 +52,9 @@ pub fn named_for_deletion(mut names: Vec<String>) -> Vec<String> {
     names.into_iter().step_by(10).collect()
 }
 
-/// One phase of the controller: seconds, requests, CPU, and the pod events it caused.
+/// One phase of the controller, with its CPU seconds and the pod events it caused.
 struct Measured {
-    secs: f64,
-    counts: Option<Snapshot>,
-    load: std::collections::BTreeMap<String, f64>,
+    phase: Phase,
     controller_cpu_s: Option<f64>,
     pod_events: u64,
 }
@@ -71,19 +69,16 @@ impl Bench {
             let base = if self.baselines() { Some(self.one_set_baseline(n).await?) } else { None };
             for (i, (name, m)) in PHASES.iter().zip(&phases).enumerate() {
                 let name: &str = name;
-                let mut row = Row::operator_only(format!("one set: {name}"), &client, n, 1, m.secs);
+                let mut row = Row::operator_only(format!("one set: {name}"), &client, n, 1, m.phase.secs);
                 row.controller = self.controller_label().into();
-                let pods = if name == PHASES[3] { n - n / 2 } else { n };
-                row.per_pod = m.counts.as_ref().and_then(|c| c.per_pod(f64::from(pods)));
-                if let Some(c) = &m.counts {
-                    row.extra.extend(c.method_extra(f64::from(pods)));
-                    row.extra.insert("operator_429".into(), c.throttled);
+                row.per_pod = m.phase.per_pod();
+                row.extra = m.phase.extra();
+                if let Some(c) = &m.phase.counts {
                     row.extra.extend(c.reconcile_extra());
                     if let Some(cpu) = m.controller_cpu_s.filter(|_| c.reconciles > 0.0) {
                         row.extra.insert("cpu_ms_per_reconcile".into(), bench::round2(cpu * 1000.0 / c.reconciles));
                     }
                 }
-                row.extra.extend(m.load.clone());
                 if let Some(cpu) = m.controller_cpu_s.filter(|_| m.pod_events > 0) {
                     row.extra.insert("pod_events".into(), m.pod_events as f64);
                     row.extra.insert("cpu_s_per_1k_pod_events".into(), bench::round2(cpu * 1000.0 / m.pod_events as f64));
@@ -116,7 +111,7 @@ impl Bench {
         let strategy = json!({"updateStrategy": {"type": "InPlaceIfPossible", "maxUnavailable": int_or_percent(window)}});
         let cs = manifest("web", ni, &image(1), strategy);
         let m = self
-            .measure(&ctl, &pods, async {
+            .measure(&ctl, &pods, n, async {
                 let min_gen = generation(&cs_api.create(&PostParams::default(), &cs).await?);
                 let (a, c) = tokio::join!(
                     pods.wait_count(n as usize, "ready", |p| ready_with(p, &image(1))),
@@ -130,7 +125,7 @@ impl Bench {
         // Rollouts through the partition steps: in place, then recreating.
         for (v, type_) in [(2, "InPlaceIfPossible"), (3, "ReCreate")] {
             let m = self
-                .measure(&ctl, &pods, async {
+                .measure(&ctl, &pods, n, async {
                     let started = Instant::now();
                     let mut end = started;
                     for (i, step) in steps.iter().enumerate() {
@@ -168,7 +163,7 @@ impl Bench {
         let named = named_for_deletion(names);
         let half = n / 2;
         let m = self
-            .measure(&ctl, &pods, async {
+            .measure(&ctl, &pods, n - half, async {
                 let patch = Patch::Merge(json!({"spec": {"replicas": half, "scaleStrategy": {"podsToDelete": named}}}));
                 let min_gen = generation(&cs_api.patch("web", &PatchParams::default(), &patch).await?);
                 let gone: BTreeSet<String> = named.iter().cloned().collect();
@@ -200,11 +195,12 @@ impl Bench {
     }
 
     /// Runs `phase` (which returns when it ended) and measures it, letting trailing writes
-    /// (status, lifecycle labels) land in it.
+    /// (status, lifecycle labels) land in it; its requests are per each of `changed` pods.
     async fn measure(
         &self,
         ctl: &Ctl,
         pods: &Cache<Pod>,
+        changed: u32,
         phase: impl Future<Output = anyhow::Result<Instant>>,
     ) -> anyhow::Result<Measured> {
         let before = ctl.snapshot().await?;
@@ -215,10 +211,9 @@ impl Bench {
         let secs = end.duration_since(t0).as_secs_f64();
         tokio::time::sleep(Duration::from_secs(1)).await;
         let controller_cpu_s = load.cpu_s().1;
+        let counts = since(ctl.snapshot().await?, before);
         Ok(Measured {
-            secs,
-            counts: since(ctl.snapshot().await?, before),
-            load: load.extra(""),
+            phase: Phase { secs, pods: changed, counts, load: load.extra("") },
             controller_cpu_s,
             pod_events: pods.events() - events0,
         })
