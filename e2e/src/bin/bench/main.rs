@@ -270,7 +270,7 @@ impl Knobs {
         };
         let types = choices("BENCH_TYPES", "ReCreate,InPlaceIfPossible", &["ReCreate", "InPlaceIfPossible", "InPlaceOnly"])?;
         let windows = list("BENCH_WINDOWS", "100%,20%");
-        if let Some(w) = windows.iter().find(|w| w.strip_suffix('%').unwrap_or(w).parse::<u32>().map_or(true, |n| n == 0)) {
+        if let Some(w) = windows.iter().find(|w| !positive_window(w)) {
             bail!("BENCH_WINDOWS: {w} is not a positive count or percentage");
         }
         let concurrency = number("BENCH_BASELINE_CONCURRENCY", 16)?;
@@ -301,7 +301,7 @@ impl Knobs {
             n => Some(n.parse::<u32>().ok().filter(|&n| n > 0).with_context(|| format!("BENCH_REAL_NODE={n}: expected a positive count"))?),
         };
         let real_node_windows = list("BENCH_REAL_NODE_WINDOWS", "1,25%");
-        if let Some(w) = real_node_windows.iter().find(|w| w.strip_suffix('%').unwrap_or(w).parse::<u32>().map_or(true, |n| n == 0)) {
+        if let Some(w) = real_node_windows.iter().find(|w| !positive_window(w)) {
             bail!("BENCH_REAL_NODE_WINDOWS: {w} is not a positive count or percentage");
         }
         let one_set_steps = list("BENCH_ONE_SET_STEPS", "80%,60%,40%,20%,0%");
@@ -729,6 +729,11 @@ fn image(v: u32) -> String {
 
 fn strategy(t: &str, window: &str) -> Value {
     json!({"updateStrategy": {"type": t, "maxUnavailable": one_set::int_or_percent(window)}})
+}
+
+/// A maxUnavailable given as a positive count or percentage.
+fn positive_window(window: &str) -> bool {
+    window.strip_suffix('%').unwrap_or(window).parse::<u32>().is_ok_and(|n| n > 0)
 }
 
 /// Pods rounded up from a percentage or count of `n` (at least 1).

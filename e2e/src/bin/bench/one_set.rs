@@ -22,7 +22,7 @@ use serde_json::{Value, json};
 
 use crate::cache::Cache;
 use crate::flows::{BasePhase, Bench, Ctl, LoadMeter, Phase, converged, generation, observed, since};
-use crate::{TIMEOUT, image, proc_reading, ready_with, window_pods};
+use crate::{TIMEOUT, image, positive_window, proc_reading, ready_with};
 
 /// The phases, in order, as the rows name them.
 pub const PHASES: [&str; 4] = ["scale-up", "in-place steps", "recreate steps", "scale-down named"];
@@ -240,7 +240,7 @@ pub fn check_steps(steps: &[String], window: &str) -> anyhow::Result<()> {
     if steps.is_empty() || at_1000.windows(2).any(|w| w[1] < w[0]) {
         anyhow::bail!("BENCH_ONE_SET_STEPS: give partitions that only go down, e.g. 80%,60%,40%,20%,0%");
     }
-    if window_pods(window, 1000) == 0 || window.strip_suffix('%').unwrap_or(window).parse::<u32>().map_or(true, |v| v == 0) {
+    if !positive_window(window) {
         anyhow::bail!("BENCH_ONE_SET_WINDOW: {window} is not a positive count or percentage");
     }
     Ok(())
