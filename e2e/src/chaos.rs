@@ -331,6 +331,64 @@ impl PrivateCluster {
         cluster::client_for(&self.state.kubeconfig).await
     }
 
+    /// For a failure message: each CloneSet's status and each pod's state in `ns`, as the
+    /// apiserver now answers.
+    pub async fn state_in(&self, client: &Client, ns: &str) -> String {
+        let mut out = String::new();
+        let path = format!("/apis/apps.kruise.io/v1alpha1/namespaces/{ns}/clonesets");
+        let req = http::Request::get(path).body(Vec::new());
+        match req {
+            Ok(req) => match client.request::<serde_json::Value>(req).await {
+                Ok(list) => {
+                    for cs in list["items"].as_array().into_iter().flatten() {
+                        out += &format!(
+                            "cloneset {} generation {} status {}\n",
+                            cs["metadata"]["name"], cs["metadata"]["generation"], cs["status"]
+                        );
+                    }
+                }
+                Err(e) => out += &format!("listing CloneSets: {e}\n"),
+            },
+            Err(e) => out += &format!("building the CloneSet list: {e}\n"),
+        }
+        match Api::<Pod>::namespaced(client.clone(), ns).list(&Default::default()).await {
+            Ok(pods) => {
+                for p in pods.items {
+                    let labels = p.labels();
+                    out += &format!(
+                        "pod {} phase {} node {} ready {} revision {} specified-delete {} deleting {}\n",
+                        p.name_any(),
+                        p.status.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or("-"),
+                        p.spec.as_ref().and_then(|s| s.node_name.as_deref()).unwrap_or("-"),
+                        condition(&p, "Ready").as_deref().unwrap_or("-"),
+                        labels.get("controller-revision-hash").map_or("-", String::as_str),
+                        labels.get("apps.kruise.io/specified-delete").map_or("-", String::as_str),
+                        p.metadata.deletion_timestamp.is_some(),
+                    );
+                }
+            }
+            Err(e) => out += &format!("listing pods: {e}\n"),
+        }
+        out
+    }
+
+    /// For a failure message: the last lines of the components' logs, which go with the
+    /// machine a failed CI run ran on.
+    pub fn log_tails(&self) -> String {
+        let mut out = String::new();
+        for (component, lines) in [("sim-kubelet", 20), ("kube-scheduler", 10), ("kube-controller-manager", 10), ("kube-apiserver", 10)] {
+            let file = self.dir.join("logs").join(format!("{component}.log"));
+            let text = std::fs::read_to_string(&file).unwrap_or_else(|e| format!("({}: {e})", file.display()));
+            let all: Vec<&str> = text.lines().collect();
+            out += &format!("--- last {lines} lines of {component}.log ---\n");
+            for line in &all[all.len().saturating_sub(lines)..] {
+                out += line;
+                out += "\n";
+            }
+        }
+        out
+    }
+
     /// Stops the kube-apiserver (SIGTERM, then SIGKILL), starts it again with the same command
     /// line and waits until it is ready; returns how long it was unreachable.
     pub async fn restart_apiserver(&self) -> anyhow::Result<Duration> {

@@ -60,6 +60,25 @@ async fn active_pods(pods: &Api<Pod>, name: &str) -> Vec<Pod> {
     list.items.into_iter().filter(|p| p.metadata.deletion_timestamp.is_none()).collect()
 }
 
+/// The operator's metrics that tell a stalled operator (a reconcile that never returns, keys
+/// waiting, requests failing) from one with nothing to do, for a test's failure message.
+async fn progress_metrics(op: &Operator) -> String {
+    const SHOWN: [&str; 5] = [
+        "controller_runtime_reconcile_total",
+        "controller_runtime_active_workers",
+        "workqueue_depth",
+        "workqueue_longest_running_processor_seconds",
+        "cloneset_scale_expectation_leakage",
+    ];
+    match op.metrics().await {
+        Ok(text) => {
+            let lines = text.lines().filter(|l| SHOWN.iter().any(|m| l.starts_with(m)));
+            format!("--- operator metrics ---\n{}", lines.collect::<Vec<_>>().join("\n"))
+        }
+        Err(e) => format!("--- operator metrics: {e:#}"),
+    }
+}
+
 fn uids(pods: &[Pod]) -> BTreeSet<String> {
     pods.iter().filter_map(|p| p.uid()).collect()
 }
@@ -239,9 +258,16 @@ async fn a_rollout_finishes_after_the_apiserver_restarts_mid_way() {
     let outage = cluster.restart_apiserver().await.unwrap();
     let restarted = Instant::now();
 
-    let cs = watch_until(&clonesets, "web", T, |cs| converged(cs, 8))
-        .await
-        .unwrap_or_else(|e| panic!("rollout after the apiserver restart: {e:#}\n--- operator log ---\n{}", op.log_tail(60)));
+    let cs = match watch_until(&clonesets, "web", T, |cs| converged(cs, 8)).await {
+        Ok(cs) => cs,
+        Err(e) => panic!(
+            "rollout after the apiserver restart: {e:#}\n{}\n{}\n--- operator log ---\n{}\n{}",
+            progress_metrics(&op).await,
+            cluster.state_in(&client, ns).await,
+            op.log_tail(60),
+            cluster.log_tails()
+        ),
+    };
     let finished_after = restarted.elapsed();
     let l = watch.stop();
     report(
@@ -267,9 +293,15 @@ async fn a_rollout_finishes_after_the_apiserver_restarts_mid_way() {
     cluster.restart_apiserver().await.unwrap();
     let change = json!({"spec": {"replicas": 10, "template": {"spec": {"containers": [{"name": "main", "image": "nginx:1.27"}]}}}});
     clonesets.patch("web", &PatchParams::default(), &Patch::Merge(change)).await.unwrap();
-    watch_until(&clonesets, "web", T, |cs| converged(cs, 10))
-        .await
-        .unwrap_or_else(|e| panic!("a change made during the relist: {e:#}\n--- operator log ---\n{}", op.log_tail(60)));
+    if let Err(e) = watch_until(&clonesets, "web", T, |cs| converged(cs, 10)).await {
+        panic!(
+            "a change made during the relist: {e:#}\n{}\n{}\n--- operator log ---\n{}\n{}",
+            progress_metrics(&op).await,
+            cluster.state_in(&client, ns).await,
+            op.log_tail(60),
+            cluster.log_tails()
+        );
+    }
     assert_eq!(op.exited(), None);
     let after = active_pods(&pods, "web").await;
     assert_eq!(after.len(), 10, "no extra pods");
