@@ -16,6 +16,8 @@ use kube::runtime::watcher::{self, Event};
 use kube::{Api, Client, ResourceExt as _};
 use serde_json::json;
 
+use cloneset_operator::api::CloneSet;
+
 use crate::cluster::{self, ClusterState};
 use crate::testenv::{self, wait_until};
 use crate::workload::condition;
@@ -335,21 +337,14 @@ impl PrivateCluster {
     /// apiserver now answers.
     pub async fn state_in(&self, client: &Client, ns: &str) -> String {
         let mut out = String::new();
-        let path = format!("/apis/apps.kruise.io/v1alpha1/namespaces/{ns}/clonesets");
-        let req = http::Request::get(path).body(Vec::new());
-        match req {
-            Ok(req) => match client.request::<serde_json::Value>(req).await {
-                Ok(list) => {
-                    for cs in list["items"].as_array().into_iter().flatten() {
-                        out += &format!(
-                            "cloneset {} generation {} status {}\n",
-                            cs["metadata"]["name"], cs["metadata"]["generation"], cs["status"]
-                        );
-                    }
+        match Api::<CloneSet>::namespaced(client.clone(), ns).list(&Default::default()).await {
+            Ok(list) => {
+                for cs in list.items {
+                    let status = serde_json::to_string(&cs.status).unwrap_or_default();
+                    out += &format!("cloneset {} generation {:?} status {status}\n", cs.name_any(), cs.metadata.generation);
                 }
-                Err(e) => out += &format!("listing CloneSets: {e}\n"),
-            },
-            Err(e) => out += &format!("building the CloneSet list: {e}\n"),
+            }
+            Err(e) => out += &format!("listing CloneSets: {e}\n"),
         }
         match Api::<Pod>::namespaced(client.clone(), ns).list(&Default::default()).await {
             Ok(pods) => {
@@ -379,12 +374,7 @@ impl PrivateCluster {
         for (component, lines) in [("sim-kubelet", 20), ("kube-scheduler", 10), ("kube-controller-manager", 10), ("kube-apiserver", 10)] {
             let file = self.dir.join("logs").join(format!("{component}.log"));
             let text = std::fs::read_to_string(&file).unwrap_or_else(|e| format!("({}: {e})", file.display()));
-            let all: Vec<&str> = text.lines().collect();
-            out += &format!("--- last {lines} lines of {component}.log ---\n");
-            for line in &all[all.len().saturating_sub(lines)..] {
-                out += line;
-                out += "\n";
-            }
+            out += &format!("--- last {lines} lines of {component}.log ---\n{}\n", testenv::last_lines(&text, lines));
         }
         out
     }

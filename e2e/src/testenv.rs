@@ -560,10 +560,14 @@ impl Operator {
 
     /// The operator's log so far (for failure messages).
     pub fn log_tail(&self, lines: usize) -> String {
-        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
-        let all: Vec<&str> = text.lines().collect();
-        all[all.len().saturating_sub(lines)..].join("\n")
+        last_lines(&std::fs::read_to_string(&self.log).unwrap_or_default(), lines)
     }
+}
+
+/// The last `n` lines of `text`, for failure messages.
+pub fn last_lines(text: &str, n: usize) -> String {
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(n)..].join("\n")
 }
 
 /// `kruise_manager_is_leader` from an operator's `/metrics` text.
