@@ -45,8 +45,18 @@ help: ## List the targets
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}'
 
 .PHONY: build
-build: toolchain ## Build the operator, the local control-plane tool and the simulated kubelet
+build: toolchain disk-space ## Build the operator, the local control-plane tool and the simulated kubelet
 	$(CARGO) build --workspace --bins
+
+.PHONY: disk-space
+# A full disk fails a build far from its cause (a linker's "Bus error", a test binary that cannot
+# be written), so a short one is said first; a warm checkout may need much less, hence no error.
+DISK_WARN_GIB := 20
+disk-space:
+	@free=$$(df -P -k . | awk 'NR == 2 {print int($$4 / 1048576)}'); \
+	if [ "$$free" -lt $(DISK_WARN_GIB) ]; then \
+	  echo "make: warning: $$free GiB free on the disk of this checkout; a cold \`make test\` needs more (docs/development.md#prerequisites)"; \
+	fi
 
 .PHONY: run
 # Safe by default: the local control plane in $(CLUSTER_DIR), started if needed. Another cluster
