@@ -6,8 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt as _;
-use futures::future::join_all;
-use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, PodTemplateSpec};
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt as _;
 use kube::runtime::events::EventType;
@@ -138,10 +137,15 @@ pub(super) async fn execute_scale(
         }
         let existing_pvcs: BTreeSet<String> = pvcs.iter().map(|p| p.name_any()).collect();
         let short_hash = ctx.config.gates.cloneset_short_hash;
-        let mut new_pods = Vec::with_capacity(total);
-        for (i, id) in ids.iter().enumerate() {
-            let (revision, template) = if i < plan.create_current { &templates.current } else { &templates.update };
-            let Some(template) = template else { continue };
+        let to_create: Vec<(&str, &str, &PodTemplateSpec)> = ids
+            .iter()
+            .enumerate()
+            .filter_map(|(i, id)| {
+                let (revision, template) = if i < plan.create_current { &templates.current } else { &templates.update };
+                Some((id.as_str(), *revision, template.as_ref()?))
+            })
+            .collect();
+        let build = |&(id, revision, template): &(&str, &str, &PodTemplateSpec)| {
             let pod = podcore::build_pod(&podcore::PodRecipe {
                 cloneset: cs,
                 template,
@@ -152,16 +156,27 @@ pub(super) async fn execute_scale(
             });
             let claims: Vec<PersistentVolumeClaim> =
                 podcore::build_pvcs(cs, id).into_iter().filter(|c| !existing_pvcs.contains(&c.name_any())).collect();
-            new_pods.push((pod, claims));
-        }
+            (pod, claims)
+        };
+        let (to_create, build) = (&to_create, &build);
         let mut created = 0;
         let mut batch = 1;
         let mut start = 0;
-        while start < new_pods.len() {
-            let end = (start + batch).min(new_pods.len());
-            let results = join_all(new_pods[start..end].iter().map(|(pod, claims)| writes::create_pod(ctx, cs, pod, claims))).await;
+        while start < to_create.len() {
+            let end = (start + batch).min(to_create.len());
+            // All of a batch is created, as Kruise's goroutines do, but each pod is built only
+            // when a create can start: the client sends a few dozen requests at once anyway, and
+            // a batch of thousands would otherwise hold all its whole pods until it ends.
+            // (Indices, not references: a closure over references inside the spawned reconcile
+            // future fails to compile, "FnOnce is not general enough".)
+            let mut results = futures::stream::iter(start..end)
+                .map(move |i| async move {
+                    let (pod, claims) = build(&to_create[i]);
+                    writes::create_pod(ctx, cs, &pod, &claims).await
+                })
+                .buffer_unordered(CREATES_IN_FLIGHT);
             let mut failure = None;
-            for r in results {
+            while let Some(r) = results.next().await {
                 match r {
                     Ok(()) => created += 1,
                     Err(e) => {
@@ -241,6 +256,10 @@ pub(super) async fn execute_refresh(
 /// readiness-gate sequence); different pods no longer wait for each other, so a rollout of many
 /// pods is not one long chain of round trips.
 const POD_WRITES_IN_FLIGHT: usize = 16;
+
+/// Pod creations of one slow-start batch under way at once: twice the client's own limit, so
+/// its every request slot stays busy.
+const CREATES_IN_FLIGHT: usize = 2 * crate::client::MAX_REQUESTS_IN_FLIGHT;
 
 fn find_pod<'a>(active: &[&'a dyn PodRead], name: &str) -> Option<&'a dyn PodRead> {
     active.iter().copied().find(|p| p.name() == name)
