@@ -50,7 +50,7 @@ build: toolchain disk-space ## Build the operator, the local control-plane tool 
 
 .PHONY: disk-space
 # A full disk fails a build far from its cause (a linker's "Bus error", a test binary that cannot
-# be written), so a short one is said first; a warm checkout may need much less, hence no error.
+# be written), so low space is named before the build; a warning only, as a warm checkout needs less.
 DISK_WARN_GIB := 20
 disk-space:
 	@free=$$(df -P -k . | awk 'NR == 2 {print int($$4 / 1048576)}'); \
